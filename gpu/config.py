@@ -1,0 +1,36 @@
+"""Engine tunables: capacities, slack and parallel chunking, in one place.
+
+Tests set them tiny (``EngineConfig.tiny()``) so that every growth,
+relocation and multi-chunk path runs on graphs of a dozen vertices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # Internal vertex slots allocated up front; grows by doubling.
+    initial_vertex_capacity: int = 1024
+    # Adjacency pool slots (directed edges) allocated up front; grows by doubling.
+    initial_edge_capacity: int = 1 << 16
+    # Smallest neighbour-list capacity; lists relocate to twice their size when full.
+    min_list_capacity: int = 4
+    # Update-edge tasks handed to one parallel worker at a time.  Small chunks
+    # balance skewed work (one hub edge can own most of a batch's matches).
+    task_chunk: int = 16
+    # Id-map slots allocated up front (power of two); grows at 50 % load.
+    initial_idmap_capacity: int = 1 << 12
+
+    def __post_init__(self) -> None:
+        for name in ("initial_vertex_capacity", "initial_edge_capacity",
+                     "min_list_capacity", "task_chunk", "initial_idmap_capacity"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
+
+    @classmethod
+    def tiny(cls) -> "EngineConfig":
+        """Smallest settings: forces growth, relocation and one-task chunks."""
+        return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
+                   min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2)

@@ -1,0 +1,189 @@
+"""The matching engine: a data graph, its standing queries, and exact per-batch deltas.
+
+`Engine.apply` runs one batch in three steps (GAMMA §IV):
+  1. negative matches on the graph before the batch, started from the
+     deleted edges (ranked 1..k for the total-order rule);
+  2. the graph, signatures and candidate bits are updated in place, for the
+     touched vertices only;
+  3. positive matches on the graph after the batch, started from the
+     inserted edges.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu.batch import BatchRejected, EffectiveBatch, normalize
+from gpu.config import EngineConfig
+from gpu.cpu_executor import all_edges
+from gpu.device import resolve_backend
+from gpu.executor import execute_cpu
+from gpu.formats import LabeledGraph, UpdateStream
+from gpu.graph import DynamicGraph
+from gpu.plan import QueryPlan, TaskTypes, build_plan
+from gpu.query import QueryGraph
+from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
+from gpu.signature import SignatureTable
+
+__all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
+
+
+class UnknownQuery(KeyError):
+    """No standing query has this id."""
+
+    def __str__(self) -> str:
+        return f"query {self.args[0]} not found"
+
+
+@dataclass
+class _Standing:
+    plan: QueryPlan
+
+
+class Engine:
+    """Exact batch-dynamic subgraph matching for a set of standing queries."""
+
+    def __init__(self, graph: LabeledGraph | None = None, backend: str = "auto",
+                 config: EngineConfig | None = None, coalesce: bool = True) -> None:
+        self.config = config or EngineConfig()
+        self.backend = resolve_backend(backend)
+        self.coalesce = coalesce
+        if graph is None:
+            graph = LabeledGraph(np.empty(0, np.int64), np.empty(0, np.int32),
+                                 np.empty(0, np.int64), np.empty(0, np.int64),
+                                 np.empty(0, np.int32))
+        self.graph = DynamicGraph.from_labeled(graph, self.config)
+        self.signatures = SignatureTable()
+        self.signatures.resize(self.graph)
+        self._queries: dict[int, _Standing] = {}
+        self._next_id = 1
+        self.batches_applied = 0
+
+    # ---- standing queries -------------------------------------------
+    def add_query(self, query: QueryGraph) -> int:
+        """Register a standing query; returns its id."""
+        labels, counts = np.unique(self.graph.label[self.graph.alive], return_counts=True)
+        freq = dict(zip(labels.tolist(), counts.tolist()))
+        plan = build_plan(query, freq, coalesce=self.coalesce)
+        qid = self._next_id
+        self._next_id += 1
+        self.signatures.add_query(qid, query, self.graph)
+        self._queries[qid] = _Standing(plan)
+        return qid
+
+    def remove_query(self, qid: int) -> None:
+        self._standing(qid)
+        del self._queries[qid]
+        self.signatures.remove_query(qid)
+
+    def query_ids(self) -> list[int]:
+        return list(self._queries)
+
+    def plan(self, qid: int) -> QueryPlan:
+        return self._standing(qid).plan
+
+    def _standing(self, qid: int) -> _Standing:
+        try:
+            return self._queries[qid]
+        except KeyError:
+            raise UnknownQuery(qid) from None
+
+    # ---- static matching ------------------------------------------------
+    def count(self, qid: int) -> int:
+        """Number of embeddings of the query in the current graph."""
+        return self._static(qid, 0).count
+
+    def matches(self, qid: int, limit: int | None = None) -> MatchList:
+        """Embeddings in the current graph as external ids (all, or the first `limit`)."""
+        found = self._static(qid, limit if limit is not None else -1)
+        return MatchList(self._external(found.rows), found.truncated, found.count)
+
+    def _static(self, qid: int, limit: int) -> MatchSet:
+        plan = self._standing(qid).plan
+        g = self.graph
+        us, vs, labels = all_edges(g.start, g.deg, g.nbr, g.elab, g.num_slots)
+        ranks = np.zeros(len(us), dtype=np.int32)
+        if limit < 0:   # everything: count first, then list exactly that many
+            limit = self._run(qid, plan.static, us, vs, labels, ranks, 0).count
+        return self._run(qid, plan.static, us, vs, labels, ranks, limit)
+
+    def _run(self, qid: int, types: TaskTypes, us, vs, labels, ranks, limit: int) -> MatchSet:
+        return execute_cpu(self.graph, self.signatures.cand[qid], types, us, vs, labels, ranks,
+                           limit, self.config.task_chunk)
+
+    def _external(self, rows: np.ndarray) -> np.ndarray:
+        return self.graph.ext[rows].astype(np.int64).reshape(rows.shape)
+
+    # ---- batches --------------------------------------------------------
+    def apply(self, stream: UpdateStream, list_limit: int = 0) -> BatchResult:
+        """Apply one batch atomically; report each query's positive/negative matches.
+
+        Raises BatchRejected (nothing changed) when the batch is invalid.
+        """
+        t0 = time.perf_counter()
+        batch = normalize(stream, self.graph)
+        t1 = time.perf_counter()
+        negative = self._incremental(batch.delete_u, batch.delete_v, batch.delete_labels,
+                                     list_limit)
+        t2 = time.perf_counter()
+        self._mutate(batch)
+        t3 = time.perf_counter()
+        positive = self._incremental(batch.insert_u, batch.insert_v, batch.insert_labels,
+                                     list_limit)
+        t4 = time.perf_counter()
+        self.batches_applied += 1
+        deltas = {}
+        for qid in self._queries:
+            pos, neg = positive[qid], negative[qid]
+            delta = QueryDelta(positive=pos.count, negative=neg.count)
+            if list_limit > 0:
+                delta.added = pos.rows
+                delta.removed = neg.rows
+                delta.truncated = pos.truncated or neg.truncated
+            deltas[qid] = delta
+        return BatchResult(applied=batch.applied, ignored=batch.ignored, queries=deltas,
+                           seconds=t4 - t0,
+                           timings={"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
+                                    "update": t3 - t2})
+
+    def _incremental(self, us, vs, labels, list_limit: int) -> dict[int, MatchSet]:
+        """Matches using at least one of the edges us-vs, each once (total-order rule)."""
+        results = {}
+        ranks = np.arange(1, len(us) + 1, dtype=np.int32)
+        if len(us) and self._queries:
+            self.graph.set_ranks(us, vs, ranks)
+        try:
+            for qid, standing in self._queries.items():
+                found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
+                                  list_limit)
+                # Rows are converted now: slots of deleted vertices may be reused later.
+                results[qid] = MatchSet(found.count, self._external(found.rows),
+                                        found.truncated)
+        finally:
+            if len(us) and self._queries:
+                self.graph.set_ranks(us, vs, np.zeros(len(us), dtype=np.int32))
+        return results
+
+    def _mutate(self, batch: EffectiveBatch) -> None:
+        g, sig = self.graph, self.signatures
+        g.delete_edges(batch.delete_u, batch.delete_v)
+        sig.edges_changed(batch.delete_u, batch.delete_v, -1)
+        g.delete_vertices(batch.delete_slots)
+        slots = g.add_vertices(batch.add_ids, batch.add_labels)
+        sig.vertices_added(g, slots)
+        g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
+        sig.edges_changed(batch.insert_u, batch.insert_v, +1)
+        touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
+                                            batch.insert_v, batch.delete_slots, slots]))
+        sig.refresh(g, touched.astype(np.int32))
+
+    # ---- inspection -----------------------------------------------------
+    def to_labeled(self) -> LabeledGraph:
+        """The current graph with external ids (snapshots, tests)."""
+        g = self.graph
+        alive = np.flatnonzero(g.alive[: g.num_slots])
+        us, vs, labels = all_edges(g.start, g.deg, g.nbr, g.elab, g.num_slots)
+        return LabeledGraph(vertex_ids=g.ext[alive].copy(), vertex_labels=g.label[alive].copy(),
+                            edge_src=g.ext[us], edge_dst=g.ext[vs], edge_labels=labels)

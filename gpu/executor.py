@@ -1,0 +1,36 @@
+"""The executor boundary: runs a plan's tasks on the CPU (Numba) and returns a MatchSet.
+
+Both executors take the same arguments and return the same `MatchSet`; only
+this boundary would copy between host and device.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpu import cpu_executor
+from gpu.plan import TaskTypes, make_tasks
+from gpu.results import MatchSet
+
+
+def execute_cpu(graph, cand: np.ndarray, types: TaskTypes, us: np.ndarray, vs: np.ndarray,
+                labels: np.ndarray, ranks: np.ndarray, list_limit: int, chunk: int) -> MatchSet:
+    """Count (and list up to `list_limit`) the matches of `types` started from edges us-vs."""
+    n = types.orders.shape[1]
+    tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
+    if len(tu) == 0:
+        return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
+    args = (tu, tv, tr, tt, graph.start, graph.deg, graph.nbr, graph.elab, graph.rank, cand,
+            types.orders, types.bw_count, types.bw_level, types.bw_label, types.perms,
+            types.multiplicity, np.int64(graph.max_degree), np.int64(chunk))
+    no_out = np.empty((0, n), dtype=np.int32)
+    counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),
+                                    False)
+    per_task = counts * types.multiplicity[tt]
+    total = int(per_task.sum())
+    if list_limit <= 0:
+        return MatchSet(total, no_out, False)
+    offsets = np.zeros(len(tu), dtype=np.int64)
+    np.cumsum(per_task[:-1], out=offsets[1:])
+    rows = np.empty((min(total, list_limit), n), dtype=np.int32)
+    cpu_executor.run_tasks(*args, offsets, rows, np.int64(len(rows)), True)
+    return MatchSet(total, rows, total > len(rows))

@@ -1,0 +1,375 @@
+"""The CPU data graph: sorted neighbour lists with slack, updated in place per batch.
+
+Every vertex owns a block of a shared pool (`nbr`, `elab`, `rank`): its
+neighbours sorted by internal id, their edge labels, and the update rank the
+matcher reads for the total-order rule (0 = not an update edge).  A block has
+spare capacity; a list that outgrows it moves to a block twice the size at the
+pool's top.  The pool doubles when full and is compacted when more than half
+of it is garbage, so the cost of a batch is proportional to the batch and the
+touched lists (amortised), never to the graph.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from gpu.config import EngineConfig
+from gpu.idmap import IdMap
+
+
+@nb.njit(cache=True)
+def find_position(nbr, start, deg, u, w):
+    """Position of w in u's sorted list, or -1."""
+    lo = start[u]
+    hi = lo + deg[u]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if nbr[mid] < w:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < start[u] + deg[u] and nbr[lo] == w:
+        return lo
+    return -1
+
+
+@nb.njit(cache=True)
+def _find_many(nbr, start, deg, us, vs, out):
+    for i in range(us.shape[0]):
+        out[i] = find_position(nbr, start, deg, us[i], vs[i])
+
+
+@nb.njit(cache=True)
+def _set_ranks(nbr, rank, start, deg, us, vs, ranks):
+    for i in range(us.shape[0]):
+        p = find_position(nbr, start, deg, us[i], vs[i])
+        rank[p] = ranks[i]
+        q = find_position(nbr, start, deg, vs[i], us[i])
+        rank[q] = ranks[i]
+
+
+@nb.njit(cache=True)
+def _insert_sorted(nbr, elab, rank, start, deg, cap, src, dst, lab, top, min_cap):
+    """Merge directed entries (sorted by src, dst) into their lists.
+
+    Returns the new pool top and the garbage produced by relocations.  The
+    caller has reserved room for every list to relocate.
+    """
+    garbage = 0
+    i = 0
+    n = src.shape[0]
+    while i < n:
+        u = src[i]
+        j = i
+        while j < n and src[j] == u:
+            j += 1
+        k = j - i
+        d = deg[u]
+        old = start[u]
+        if d + k <= cap[u]:
+            dest = old
+        else:
+            new_cap = max(2 * cap[u], d + k, min_cap)
+            dest = top
+            top += new_cap
+            garbage += cap[u]
+            cap[u] = new_cap
+        # Merge from the back so an in-place merge never overwrites unread entries.
+        a = d - 1
+        b = j - 1
+        out = d + k - 1
+        while b >= i:
+            if a >= 0 and nbr[old + a] > dst[b]:
+                nbr[dest + out] = nbr[old + a]
+                elab[dest + out] = elab[old + a]
+                rank[dest + out] = rank[old + a]
+                a -= 1
+            else:
+                nbr[dest + out] = dst[b]
+                elab[dest + out] = lab[b]
+                rank[dest + out] = 0
+                b -= 1
+            out -= 1
+        if dest != old:
+            while a >= 0:
+                nbr[dest + a] = nbr[old + a]
+                elab[dest + a] = elab[old + a]
+                rank[dest + a] = rank[old + a]
+                a -= 1
+        start[u] = dest
+        deg[u] = d + k
+        i = j
+    return top, garbage
+
+
+@nb.njit(cache=True)
+def _delete_sorted(nbr, elab, rank, start, deg, src, dst):
+    """Remove directed entries (sorted by src, dst); all of them must exist."""
+    i = 0
+    n = src.shape[0]
+    while i < n:
+        u = src[i]
+        j = i
+        while j < n and src[j] == u:
+            j += 1
+        s = start[u]
+        d = deg[u]
+        write = 0
+        b = i
+        for read in range(d):
+            w = nbr[s + read]
+            if b < j and dst[b] == w:
+                b += 1
+                continue
+            nbr[s + write] = w
+            elab[s + write] = elab[s + read]
+            rank[s + write] = rank[s + read]
+            write += 1
+        deg[u] = write
+        i = j
+
+
+@nb.njit(cache=True)
+def _compact(nbr, elab, rank, start, deg, cap, alive, new_nbr, new_elab, new_rank, min_cap):
+    top = 0
+    for u in range(start.shape[0]):
+        if not alive[u]:
+            cap[u] = 0
+            start[u] = top
+            continue
+        c = max(min_cap, deg[u] + (deg[u] >> 2))
+        s = start[u]
+        for i in range(deg[u]):
+            new_nbr[top + i] = nbr[s + i]
+            new_elab[top + i] = elab[s + i]
+            new_rank[top + i] = rank[s + i]
+        start[u] = top
+        cap[u] = c
+        top += c
+    return top
+
+
+def _directed_sorted(us, vs, labels):
+    """Both directions of undirected edges, sorted by (src, dst)."""
+    src = np.concatenate([us, vs]).astype(np.int32)
+    dst = np.concatenate([vs, us]).astype(np.int32)
+    lab = np.concatenate([labels, labels]).astype(np.int32)
+    order = np.lexsort((dst, src))
+    return src[order], dst[order], lab[order]
+
+
+class DynamicGraph:
+    """Undirected simple labeled graph over dense internal vertex slots."""
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig()
+        vcap = self.config.initial_vertex_capacity
+        ecap = self.config.initial_edge_capacity
+        self.ids = IdMap(self.config.initial_idmap_capacity)
+        self.label = np.zeros(vcap, dtype=np.int32)
+        self.alive = np.zeros(vcap, dtype=np.bool_)
+        self.ext = np.full(vcap, -1, dtype=np.int64)
+        self.start = np.zeros(vcap, dtype=np.int64)
+        self.deg = np.zeros(vcap, dtype=np.int32)
+        self.cap = np.zeros(vcap, dtype=np.int32)
+        self.nbr = np.zeros(ecap, dtype=np.int32)
+        self.elab = np.zeros(ecap, dtype=np.int32)
+        self.rank = np.zeros(ecap, dtype=np.int32)
+        self.top = 0
+        self.garbage = 0
+        self.num_slots = 0          # slots ever handed out (high-water mark)
+        self.num_vertices = 0
+        self.num_edges = 0          # undirected
+        self._free: list[int] = []  # slots of deleted vertices, reused LIFO
+
+    # ---- construction -------------------------------------------------
+    @classmethod
+    def from_labeled(cls, graph, config: EngineConfig | None = None) -> "DynamicGraph":
+        """Bulk-load a `LabeledGraph` (one CSR build; later batches update in place)."""
+        g = cls(config)
+        slots = g.add_vertices(graph.vertex_ids, graph.vertex_labels)
+        del slots
+        us = g.ids.lookup(graph.edge_src)
+        vs = g.ids.lookup(graph.edge_dst)
+        if (us < 0).any() or (vs < 0).any():
+            raise ValueError("edge endpoint is not a vertex of the graph")
+        g.insert_edges(us, vs, np.asarray(graph.edge_labels, dtype=np.int32))
+        return g
+
+    # ---- queries ------------------------------------------------------
+    @property
+    def max_degree(self) -> int:
+        return int(self.deg[: self.num_slots].max()) if self.num_slots else 0
+
+    def neighbors(self, u: int) -> np.ndarray:
+        s = self.start[u]
+        return self.nbr[s: s + self.deg[u]]
+
+    def edge_positions(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """Pool position of each edge (u -> v), -1 where absent."""
+        out = np.empty(len(us), dtype=np.int64)
+        _find_many(self.nbr, self.start, self.deg, np.ascontiguousarray(us, dtype=np.int32),
+                   np.ascontiguousarray(vs, dtype=np.int32), out)
+        return out
+
+    def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All edges touching `slots`, each once, as (u, v, label) with u < v."""
+        parts_u, parts_v, parts_l = [], [], []
+        for u in np.unique(slots).tolist():
+            s, d = self.start[u], self.deg[u]
+            parts_u.append(np.full(d, u, dtype=np.int32))
+            parts_v.append(self.nbr[s: s + d].copy())
+            parts_l.append(self.elab[s: s + d].copy())
+        if not parts_u:
+            empty = np.empty(0, dtype=np.int32)
+            return empty, empty.copy(), empty.copy()
+        u = np.concatenate(parts_u)
+        v = np.concatenate(parts_v)
+        lab = np.concatenate(parts_l)
+        lo, hi = np.minimum(u, v), np.maximum(u, v)
+        key = lo.astype(np.int64) << 32 | hi.astype(np.int64)
+        _, first = np.unique(key, return_index=True)
+        return lo[first], hi[first], lab[first]
+
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
+        """Write the total-order rank of existing edges (both directions)."""
+        _set_ranks(self.nbr, self.rank, self.start, self.deg,
+                   np.ascontiguousarray(us, dtype=np.int32),
+                   np.ascontiguousarray(vs, dtype=np.int32),
+                   np.ascontiguousarray(ranks, dtype=np.int32))
+
+    # ---- vertex updates ---------------------------------------------
+    def reserve_slots(self, count: int) -> np.ndarray:
+        """The slots the next `add_vertices` of `count` vertices will use (no change)."""
+        reuse = self._free[::-1][:count]
+        fresh = np.arange(self.num_slots, self.num_slots + count - len(reuse), dtype=np.int32)
+        return np.concatenate([np.asarray(reuse, dtype=np.int32), fresh])
+
+    def add_vertices(self, ext_ids, labels) -> np.ndarray:
+        ext_ids = np.asarray(ext_ids, dtype=np.int64)
+        labels = np.asarray(labels, dtype=np.int32)
+        slots = self.reserve_slots(len(ext_ids))
+        del self._free[len(self._free) - min(len(self._free), len(ext_ids)):]
+        self.num_slots = max(self.num_slots, int(slots.max()) + 1 if len(slots) else 0)
+        self._grow_vertices(self.num_slots)
+        self.label[slots] = labels
+        self.alive[slots] = True
+        self.ext[slots] = ext_ids
+        self.deg[slots] = 0
+        self.cap[slots] = 0
+        self.ids.insert(ext_ids, slots)
+        self.num_vertices += len(slots)
+        return slots
+
+    def delete_vertices(self, slots: np.ndarray) -> None:
+        """Remove isolated vertices (delete their edges first)."""
+        slots = np.asarray(slots, dtype=np.int32)
+        if len(slots) == 0:
+            return
+        assert not self.deg[slots].any(), "delete a vertex's edges before the vertex"
+        self.garbage += int(self.cap[slots].sum())
+        self.cap[slots] = 0
+        self.alive[slots] = False
+        self.ids.delete(self.ext[slots])
+        self._free.extend(slots.tolist())
+        self.num_vertices -= len(slots)
+
+    def _grow_vertices(self, needed: int) -> None:
+        size = self.label.shape[0]
+        if needed <= size:
+            return
+        while size < needed:
+            size *= 2
+        for name in ("label", "alive", "ext", "start", "deg", "cap"):
+            old = getattr(self, name)
+            new = np.zeros(size, dtype=old.dtype)
+            if name == "ext":
+                new[:] = -1
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+
+    # ---- edge updates -------------------------------------------------
+    def insert_edges(self, us: np.ndarray, vs: np.ndarray, labels: np.ndarray) -> None:
+        """Insert absent undirected edges (the engine has deduplicated them)."""
+        if len(us) == 0:
+            return
+        src, dst, lab = _directed_sorted(us, vs, labels)
+        touched, counts = np.unique(src, return_counts=True)
+        worst = int(np.maximum(np.maximum(2 * self.cap[touched], self.deg[touched] + counts),
+                               self.config.min_list_capacity).sum())
+        self._reserve_pool(worst)
+        self.top, garbage = _insert_sorted(self.nbr, self.elab, self.rank, self.start, self.deg,
+                                           self.cap, src, dst, lab, self.top,
+                                           self.config.min_list_capacity)
+        self.garbage += garbage
+        self.num_edges += len(us)
+
+    def delete_edges(self, us: np.ndarray, vs: np.ndarray) -> None:
+        """Delete present undirected edges (the engine has checked they exist)."""
+        if len(us) == 0:
+            return
+        src, dst, _ = _directed_sorted(us, vs, np.zeros(len(us), dtype=np.int32))
+        _delete_sorted(self.nbr, self.elab, self.rank, self.start, self.deg, src, dst)
+        self.num_edges -= len(us)
+
+    def _reserve_pool(self, extra: int) -> None:
+        size = self.nbr.shape[0]
+        if self.top + extra <= size:
+            return
+        live = self.top - self.garbage
+        if self.garbage > live:
+            self._compact(max(size, 2 * (live + extra)))
+            if self.top + extra <= self.nbr.shape[0]:
+                return
+        while self.top + extra > size:
+            size *= 2
+        for name in ("nbr", "elab", "rank"):
+            old = getattr(self, name)
+            new = np.zeros(size, dtype=old.dtype)
+            new[: self.top] = old[: self.top]
+            setattr(self, name, new)
+
+    def _compact(self, size: int) -> None:
+        n = self.num_slots
+        new = [np.zeros(size, dtype=np.int32) for _ in range(3)]
+        need = int(np.maximum(self.config.min_list_capacity,
+                              self.deg[:n] + (self.deg[:n] >> 2))[self.alive[:n]].sum())
+        if need > size:
+            new = [np.zeros(need, dtype=np.int32) for _ in range(3)]
+        self.top = _compact(self.nbr, self.elab, self.rank, self.start[:n], self.deg[:n],
+                            self.cap[:n], self.alive[:n], *new, self.config.min_list_capacity)
+        self.nbr, self.elab, self.rank = new
+        self.garbage = 0
+
+    # ---- export -------------------------------------------------------
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every undirected edge once as (u, v, label) slots with u < v."""
+        n = self.num_slots
+        counts = self.deg[:n].astype(np.int64)
+        src = np.repeat(np.arange(n, dtype=np.int32), counts)
+        idx = np.concatenate([np.arange(self.start[u], self.start[u] + self.deg[u])
+                              for u in range(n)]) if n else np.empty(0, dtype=np.int64)
+        idx = idx.astype(np.int64)
+        dst = self.nbr[idx]
+        lab = self.elab[idx]
+        keep = src < dst
+        return src[keep], dst[keep], lab[keep]
+
+    def check(self) -> None:
+        """Assert the structural invariants (tests call this after every batch)."""
+        n = self.num_slots
+        total = 0
+        for u in range(n):
+            d = self.deg[u]
+            if not self.alive[u]:
+                assert d == 0
+                continue
+            assert d <= self.cap[u]
+            assert self.start[u] + self.cap[u] <= self.top <= self.nbr.shape[0]
+            lst = self.neighbors(u)
+            assert (np.diff(lst) > 0).all(), f"list of {u} not strictly sorted"
+            assert not (lst == u).any()
+            assert self.alive[lst].all()
+            total += d
+        assert total == 2 * self.num_edges
+        assert int(self.alive[:n].sum()) == self.num_vertices

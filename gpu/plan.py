@@ -1,0 +1,231 @@
+"""Query planning shared by every executor: task types, matching orders, coalesced search.
+
+Incremental matching (GAMMA Algorithm 1) maps an updated data edge (u, v),
+u < v, onto a directed query edge (a -> b) with f(a) = u, f(b) = v, then
+extends f level by level along a matching order.  Every directed query edge
+is one task type; enumerating all of them covers both orientations of every
+update edge, and automorphic images come out as distinct matches.
+
+Total-order rule (GAMMA §IV-C): the updated edges of a batch get ranks
+1..k.  A task started from the edge of rank r may use no other updated edge
+of rank < r, so every incremental match is produced exactly once: from its
+lowest-ranked updated edge, mapped onto the one query edge it covers.
+
+Coalesced search (GAMMA §V-B): directed query edges related by a
+label-preserving automorphism sigma of the query are equivalent: the matches
+of task (e, sigma(a) -> sigma(b)) are exactly f o sigma^-1 for the matches f
+of task (e, a -> b), and the edges they use (so the total-order rule) are the
+same.  One representative per orbit is searched; its count is multiplied by
+the orbit size and its matches are permuted to list the others.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu.query import NO_EDGE, QueryGraph
+
+
+@dataclass(frozen=True, eq=False)
+class TaskTypes:
+    """Arrays the executors read, one row per searched directed query edge."""
+    roots: np.ndarray          # int32 [T, 2]  (a, b): f(a) = u, f(b) = v
+    root_labels: np.ndarray    # int32 [T]     label the update edge must carry
+    multiplicity: np.ndarray   # int64 [T]     orbit size: matches per searched match
+    orders: np.ndarray         # int32 [T, n]  query vertex matched at each level
+    bw_count: np.ndarray       # int32 [T, n]  backward neighbours per level
+    bw_level: np.ndarray       # int32 [T, n, n] level of each backward neighbour
+    bw_label: np.ndarray       # int32 [T, n, n] label of the edge to it
+    perms: np.ndarray          # int32 [T, M, n] member m's match: g[q] = f[perms[t, m, q]]
+
+    @property
+    def count(self) -> int:
+        return int(self.roots.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class QueryPlan:
+    query: QueryGraph
+    incremental: TaskTypes     # one type per orbit of directed query edges
+    static: TaskTypes          # the orientations of one root edge (full matching)
+    orbits: list[list[tuple[int, int]]]   # directed-edge orbits, representative first
+
+
+def find_automorphism(query: QueryGraph, fixed: dict[int, int]) -> np.ndarray | None:
+    """A label- and edge-preserving automorphism extending `fixed`, or None."""
+    n = query.num_vertices
+    labels, matrix, degrees = query.labels, query.edge_label_matrix, query.degrees
+    image = np.full(n, -1, dtype=np.int64)
+    used = np.zeros(n, dtype=bool)
+    for a, c in fixed.items():
+        if labels[a] != labels[c] or degrees[a] != degrees[c] or used[c]:
+            return None
+        image[a] = c
+        used[c] = True
+    for a, c in fixed.items():
+        for b, d in fixed.items():
+            if matrix[a, b] != matrix[c, d]:
+                return None
+    free = [a for a in range(n) if image[a] < 0]
+
+    def extend(i: int) -> bool:
+        if i == len(free):
+            return True
+        a = free[i]
+        for c in range(n):
+            if used[c] or labels[c] != labels[a] or degrees[c] != degrees[a]:
+                continue
+            if all(matrix[a, b] == matrix[c, image[b]] for b in range(n) if image[b] >= 0):
+                image[a], used[c] = c, True
+                if extend(i + 1):
+                    return True
+                image[a], used[c] = -1, False
+        return False
+
+    return image if extend(0) else None
+
+
+def directed_edge_orbits(query: QueryGraph) -> tuple[list[list[tuple[int, int]]], dict]:
+    """Orbits of directed query edges under Aut(query), and a sigma for each member."""
+    directed = [(a, b) for a, b in query.edges.tolist()] + [(b, a) for a, b in query.edges.tolist()]
+    directed.sort()
+    assigned: dict[tuple[int, int], tuple[int, int]] = {}
+    sigma: dict[tuple[int, int], np.ndarray] = {}
+    orbits: list[list[tuple[int, int]]] = []
+    identity = np.arange(query.num_vertices)
+    for edge in directed:
+        if edge in assigned:
+            continue
+        orbit = [edge]
+        assigned[edge] = edge
+        sigma[edge] = identity
+        a, b = edge
+        for other in directed:
+            if other in assigned:
+                continue
+            found = find_automorphism(query, {a: other[0], b: other[1]})
+            if found is not None:
+                orbit.append(other)
+                assigned[other] = edge
+                sigma[other] = found
+        orbits.append(orbit)
+    return orbits, sigma
+
+
+def matching_order(query: QueryGraph, a: int, b: int,
+                   label_frequency: dict[int, int] | None = None) -> list[int]:
+    """Root edge first, then most constrained first: most matched neighbours, rarest label,
+    highest degree."""
+    n = query.num_vertices
+    matrix = query.edge_label_matrix
+    degrees = query.degrees
+    freq = label_frequency or {}
+    order = [a, b]
+    placed = np.zeros(n, dtype=bool)
+    placed[[a, b]] = True
+    while len(order) < n:
+        best, best_key = -1, None
+        for c in range(n):
+            if placed[c]:
+                continue
+            back = int((matrix[c, order] != NO_EDGE).sum())
+            if back == 0:
+                continue
+            key = (back, -freq.get(int(query.labels[c]), 0), int(degrees[c]), -c)
+            if best_key is None or key > best_key:
+                best, best_key = c, key
+        order.append(best)
+        placed[best] = True
+    return order
+
+
+def _task_types(query: QueryGraph, orbits, sigma, label_frequency) -> TaskTypes:
+    n = query.num_vertices
+    t_count = len(orbits)
+    width = max(len(o) for o in orbits)
+    roots = np.zeros((t_count, 2), dtype=np.int32)
+    root_labels = np.zeros(t_count, dtype=np.int32)
+    multiplicity = np.zeros(t_count, dtype=np.int64)
+    orders = np.zeros((t_count, n), dtype=np.int32)
+    bw_count = np.zeros((t_count, n), dtype=np.int32)
+    bw_level = np.zeros((t_count, n, n), dtype=np.int32)
+    bw_label = np.zeros((t_count, n, n), dtype=np.int32)
+    perms = np.zeros((t_count, width, n), dtype=np.int32)
+    matrix = query.edge_label_matrix
+    for t, orbit in enumerate(orbits):
+        a, b = orbit[0]
+        roots[t] = (a, b)
+        root_labels[t] = matrix[a, b]
+        multiplicity[t] = len(orbit)
+        order = matching_order(query, a, b, label_frequency)
+        orders[t] = order
+        for level in range(2, n):
+            c = order[level]
+            back = [lv for lv in range(level) if matrix[c, order[lv]] != NO_EDGE]
+            bw_count[t, level] = len(back)
+            bw_level[t, level, : len(back)] = back
+            bw_label[t, level, : len(back)] = [matrix[c, order[lv]] for lv in back]
+        for m, member in enumerate(orbit):
+            # g = f o sigma^-1, i.e. g[q] = f[sigma^-1(q)]
+            inverse = np.empty(n, dtype=np.int32)
+            inverse[sigma[member]] = np.arange(n, dtype=np.int32)
+            perms[t, m] = inverse
+    return TaskTypes(roots, root_labels, multiplicity, orders, bw_count, bw_level, bw_label,
+                     perms)
+
+
+def build_plan(query: QueryGraph, label_frequency: dict[int, int] | None = None,
+               coalesce: bool = True) -> QueryPlan:
+    """Plan a query.  `coalesce=False` searches every directed edge (for ablation/tests)."""
+    if coalesce:
+        orbits, sigma = directed_edge_orbits(query)
+    else:
+        directed = sorted([(a, b) for a, b in query.edges.tolist()]
+                          + [(b, a) for a, b in query.edges.tolist()])
+        orbits = [[e] for e in directed]
+        sigma = {e: np.arange(query.num_vertices) for e in directed}
+    incremental = _task_types(query, orbits, sigma, label_frequency)
+
+    # Full matching: every embedding maps the root edge {a, b} onto exactly one data
+    # edge in one orientation.  Root = the edge with the rarest, best-connected ends.
+    freq = label_frequency or {}
+    degrees = query.degrees
+
+    def cost(edge):
+        a, b = edge
+        return (freq.get(int(query.labels[a]), 0) * freq.get(int(query.labels[b]), 0),
+                -int(degrees[a] + degrees[b]))
+    a, b = min(query.edges.tolist(), key=cost)
+    if coalesce and find_automorphism(query, {a: b, b: a}) is not None:
+        flip = find_automorphism(query, {a: b, b: a})
+        static_orbits = [[(a, b), (b, a)]]
+        static_sigma = {(a, b): np.arange(query.num_vertices), (b, a): flip}
+    else:
+        static_orbits = [[(a, b)], [(b, a)]]
+        static_sigma = {(a, b): np.arange(query.num_vertices),
+                        (b, a): np.arange(query.num_vertices)}
+    static = _task_types(query, static_orbits, static_sigma, label_frequency)
+    return QueryPlan(query=query, incremental=incremental, static=static, orbits=orbits)
+
+
+def make_tasks(types: TaskTypes, cand: np.ndarray, us: np.ndarray, vs: np.ndarray,
+               labels: np.ndarray, ranks: np.ndarray):
+    """(u, v, rank, type) for every update edge and task type its ends can start.
+
+    The candidate bits of u and v and the edge label are checked here, on the
+    host and vectorised, so the executors only receive tasks that can match.
+    """
+    parts = []
+    cu, cv = cand[us], cand[vs]
+    for t in range(types.count):
+        a, b = types.roots[t]
+        ok = (((cu >> np.uint32(a)) & (cv >> np.uint32(b)) & np.uint32(1)) != 0) \
+            & (labels == types.root_labels[t])
+        hit = np.flatnonzero(ok)
+        parts.append((us[hit], vs[hit], ranks[hit], np.full(len(hit), t, dtype=np.int32)))
+    if not parts:
+        empty = np.empty(0, dtype=np.int32)
+        return empty, empty, empty, empty
+    return tuple(np.ascontiguousarray(np.concatenate(col), dtype=np.int32)
+                 for col in zip(*parts))

@@ -1,0 +1,185 @@
+"""Vertex signatures and per-query candidate bits, maintained per batch (GSI / GAMMA §IV-B).
+
+A signature holds, for every label that occurs in a registered query, the
+2-bit saturating count of the vertex's neighbours with that label (32 labels
+per uint64 word).  Data vertex v is a candidate of query vertex u when the
+labels agree, deg(v) >= deg(u) and every 2-bit field of v's signature is >=
+the matching field of u's.  Exact neighbour-label counts are kept beside the
+codes because a saturated code cannot be decremented.  Only vertices touched
+by a batch are re-encoded, and only their candidate bits are recomputed.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+LABELS_PER_WORD = 32
+_HI = np.uint64(0xAAAAAAAAAAAAAAAA)
+_LO = np.uint64(0x5555555555555555)
+
+
+@nb.njit(cache=True, inline="always")
+def fields_ge(d, q):
+    """True when every 2-bit field of d is >= the same field of q (branch-free SWAR)."""
+    dh = d & _HI
+    qh = q & _HI
+    dl = (d & _LO) << np.uint64(1)
+    ql = (q & _LO) << np.uint64(1)
+    ok = (dh & ~qh) | (~(dh ^ qh) & (dl | ~ql))
+    return (ok & _HI) == _HI
+
+
+@nb.njit(cache=True)
+def _encode(counts, codes, vertices):
+    words = codes.shape[1]
+    for i in range(vertices.shape[0]):
+        v = vertices[i]
+        for w in range(words):
+            codes[v, w] = np.uint64(0)
+        for s in range(counts.shape[1]):
+            c = min(counts[v, s], 3)
+            codes[v, s // LABELS_PER_WORD] |= np.uint64(c) << np.uint64(2 * (s % LABELS_PER_WORD))
+
+
+@nb.njit(cache=True)
+def _count_all(start, deg, nbr, slot_of, alive, counts, n):
+    for v in range(n):
+        for s in range(counts.shape[1]):
+            counts[v, s] = 0
+        if not alive[v]:
+            continue
+        for i in range(start[v], start[v] + deg[v]):
+            s = slot_of[nbr[i]]
+            if s >= 0:
+                counts[v, s] += 1
+
+
+@nb.njit(cache=True)
+def _apply_edges(counts, slot_of, us, vs, delta):
+    for i in range(us.shape[0]):
+        u, v = us[i], vs[i]
+        s = slot_of[v]
+        if s >= 0:
+            counts[u, s] += delta
+        s = slot_of[u]
+        if s >= 0:
+            counts[v, s] += delta
+
+
+@nb.njit(cache=True)
+def _candidates(cand, vertices, alive, label, deg, codes, q_label, q_deg, q_codes):
+    for i in range(vertices.shape[0]):
+        v = vertices[i]
+        bits = np.uint32(0)
+        if alive[v]:
+            for u in range(q_label.shape[0]):
+                if label[v] != q_label[u] or deg[v] < q_deg[u]:
+                    continue
+                ok = True
+                for w in range(codes.shape[1]):
+                    if not fields_ge(codes[v, w], q_codes[u, w]):
+                        ok = False
+                        break
+                if ok:
+                    bits |= np.uint32(1) << np.uint32(u)
+        cand[v] = bits
+
+
+class SignatureTable:
+    """Neighbour-label counts, 2-bit codes, and one candidate bitmap per query."""
+
+    def __init__(self) -> None:
+        self.labels = np.empty(0, dtype=np.int64)     # encoded labels, sorted
+        self.slot_of = np.full(0, -1, dtype=np.int32)  # per data vertex: its label's slot or -1
+        self.counts = np.zeros((0, 0), dtype=np.int32)
+        self.codes = np.zeros((0, 1), dtype=np.uint64)
+        self.cand: dict[int, np.ndarray] = {}          # query id -> uint32 [vertex capacity]
+        self._query_side: dict[int, tuple] = {}
+
+    @property
+    def words(self) -> int:
+        return max(1, -(-len(self.labels) // LABELS_PER_WORD))
+
+    # ---- the label set --------------------------------------------------
+    def query_codes(self, query) -> np.ndarray:
+        """2-bit codes of each query vertex's neighbour-label counts."""
+        n = query.num_vertices
+        counts = np.zeros((n, max(1, len(self.labels))), dtype=np.int32)
+        for a, b in query.edges.tolist():
+            counts[a, np.searchsorted(self.labels, query.labels[b])] += 1
+            counts[b, np.searchsorted(self.labels, query.labels[a])] += 1
+        codes = np.zeros((n, self.words), dtype=np.uint64)
+        _encode(counts, codes, np.arange(n, dtype=np.int32))
+        return codes
+
+    def cover_labels(self, labels, graph) -> bool:
+        """Make sure `labels` are encoded; re-encode the whole graph if the set grew."""
+        new = np.union1d(self.labels, np.asarray(labels, dtype=np.int64))
+        if len(new) == len(self.labels):
+            return False
+        self.labels = new
+        self.resize(graph)
+        n = graph.num_slots
+        self.slot_of[:n] = self._slots_for(graph.label[:n])
+        self.counts = np.zeros((self.slot_of.shape[0], len(new)), dtype=np.int32)
+        self.codes = np.zeros((self.slot_of.shape[0], self.words), dtype=np.uint64)
+        _count_all(graph.start, graph.deg, graph.nbr, self.slot_of, graph.alive, self.counts, n)
+        _encode(self.counts, self.codes, np.arange(n, dtype=np.int32))
+        return True
+
+    def _slots_for(self, labels: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.labels, labels)
+        hit = pos < len(self.labels)
+        hit[hit] = self.labels[pos[hit]] == labels[hit]
+        return np.where(hit, pos, -1).astype(np.int32)
+
+    # ---- capacity -------------------------------------------------------
+    def resize(self, graph) -> None:
+        """Follow the graph's vertex capacity."""
+        size = graph.label.shape[0]
+        if self.slot_of.shape[0] >= size:
+            return
+
+        def grown(arr, fill):
+            new = np.full((size,) + arr.shape[1:], fill, dtype=arr.dtype)
+            new[: arr.shape[0]] = arr
+            return new
+        self.slot_of = grown(self.slot_of, -1)
+        self.counts = grown(self.counts, 0)
+        self.codes = grown(self.codes, 0)
+        for qid in self.cand:
+            self.cand[qid] = grown(self.cand[qid], 0)
+
+    # ---- queries --------------------------------------------------------
+    def add_query(self, qid: int, query, graph) -> None:
+        grew = self.cover_labels(np.unique(query.labels), graph)
+        self._query_side[qid] = (query, query.labels.astype(np.int32), query.degrees,
+                                 self.query_codes(query))
+        if grew:   # every query's codes have more words now
+            for other, (q, lab, deg, _) in self._query_side.items():
+                self._query_side[other] = (q, lab, deg, self.query_codes(q))
+        self.cand[qid] = np.zeros(self.slot_of.shape[0], dtype=np.uint32)
+        self.refresh(graph, np.arange(graph.num_slots, dtype=np.int32), only=qid)
+
+    def remove_query(self, qid: int) -> None:
+        self.cand.pop(qid)
+        self._query_side.pop(qid)
+
+    # ---- per batch ------------------------------------------------------
+    def vertices_added(self, graph, slots: np.ndarray) -> None:
+        self.resize(graph)
+        self.slot_of[slots] = self._slots_for(graph.label[slots])
+        self.counts[slots] = 0
+
+    def edges_changed(self, us: np.ndarray, vs: np.ndarray, delta: int) -> None:
+        _apply_edges(self.counts, self.slot_of, us, vs, np.int32(delta))
+
+    def refresh(self, graph, vertices: np.ndarray, only: int | None = None) -> None:
+        """Re-encode `vertices` and recompute their candidate bits."""
+        vertices = np.ascontiguousarray(vertices, dtype=np.int32)
+        _encode(self.counts, self.codes, vertices)
+        for qid, (_, q_label, q_deg, q_codes) in self._query_side.items():
+            if only is not None and qid != only:
+                continue
+            _candidates(self.cand[qid], vertices, graph.alive, graph.label, graph.deg,
+                        self.codes, q_label, q_deg, q_codes)
