@@ -1,0 +1,1 @@
+"""Benchmark drivers: query-set generation and the GAMMA-style GH experiment."""
