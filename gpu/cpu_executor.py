@@ -1,12 +1,20 @@
-"""The Numba CPU executor: warp-free backtracking DFS over a plan's task types.
+"""The Numba CPU executor: backtracking DFS over a plan's task types, parallel over tasks.
 
 One task = (update edge u < v, its rank, a task type).  Tasks run in
 parallel chunks (`prange`); each searches depth-first along the type's
-matching order.  A level's candidates are the pivot (smallest) backward
-neighbour's list filtered by the candidate bit, edge label, total-order rule
-and injectivity, then checked against the other backward neighbours' sorted
-lists by galloping search with monotone cursors.  The last level is only
-counted, unless matches are listed.  Counts are exact int64.
+matching order.  A level's candidates come from the label segment (lists are
+sorted by (label, id)) of its smallest backward neighbour, filtered by the
+candidate bit, edge label and total-order rule, then checked against the
+other backward neighbours' segments by galloping search with monotone
+cursors.  Counts are exact int64.
+
+Candidate caching: a level's list depends only on the data vertices matched
+to its backward neighbours, so it is kept (without the injectivity filter)
+and reused while those stay the same; injectivity is checked when a
+candidate is used.  The last level is then counted, not enumerated: the
+cached size minus the matched vertices found in it by binary search.  When
+the last two query vertices are not adjacent (the plan's `tail_free`), both
+levels are counted together as |A||B| - |A & B|.
 
 Listing is two-pass and deterministic: pass one counts per task, a prefix sum
 gives each task its slice of the output, pass two writes rows (in query-vertex
@@ -17,10 +25,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu.graph import label_segment
+
 
 @nb.njit(cache=True, inline="always")
 def _gallop(nbr, lo, hi, w):
-    """First position in [lo, hi) whose neighbour is >= w."""
+    """First position in [lo, hi) whose neighbour id is >= w (ids sorted in a segment)."""
     if lo >= hi or nbr[lo] >= w:
         return lo
     prev = lo
@@ -50,36 +60,30 @@ def _blocked(r, cur):
 
 
 @nb.njit(cache=True)
-def _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, cand, orders, bw_count,
-                bw_level, bw_label, cursors, ends, out_buf, store):
-    """Candidates for `level`: stored in out_buf when `store`, else only counted."""
-    bit = np.uint32(1) << np.uint32(orders[t, level])
+def _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+                bw_count, bw_level, bw_label, cursors, ends, out_buf):
+    """All candidates of `level` (injectivity not checked) into out_buf; returns how many."""
+    q = orders[t, level]
+    bit = np.uint32(1) << np.uint32(q)
+    want = q_label[q]
     nb_count = bw_count[t, level]
     pivot = 0
     best = np.int64(1) << np.int64(62)
     for j in range(nb_count):
         x = m[bw_level[t, level, j]]
-        if deg[x] < best:
-            best = deg[x]
+        lo, hi = label_segment(nbr, label, start[x], start[x] + deg[x], want)
+        cursors[j] = lo
+        ends[j] = hi
+        if hi - lo < best:
+            best = hi - lo
             pivot = j
-    px = m[bw_level[t, level, pivot]]
     plab = bw_label[t, level, pivot]
-    for j in range(nb_count):
-        x = m[bw_level[t, level, j]]
-        cursors[j] = start[x]
-        ends[j] = start[x] + deg[x]
     found = 0
-    for i in range(start[px], start[px] + deg[px]):
+    for i in range(cursors[pivot], ends[pivot]):
         w = nbr[i]
         if (cand[w] & bit) == 0 or elab[i] != plab or _blocked(rank[i], cur):
             continue
         ok = True
-        for k in range(level):
-            if m[k] == w:
-                ok = False
-                break
-        if not ok:
-            continue
         for j in range(nb_count):
             if j == pivot:
                 continue
@@ -90,62 +94,150 @@ def _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, cand, orders, bw_
                 ok = False
                 break
         if ok:
-            if store:
-                out_buf[found] = w
+            out_buf[found] = w
             found += 1
     return found
 
 
+@nb.njit(cache=True, inline="always")
+def _used(m, level, w):
+    for k in range(level):
+        if m[k] == w:
+            return True
+    return False
+
+
 @nb.njit(cache=True)
-def _search(u, v, cur, t, start, deg, nbr, elab, rank, cand, orders, bw_count, bw_level,
-            bw_label, perms, multiplicity, m, buf, idx, cnt, cursors, ends,
-            out, out_pos, limit, listing):
+def _contains(buf, n, w):
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if buf[mid] < w:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < n and buf[lo] == w
+
+
+@nb.njit(cache=True)
+def _intersection_size(buf_a, na, buf_b, nb_):
+    """|A ∩ B| of two id-sorted lists, galloping through the longer one."""
+    if na > nb_:
+        buf_a, na, buf_b, nb_ = buf_b, nb_, buf_a, na
+    size = 0
+    lo = 0
+    for i in range(na):
+        w = buf_a[i]
+        lo = _gallop(buf_b, lo, nb_, w)
+        if lo >= nb_:
+            break
+        if buf_b[lo] == w:
+            size += 1
+    return size
+
+
+@nb.njit(cache=True)
+def _unused_size(buf, n, m, level):
+    """How many of the first n entries of buf are not among m[:level]."""
+    size = n
+    for k in range(level):
+        if _contains(buf, n, m[k]):
+            size -= 1
+    return size
+
+
+@nb.njit(cache=True)
+def _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+                bw_count, bw_level, bw_label, cursors, ends, buf, cnt, key, valid):
+    """Fill buf[level] unless the cached list for the same backward vertices is still there."""
+    if valid[level]:
+        same = True
+        for j in range(bw_count[t, level]):
+            if key[level, j] != m[bw_level[t, level, j]]:
+                same = False
+                break
+        if same:
+            return
+    for j in range(bw_count[t, level]):
+        key[level, j] = m[bw_level[t, level, j]]
+    cnt[level] = _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                             q_label, orders, bw_count, bw_level, bw_label, cursors, ends,
+                             buf[level])
+    valid[level] = True
+
+
+@nb.njit(cache=True)
+def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+            bw_count, bw_level, bw_label, tail_free, perms, multiplicity, m, buf, idx, cnt, key, valid,
+            cursors, ends, out, out_pos, limit, listing):
     """Matches of one task.  Returns the count; writes rows from out_pos when listing."""
     n = orders.shape[1]
+    last = n - 1
     m[0] = u
     m[1] = v
-    last = n - 1
     if n == 2:
         if listing:
             _emit(t, m, orders, perms, multiplicity, out, out_pos, limit)
         return np.int64(1)
+    for level in range(n):
+        valid[level] = False
     total = np.int64(0)
     level = 2
-    if last == 2:
-        found = _scan_level(2, t, m, cur, start, deg, nbr, elab, rank, cand, orders,
-                            bw_count, bw_level, bw_label, cursors, ends, buf[2], listing)
-        if listing:
-            for i in range(found):
-                m[2] = buf[2, i]
-                out_pos = _emit(t, m, orders, perms, multiplicity, out, out_pos, limit)
-        return np.int64(found)
-    cnt[2] = _scan_level(2, t, m, cur, start, deg, nbr, elab, rank, cand, orders, bw_count,
-                         bw_level, bw_label, cursors, ends, buf[2], True)
     idx[2] = 0
-    while level >= 2:
+    descend = True
+    while True:
+        if descend:
+            descend = False
+            _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_label,
+                        orders, bw_count, bw_level, bw_label, cursors, ends, buf, cnt, key,
+                        valid)
+            if level == last:
+                if listing:
+                    for i in range(cnt[last]):
+                        w = buf[last, i]
+                        if not _used(m, last, w):
+                            m[last] = w
+                            out_pos = _emit(t, m, orders, perms, multiplicity, out, out_pos,
+                                            limit)
+                    if out_pos >= limit:
+                        return total + _unused_size(buf[last], cnt[last], m, last)
+                total += _unused_size(buf[last], cnt[last], m, last)
+                level -= 1
+                if level < 2:
+                    return total
+            elif level == last - 1 and tail_free[t] and not listing:
+                # The last two vertices are not adjacent: with A, B their candidates minus
+                # the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|.
+                _candidates(last, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
+                            cnt, key, valid)
+                na = _unused_size(buf[level], cnt[level], m, level)
+                if na > 0:
+                    nb_ = _unused_size(buf[last], cnt[last], m, level)
+                    both = _intersection_size(buf[level], cnt[level], buf[last], cnt[last])
+                    if both > 0:
+                        for k in range(level):
+                            if _contains(buf[level], cnt[level], m[k]) and \
+                                    _contains(buf[last], cnt[last], m[k]):
+                                both -= 1
+                    total += na * nb_ - both
+                level -= 1
+                if level < 2:
+                    return total
+            else:
+                idx[level] = 0
+        # advance at `level` to the next unused candidate
+        while idx[level] < cnt[level] and _used(m, level, buf[level, idx[level]]):
+            idx[level] += 1
         if idx[level] >= cnt[level]:
             level -= 1
+            if level < 2:
+                return total
             continue
         m[level] = buf[level, idx[level]]
         idx[level] += 1
-        if level + 1 == last:
-            found = _scan_level(last, t, m, cur, start, deg, nbr, elab, rank, cand, orders,
-                                bw_count, bw_level, bw_label, cursors, ends, buf[last],
-                                listing)
-            total += found
-            if listing:
-                for i in range(found):
-                    m[last] = buf[last, i]
-                    out_pos = _emit(t, m, orders, perms, multiplicity, out, out_pos, limit)
-                if out_pos >= limit:
-                    return total
-        else:
-            level += 1
-            cnt[level] = _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, cand,
-                                     orders, bw_count, bw_level, bw_label, cursors, ends,
-                                     buf[level], True)
-            idx[level] = 0
-    return total
+        level += 1
+        descend = True
 
 
 @nb.njit(cache=True)
@@ -167,9 +259,10 @@ def _emit(t, m, orders, perms, multiplicity, out, out_pos, limit):
 
 
 @nb.njit(cache=True, parallel=True)
-def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank, cand,
-              orders, bw_count, bw_level, bw_label, perms, multiplicity, max_deg, chunk,
-              offsets, out, limit, listing):
+def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank, label, cand,
+              q_label, orders, bw_count, bw_level, bw_label, tail_free, perms, multiplicity,
+              max_deg,
+              chunk, offsets, out, limit, listing):
     """Per-task match counts (searched matches, before orbit multiplicity).
 
     When `listing`, task i writes its rows from offsets[i] (already multiplied
@@ -186,6 +279,8 @@ def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank,
         buf = np.empty((n, width), dtype=np.int32)
         idx = np.zeros(n, dtype=np.int64)
         cnt = np.zeros(n, dtype=np.int64)
+        key = np.empty((n, n), dtype=np.int32)
+        valid = np.zeros(n, dtype=np.bool_)
         cursors = np.empty(n, dtype=np.int64)
         ends = np.empty(n, dtype=np.int64)
         for i in range(c * chunk, min(ntasks, (c + 1) * chunk)):
@@ -195,9 +290,9 @@ def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank,
                 if pos >= limit:
                     continue
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], start, deg,
-                                nbr, elab, rank, cand, orders, bw_count, bw_level, bw_label,
-                                perms, multiplicity, m, buf, idx, cnt, cursors, ends, out, pos,
-                                limit, listing)
+                                nbr, elab, rank, label, cand, q_label, orders, bw_count,
+                                bw_level, bw_label, tail_free, perms, multiplicity, m, buf, idx, cnt, key,
+                                valid, cursors, ends, out, pos, limit, listing)
     return counts
 
 

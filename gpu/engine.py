@@ -168,11 +168,13 @@ class Engine:
 
     def _mutate(self, batch: EffectiveBatch) -> None:
         g, sig = self.graph, self.signatures
+        # New vertices first: normalize() gave them slots before this batch frees any.
+        slots = g.add_vertices(batch.add_ids, batch.add_labels)
+        assert np.array_equal(slots, batch.add_slots)
+        sig.vertices_added(g, slots)
         g.delete_edges(batch.delete_u, batch.delete_v)
         sig.edges_changed(batch.delete_u, batch.delete_v, -1)
         g.delete_vertices(batch.delete_slots)
-        slots = g.add_vertices(batch.add_ids, batch.add_labels)
-        sig.vertices_added(g, slots)
         g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
         sig.edges_changed(batch.insert_u, batch.insert_v, +1)
         touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,

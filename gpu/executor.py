@@ -19,8 +19,9 @@ def execute_cpu(graph, cand: np.ndarray, types: TaskTypes, us: np.ndarray, vs: n
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
-    args = (tu, tv, tr, tt, graph.start, graph.deg, graph.nbr, graph.elab, graph.rank, cand,
-            types.orders, types.bw_count, types.bw_level, types.bw_label, types.perms,
+    args = (tu, tv, tr, tt, graph.start, graph.deg, graph.nbr, graph.elab, graph.rank,
+            graph.label, cand, types.query_labels, types.orders, types.bw_count,
+            types.bw_level, types.bw_label, types.tail_free, types.perms,
             types.multiplicity, np.int64(graph.max_degree), np.int64(chunk))
     no_out = np.empty((0, n), dtype=np.int32)
     counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),

@@ -1,7 +1,9 @@
-"""The CPU data graph: sorted neighbour lists with slack, updated in place per batch.
+"""The CPU data graph: label-partitioned sorted neighbour lists with slack, updated in place.
 
 Every vertex owns a block of a shared pool (`nbr`, `elab`, `rank`): its
-neighbours sorted by internal id, their edge labels, and the update rank the
+neighbours sorted by (vertex label, internal id), so the neighbours of one
+label form a contiguous id-sorted segment that a matcher scans alone; their
+edge labels, and the update rank the
 matcher reads for the total-order rule (0 = not an update edge).  A block has
 spare capacity; a list that outgrows it moves to a block twice the size at the
 pool's top.  The pool doubles when full and is compacted when more than half
@@ -17,40 +19,68 @@ from gpu.config import EngineConfig
 from gpu.idmap import IdMap
 
 
+@nb.njit(cache=True, inline="always")
+def _before(label, x, y):
+    """Neighbour-list order: by vertex label, then by id."""
+    return label[x] < label[y] or (label[x] == label[y] and x < y)
+
+
 @nb.njit(cache=True)
-def find_position(nbr, start, deg, u, w):
-    """Position of w in u's sorted list, or -1."""
+def find_position(nbr, label, start, deg, u, w):
+    """Position of w in u's list, or -1."""
     lo = start[u]
-    hi = lo + deg[u]
+    end = lo + deg[u]
+    hi = end
     while lo < hi:
         mid = (lo + hi) >> 1
-        if nbr[mid] < w:
+        if _before(label, nbr[mid], w):
             lo = mid + 1
         else:
             hi = mid
-    if lo < start[u] + deg[u] and nbr[lo] == w:
+    if lo < end and nbr[lo] == w:
         return lo
     return -1
 
 
 @nb.njit(cache=True)
-def _find_many(nbr, start, deg, us, vs, out):
-    for i in range(us.shape[0]):
-        out[i] = find_position(nbr, start, deg, us[i], vs[i])
+def label_segment(nbr, label, lo, hi, wanted):
+    """[first, last) of the neighbours in nbr[lo:hi] whose label is `wanted`."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) >> 1
+        if label[nbr[mid]] < wanted:
+            a = mid + 1
+        else:
+            b = mid
+    first = a
+    b = hi
+    while a < b:
+        mid = (a + b) >> 1
+        if label[nbr[mid]] <= wanted:
+            a = mid + 1
+        else:
+            b = mid
+    return first, a
 
 
 @nb.njit(cache=True)
-def _set_ranks(nbr, rank, start, deg, us, vs, ranks):
+def _find_many(nbr, label, start, deg, us, vs, out):
     for i in range(us.shape[0]):
-        p = find_position(nbr, start, deg, us[i], vs[i])
+        out[i] = find_position(nbr, label, start, deg, us[i], vs[i])
+
+
+@nb.njit(cache=True)
+def _set_ranks(nbr, label, rank, start, deg, us, vs, ranks):
+    for i in range(us.shape[0]):
+        p = find_position(nbr, label, start, deg, us[i], vs[i])
         rank[p] = ranks[i]
-        q = find_position(nbr, start, deg, vs[i], us[i])
+        q = find_position(nbr, label, start, deg, vs[i], us[i])
         rank[q] = ranks[i]
 
 
 @nb.njit(cache=True)
-def _insert_sorted(nbr, elab, rank, start, deg, cap, src, dst, lab, top, min_cap):
-    """Merge directed entries (sorted by src, dst) into their lists.
+def _insert_sorted(nbr, elab, rank, label, start, deg, cap, src, dst, lab, top, min_cap):
+    """Merge directed entries (sorted by src, then list order) into their lists.
 
     Returns the new pool top and the garbage produced by relocations.  The
     caller has reserved room for every list to relocate.
@@ -79,7 +109,7 @@ def _insert_sorted(nbr, elab, rank, start, deg, cap, src, dst, lab, top, min_cap
         b = j - 1
         out = d + k - 1
         while b >= i:
-            if a >= 0 and nbr[old + a] > dst[b]:
+            if a >= 0 and _before(label, dst[b], nbr[old + a]):
                 nbr[dest + out] = nbr[old + a]
                 elab[dest + out] = elab[old + a]
                 rank[dest + out] = rank[old + a]
@@ -104,7 +134,7 @@ def _insert_sorted(nbr, elab, rank, start, deg, cap, src, dst, lab, top, min_cap
 
 @nb.njit(cache=True)
 def _delete_sorted(nbr, elab, rank, start, deg, src, dst):
-    """Remove directed entries (sorted by src, dst); all of them must exist."""
+    """Remove directed entries (sorted by src, then list order); all of them must exist."""
     i = 0
     n = src.shape[0]
     while i < n:
@@ -149,12 +179,12 @@ def _compact(nbr, elab, rank, start, deg, cap, alive, new_nbr, new_elab, new_ran
     return top
 
 
-def _directed_sorted(us, vs, labels):
-    """Both directions of undirected edges, sorted by (src, dst)."""
+def _directed_sorted(us, vs, labels, vertex_label):
+    """Both directions of undirected edges, sorted by source, then neighbour-list order."""
     src = np.concatenate([us, vs]).astype(np.int32)
     dst = np.concatenate([vs, us]).astype(np.int32)
     lab = np.concatenate([labels, labels]).astype(np.int32)
-    order = np.lexsort((dst, src))
+    order = np.lexsort((dst, vertex_label[dst], src))
     return src[order], dst[order], lab[order]
 
 
@@ -208,7 +238,7 @@ class DynamicGraph:
     def edge_positions(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
         """Pool position of each edge (u -> v), -1 where absent."""
         out = np.empty(len(us), dtype=np.int64)
-        _find_many(self.nbr, self.start, self.deg, np.ascontiguousarray(us, dtype=np.int32),
+        _find_many(self.nbr, self.label, self.start, self.deg, np.ascontiguousarray(us, dtype=np.int32),
                    np.ascontiguousarray(vs, dtype=np.int32), out)
         return out
 
@@ -233,7 +263,7 @@ class DynamicGraph:
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
         """Write the total-order rank of existing edges (both directions)."""
-        _set_ranks(self.nbr, self.rank, self.start, self.deg,
+        _set_ranks(self.nbr, self.label, self.rank, self.start, self.deg,
                    np.ascontiguousarray(us, dtype=np.int32),
                    np.ascontiguousarray(vs, dtype=np.int32),
                    np.ascontiguousarray(ranks, dtype=np.int32))
@@ -293,12 +323,13 @@ class DynamicGraph:
         """Insert absent undirected edges (the engine has deduplicated them)."""
         if len(us) == 0:
             return
-        src, dst, lab = _directed_sorted(us, vs, labels)
+        src, dst, lab = _directed_sorted(us, vs, labels, self.label)
         touched, counts = np.unique(src, return_counts=True)
         worst = int(np.maximum(np.maximum(2 * self.cap[touched], self.deg[touched] + counts),
                                self.config.min_list_capacity).sum())
         self._reserve_pool(worst)
-        self.top, garbage = _insert_sorted(self.nbr, self.elab, self.rank, self.start, self.deg,
+        self.top, garbage = _insert_sorted(self.nbr, self.elab, self.rank, self.label,
+                                           self.start, self.deg,
                                            self.cap, src, dst, lab, self.top,
                                            self.config.min_list_capacity)
         self.garbage += garbage
@@ -308,7 +339,7 @@ class DynamicGraph:
         """Delete present undirected edges (the engine has checked they exist)."""
         if len(us) == 0:
             return
-        src, dst, _ = _directed_sorted(us, vs, np.zeros(len(us), dtype=np.int32))
+        src, dst, _ = _directed_sorted(us, vs, np.zeros(len(us), dtype=np.int32), self.label)
         _delete_sorted(self.nbr, self.elab, self.rank, self.start, self.deg, src, dst)
         self.num_edges -= len(us)
 
@@ -367,7 +398,8 @@ class DynamicGraph:
             assert d <= self.cap[u]
             assert self.start[u] + self.cap[u] <= self.top <= self.nbr.shape[0]
             lst = self.neighbors(u)
-            assert (np.diff(lst) > 0).all(), f"list of {u} not strictly sorted"
+            key = self.label[lst].astype(np.int64) << 32 | lst
+            assert (np.diff(key) > 0).all(), f"list of {u} not strictly sorted"
             assert not (lst == u).any()
             assert self.alive[lst].all()
             total += d

@@ -30,6 +30,7 @@ from gpu.query import NO_EDGE, QueryGraph
 @dataclass(frozen=True, eq=False)
 class TaskTypes:
     """Arrays the executors read, one row per searched directed query edge."""
+    query_labels: np.ndarray   # int32 [n]     vertex labels of the query
     roots: np.ndarray          # int32 [T, 2]  (a, b): f(a) = u, f(b) = v
     root_labels: np.ndarray    # int32 [T]     label the update edge must carry
     multiplicity: np.ndarray   # int64 [T]     orbit size: matches per searched match
@@ -37,6 +38,7 @@ class TaskTypes:
     bw_count: np.ndarray       # int32 [T, n]  backward neighbours per level
     bw_level: np.ndarray       # int32 [T, n, n] level of each backward neighbour
     bw_label: np.ndarray       # int32 [T, n, n] label of the edge to it
+    tail_free: np.ndarray      # bool  [T]     last two order vertices are non-adjacent (n >= 4)
     perms: np.ndarray          # int32 [T, M, n] member m's match: g[q] = f[perms[t, m, q]]
 
     @property
@@ -171,8 +173,10 @@ def _task_types(query: QueryGraph, orbits, sigma, label_frequency) -> TaskTypes:
             inverse = np.empty(n, dtype=np.int32)
             inverse[sigma[member]] = np.arange(n, dtype=np.int32)
             perms[t, m] = inverse
-    return TaskTypes(roots, root_labels, multiplicity, orders, bw_count, bw_level, bw_label,
-                     perms)
+    tail_free = np.array([n >= 4 and matrix[o[-1], o[-2]] == NO_EDGE for o in orders.tolist()],
+                         dtype=np.bool_)
+    return TaskTypes(query.labels.astype(np.int32), roots, root_labels, multiplicity, orders,
+                     bw_count, bw_level, bw_label, tail_free, perms)
 
 
 def build_plan(query: QueryGraph, label_frequency: dict[int, int] | None = None,

@@ -1,0 +1,280 @@
+"""Owns the ``motifstream`` command line: argument parsing, JSON-lines output and exit statuses.
+
+``match`` replays an update stream in batches and reports each query's exact
+positive/negative match counts per batch (optionally listing the matches);
+``count`` reports static match counts.  Results go to stdout as JSON lines;
+errors are one ``motifstream: error: ...`` line on stderr.
+
+Exit statuses: 0 success, 1 a batch was rejected, 2 bad input or arguments,
+130 interrupted, 141 stdout closed early (the shells' SIGPIPE status).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from importlib import metadata
+
+from gpu.device import BACKENDS, NoCudaDevice, resolve_backend
+from gpu.engine import BatchRejected, Engine
+from gpu.formats import FormatError, LabeledGraph, load_graph, read_query, read_updates
+from gpu.query import QueryGraph
+from service.progress import Progress
+
+PROG = "motifstream"
+DEFAULT_LIST_LIMIT = 1_000_000
+
+EXIT_REJECTED = 1
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+# The parsers and the engine report every bad-input condition as a ValueError
+# (FormatError, QueryError) or an OSError; all of them are the user's to fix.
+_INPUT_ERRORS = (ValueError, OSError, NoCudaDevice)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors: argparse already printed
+        return int(exc.code or 0)
+    progress = Progress(sys.stderr, enabled=not args.quiet and sys.stderr.isatty())
+    try:
+        return args.command(args, progress)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`); silence the interpreter's own flush at exit.
+        sys.stdout = open(os.devnull, "w")
+        return EXIT_BROKEN_PIPE
+    except BatchRejected as exc:
+        return _error(exc, EXIT_REJECTED)
+    except _INPUT_ERRORS as exc:
+        return _error(exc, EXIT_INPUT)
+    finally:
+        progress.close()
+
+
+def _error(exc: Exception, status: int) -> int:
+    print(f"{PROG}: error: {_describe(exc)}", file=sys.stderr)
+    return status
+
+
+def _describe(exc: Exception) -> str:
+    # OSError's own str() leads with "[Errno 2]"; the file name and reason are what matter.
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Exact batch-dynamic subgraph matching over a labeled graph.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    match = commands.add_parser(
+        "match", help="replay an update stream; report per-batch match deltas",
+        description="Apply an update stream in batches; print one JSON line per (batch, query) "
+                    "with its positive/negative match counts, then a summary line.")
+    _add_inputs(match)
+    match.add_argument("--updates", required=True, metavar="FILE",
+                       help="update stream (v/-v/e/-e lines)")
+    match.add_argument("--batch-size", type=_positive_int, metavar="N",
+                       help="update records per batch (default: the whole stream as one batch)")
+    match.add_argument("--list", metavar="FILE",
+                       help="also write every added/removed match to FILE as JSON lines")
+    match.add_argument("--list-limit", type=_positive_int, default=DEFAULT_LIST_LIMIT,
+                       metavar="N", help="most matches listed per batch and query and sign "
+                                         f"(default {DEFAULT_LIST_LIMIT}); counts stay exact")
+    match.set_defaults(command=_match)
+
+    count = commands.add_parser(
+        "count", help="count the matches of each query in the graph",
+        description="Print one JSON line per query with its number of matches in the graph.")
+    _add_inputs(count)
+    count.set_defaults(command=_count)
+    return parser
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--graph", required=True, metavar="FILE",
+                        help="data graph: t/v/e graph file or an edge list (SNAP/CSV)")
+    parser.add_argument("--query", required=True, action="append", metavar="FILE",
+                        help="query graph file (t/v/e); repeat for several queries")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="executor (default auto: cuda when usable, else cpu)")
+    labels = parser.add_mutually_exclusive_group()
+    labels.add_argument("--labels", metavar="FILE",
+                        help="vertex labels (<id> <label> lines) for an edge-list graph")
+    labels.add_argument("--num-labels", type=_positive_int, metavar="K",
+                        help="label an edge-list graph uniformly at random from K labels")
+    parser.add_argument("--label-seed", type=int, default=0, metavar="S",
+                        help="seed for --num-labels (default 0)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress display on stderr")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _version() -> str:
+    try:
+        return metadata.version(PROG)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _load(args, progress: Progress) -> tuple[Engine, dict[int, str]]:
+    """The engine over the data graph with every query standing; query ids -> names."""
+    # Resolved first: a missing GPU should fail before a long graph load.
+    backend = resolve_backend(args.backend)
+    progress.phase(f"loading graph {args.graph}")
+    graph = _load_graph(args)
+    queries = _load_queries(args.query, progress)
+    progress.phase(f"indexing {graph.num_vertices} vertices, {graph.num_edges} edges")
+    engine = Engine(graph, backend=backend)
+    return engine, {engine.add_query(q): q.name for q in queries}
+
+
+def _load_graph(args) -> LabeledGraph:
+    try:
+        return load_graph(args.graph, labels_path=args.labels, num_labels=args.num_labels,
+                          seed=args.label_seed)
+    except FormatError:
+        raise
+    except ValueError:
+        # load_graph's remaining complaints name its keyword arguments; say it in flags.
+        if args.labels is None and args.num_labels is None:
+            raise ValueError(f"{args.graph} is an edge list without labels; "
+                             "give --labels FILE or --num-labels K") from None
+        raise ValueError(f"{args.graph} is a graph file with its own labels; "
+                         "--labels/--num-labels apply to edge lists only") from None
+
+
+def _load_queries(paths: list[str], progress: Progress) -> list[QueryGraph]:
+    # Named by the path as given, so same-named files in different folders stay apart.
+    if len(set(paths)) < len(paths):
+        duplicate = next(p for p in paths if paths.count(p) > 1)
+        raise ValueError(f"query {duplicate} is given more than once")
+    progress.phase(f"reading {len(paths)} quer{'y' if len(paths) == 1 else 'ies'}")
+    return [QueryGraph.from_labeled(read_query(path), name=path) for path in paths]
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _count(args, progress: Progress) -> int:
+    engine, names = _load(args, progress)
+    for qid, name in names.items():
+        progress.phase(f"counting {name}")
+        t0 = time.perf_counter()
+        matches = engine.count(qid)
+        _emit({"query": name, "matches": matches, "seconds": time.perf_counter() - t0})
+    return 0
+
+
+def _match(args, progress: Progress) -> int:
+    t0 = time.perf_counter()
+    engine, names = _load(args, progress)
+    progress.phase(f"reading updates {args.updates}")
+    updates = read_updates(args.updates)
+    load_seconds = time.perf_counter() - t0
+
+    batches = list(updates.batches(args.batch_size))  # slices: views, not copies
+    totals = _Totals(names)
+    truncated = 0
+    progress.phase(f"applying {len(updates)} updates in {len(batches)} "
+                   f"batch{'' if len(batches) == 1 else 'es'}")
+    with _open_listing(args.list) as listing:
+        for i, batch in enumerate(batches):
+            res = engine.apply(batch, list_limit=args.list_limit if listing else 0)
+            totals.add(res, len(batch))
+            for qid, name in names.items():
+                delta = res.queries[qid]
+                _emit({"batch": i, "query": name, "positive": delta.positive,
+                       "negative": delta.negative, "seconds": res.seconds})
+                if listing:
+                    truncated += _write_matches(listing, i, name, delta)
+            progress.update(i + 1, len(batches), totals.updates)
+    progress.close()
+    _emit(totals.summary(len(batches), load_seconds, engine.backend))
+    if truncated:
+        print(f"{PROG}: warning: {truncated} (batch, query) match lists in {args.list} were "
+              f"truncated at --list-limit {args.list_limit}; the counts are exact",
+              file=sys.stderr)
+    return 0
+
+
+class _Totals:
+    """Sums over the batches for the summary line."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.queries = {qid: {"positive": 0, "negative": 0} for qid in names}
+        self.applied: dict[str, int] = {}
+        self.ignored: dict[str, int] = {}
+        self.updates = 0
+        self.seconds = 0.0
+
+    def add(self, res, size: int) -> None:
+        self.updates += size
+        for qid, delta in res.queries.items():
+            self.queries[qid]["positive"] += delta.positive
+            self.queries[qid]["negative"] += delta.negative
+        for total, part in ((self.applied, res.applied), (self.ignored, res.ignored)):
+            for key, value in part.items():
+                total[key] = total.get(key, 0) + value
+        self.seconds += res.seconds
+
+    def summary(self, batches: int, load_seconds: float, backend: str) -> dict:
+        return {"summary": True, "batches": batches, "updates": self.updates,
+                "queries": {self.names[qid]: c for qid, c in self.queries.items()},
+                "applied": self.applied, "ignored": self.ignored, "seconds": self.seconds,
+                "load_seconds": load_seconds, "backend": backend}
+
+
+@contextlib.contextmanager
+def _open_listing(path: str | None):
+    if path is None:
+        yield None
+        return
+    with open(path, "w") as f:
+        yield f
+
+
+def _write_matches(f, batch: int, name: str, delta) -> bool:
+    """Write one query's listed matches for one batch; True when the list was cut short."""
+    for sign, rows in (("+", delta.added), ("-", delta.removed)):
+        for row in rows.tolist():
+            f.write(json.dumps({"batch": batch, "query": name, "sign": sign, "match": row}))
+            f.write("\n")
+    if delta.truncated:
+        f.write(json.dumps({"batch": batch, "query": name, "truncated": True}) + "\n")
+    return delta.truncated
+
+
+def _emit(record: dict) -> None:
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""Tests for service.cli (the ``motifstream`` command) and service.progress."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpu.device
+from service.cli import main
+from service.progress import Progress
+
+# Labels: 1, 2, 3, 5, 7 carry label 0; 4 and 6 carry label 1.
+GRAPH = """t 6 6
+v 1 0
+v 2 0
+v 3 0
+v 4 1
+v 5 0
+v 6 1
+e 1 2
+e 2 3
+e 3 4
+e 4 5
+e 5 1
+e 2 5
+"""
+UPDATES = """e 1 3
+-e 2 5
+v 7 0
+e 7 1
+e 7 3
+-e 3 4
+e 6 5
+e 6 1
+"""
+# GRAPH after all of UPDATES, written out by hand.
+FINAL = """v 1 0
+v 2 0
+v 3 0
+v 4 1
+v 5 0
+v 6 1
+v 7 0
+e 1 2
+e 2 3
+e 4 5
+e 5 1
+e 1 3
+e 7 1
+e 7 3
+e 6 5
+e 6 1
+"""
+TRIANGLE = "v 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\ne 0 2\n"
+PATH = "v 0 0\nv 1 1\nv 2 0\ne 0 1\ne 1 2\n"  # label-0, label-1, label-0
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Paths (as str) of the standard inputs."""
+    texts = {"graph": GRAPH, "updates": UPDATES, "final": FINAL,
+             "tri": TRIANGLE, "path": PATH}
+    out = {}
+    for name, text in texts.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+        out[name] = str(tmp_path / f"{name}.txt")
+    return out
+
+
+def run(capsys, *argv):
+    """Run main in-process: (exit status, stdout as parsed JSON lines, stderr)."""
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, [json.loads(line) for line in out.splitlines()], err
+
+
+def match(capsys, files, *extra):
+    return run(capsys, "match", "--graph", files["graph"], "--query", files["tri"],
+               "--query", files["path"], "--updates", files["updates"], "--backend", "cpu",
+               *extra)
+
+
+def counts(capsys, files, graph):
+    status, lines, _ = run(capsys, "count", "--graph", files[graph], "--query", files["tri"],
+                           "--query", files["path"], "--backend", "cpu")
+    assert status == 0
+    return {line["query"]: line["matches"] for line in lines}
+
+
+def net(lines, query):
+    return sum(l["positive"] - l["negative"] for l in lines if l.get("query") == query)
+
+
+# --------------------------------------------------------------------------- count
+
+
+def test_count_reports_each_query(capsys, files):
+    status, lines, err = run(capsys, "count", "--graph", files["graph"], "--query", files["tri"],
+                             "--query", files["path"], "--backend", "cpu")
+    assert status == 0 and err == ""
+    # One triangle (1, 2, 5) in 6 orders; path 0-1-0 only through vertex 4: (3, 4, 5) both ways.
+    assert [(l["query"], l["matches"]) for l in lines] == [(files["tri"], 6), (files["path"], 2)]
+    assert all(l["seconds"] >= 0 for l in lines)
+
+
+def test_count_edge_list_with_random_labels(capsys, tmp_path, files):
+    edges = tmp_path / "edges.csv"
+    edges.write_text("src,dst\n1,2\n2,3\n3,1\n")
+    status, lines, _ = run(capsys, "count", "--graph", edges, "--query", files["tri"],
+                           "--num-labels", "1", "--backend", "cpu")
+    assert status == 0 and lines[0]["matches"] == 6
+
+
+# --------------------------------------------------------------------------- match
+
+
+def test_match_lines_and_summary_agree(capsys, files):
+    status, lines, err = match(capsys, files, "--batch-size", "3")
+    assert status == 0 and err == ""
+    *rows, summary = lines
+    assert [(r["batch"], r["query"]) for r in rows] == [
+        (b, q) for b in range(3) for q in (files["tri"], files["path"])]
+    assert summary["summary"] is True
+    assert summary["batches"] == 3 and summary["updates"] == 8 and summary["backend"] == "cpu"
+    for q in (files["tri"], files["path"]):
+        for sign in ("positive", "negative"):
+            assert summary["queries"][q][sign] == sum(r[sign] for r in rows if r["query"] == q)
+    assert summary["applied"] == {"vertices_added": 1, "vertices_deleted": 0,
+                                  "edges_inserted": 5, "edges_deleted": 2}
+    assert sum(summary["ignored"].values()) == 0
+    per_batch = {r["batch"]: r["seconds"] for r in rows}
+    assert summary["seconds"] == pytest.approx(sum(per_batch.values()))
+
+
+def test_match_net_change_is_count_difference(capsys, files):
+    before, after = counts(capsys, files, "graph"), counts(capsys, files, "final")
+    _, one_batch, _ = match(capsys, files)
+    _, single_updates, _ = match(capsys, files, "--batch-size", "1")
+    assert len(one_batch) == 2 + 1 and len(single_updates) == 8 * 2 + 1
+    for q in (files["tri"], files["path"]):
+        assert net(one_batch, q) == net(single_updates, q) == after[q] - before[q]
+
+
+def test_list_writes_each_match_with_its_sign(capsys, tmp_path, files):
+    listing = tmp_path / "matches.jsonl"
+    status, lines, _ = match(capsys, files, "--batch-size", "1", "--list", listing)
+    assert status == 0
+    listed = [json.loads(line) for line in listing.read_text().splitlines()]
+    for row in lines[:-1]:
+        mine = [m for m in listed if (m["batch"], m["query"]) == (row["batch"], row["query"])]
+        assert sum(m["sign"] == "+" for m in mine) == row["positive"]
+        assert sum(m["sign"] == "-" for m in mine) == row["negative"]
+    assert len(listed) == sum(r["positive"] + r["negative"] for r in lines[:-1])
+
+    # Replay the stream one record at a time: an added match is an embedding after its
+    # batch, a removed one before it, and each uses the batch's edge.
+    labels, edges = _parse(GRAPH)
+    queries = {files["tri"]: _parse(TRIANGLE), files["path"]: _parse(PATH)}
+    for i, update in enumerate(UPDATES.splitlines()):
+        tag, *ids = update.split()
+        before = set(edges)
+        if tag == "v":
+            labels[int(ids[0])] = int(ids[1])
+        else:
+            edge = frozenset(map(int, ids))
+            (edges.add if tag == "e" else edges.discard)(edge)
+        for m in (m for m in listed if m["batch"] == i):
+            graph = edges if m["sign"] == "+" else before
+            q_labels, q_edges = queries[m["query"]]
+            assert _embeds(m["match"], q_labels, q_edges, labels, graph)
+            assert any(frozenset(m["match"][a] for a in e) == edge for e in q_edges)
+
+
+def _parse(text):
+    """Vertex labels by id and edges as frozensets, from t/v/e text (vertices in file order)."""
+    labels, edges = {}, set()
+    for line in text.splitlines():
+        tag, *fields = line.split()
+        if tag == "v":
+            labels[int(fields[0])] = int(fields[1])
+        elif tag == "e":
+            edges.add(frozenset(map(int, fields)))
+    return labels, edges
+
+
+def _embeds(match, q_labels, q_edges, labels, edges):
+    order = list(q_labels)  # query vertices in file order = query-vertex order
+    image = dict(zip(order, match))
+    return (len(set(match)) == len(match)
+            and all(labels[image[v]] == q_labels[v] for v in order)
+            and all(frozenset(image[v] for v in e) in edges for e in q_edges))
+
+
+def test_list_truncation_is_marked_and_counts_stay_exact(capsys, tmp_path, files):
+    listing = tmp_path / "matches.jsonl"
+    _, full, _ = match(capsys, files)
+    status, lines, err = match(capsys, files, "--list", listing, "--list-limit", "1")
+    assert status == 0
+    assert [(l["positive"], l["negative"]) for l in lines[:-1]] == [
+        (l["positive"], l["negative"]) for l in full[:-1]]
+    listed = [json.loads(line) for line in listing.read_text().splitlines()]
+    assert {"batch": 0, "query": files["tri"], "truncated": True} in listed
+    assert "warning" in err and "truncated" in err and err.count("\n") == 1
+
+
+def test_empty_stream_has_only_a_summary(capsys, tmp_path, files):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    status, lines, _ = run(capsys, "match", "--graph", files["graph"], "--query", files["tri"],
+                           "--updates", empty, "--backend", "cpu")
+    assert status == 0 and len(lines) == 1
+    assert lines[0]["batches"] == 0 and lines[0]["queries"][files["tri"]]["positive"] == 0
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def assert_one_error(err, *fragments):
+    assert err.startswith("motifstream: error: ") and err.count("\n") == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+    assert "Traceback" not in err
+
+
+def test_missing_file(capsys, tmp_path, files):
+    missing = tmp_path / "nope.txt"
+    status, lines, err = run(capsys, "count", "--graph", missing, "--query", files["tri"])
+    assert status == 2 and lines == []
+    assert_one_error(err, str(missing), "No such file")
+
+
+def test_directory_as_query(capsys, tmp_path, files):
+    status, _, err = run(capsys, "count", "--graph", files["graph"], "--query", tmp_path,
+                         "--backend", "cpu")
+    assert status == 2
+    assert_one_error(err, str(tmp_path))
+
+
+def test_malformed_graph_line(capsys, tmp_path, files):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("v 1 0\nv 2 0\ne 1 x\n")
+    status, _, err = run(capsys, "count", "--graph", bad, "--query", files["tri"],
+                         "--backend", "cpu")
+    assert status == 2
+    assert_one_error(err, f"{bad}:3:")
+
+
+def test_disconnected_query(capsys, tmp_path, files):
+    split = tmp_path / "split.txt"
+    split.write_text("v 0 0\nv 1 0\nv 2 0\nv 3 0\ne 0 1\ne 2 3\n")
+    status, _, err = run(capsys, "count", "--graph", files["graph"], "--query", split,
+                         "--backend", "cpu")
+    assert status == 2
+    assert_one_error(err, "not connected")
+
+
+def test_rejected_batch_exits_1_with_line_number(capsys, tmp_path, files):
+    updates = tmp_path / "u.txt"
+    updates.write_text("e 1 3\ne 1 99\n")
+    status, lines, err = run(capsys, "match", "--graph", files["graph"], "--query", files["tri"],
+                             "--updates", updates, "--backend", "cpu")
+    assert status == 1 and lines == []
+    assert_one_error(err, f"{updates}:2:", "99")
+
+
+def test_cuda_without_device(capsys, monkeypatch, files):
+    monkeypatch.setattr(gpu.device, "cuda_available", lambda: False)
+    status, _, err = run(capsys, "count", "--graph", files["graph"], "--query", files["tri"],
+                         "--backend", "cuda")
+    assert status == 2
+    assert_one_error(err, "cuda", "--backend cpu")
+
+
+def test_edge_list_needs_labels(capsys, tmp_path, files):
+    edges = tmp_path / "edges.txt"
+    edges.write_text("1 2\n2 3\n")
+    status, _, err = run(capsys, "count", "--graph", edges, "--query", files["tri"],
+                         "--backend", "cpu")
+    assert status == 2
+    assert_one_error(err, "--num-labels")
+
+
+def test_labels_on_graph_file_refused(capsys, files):
+    status, _, err = run(capsys, "count", "--graph", files["graph"], "--query", files["tri"],
+                         "--num-labels", "3", "--backend", "cpu")
+    assert status == 2
+    assert_one_error(err, "edge lists only")
+
+
+def test_same_query_twice(capsys, files):
+    status, _, err = run(capsys, "count", "--graph", files["graph"], "--query", files["tri"],
+                         "--query", files["tri"], "--backend", "cpu")
+    assert status == 2
+    assert_one_error(err, "more than once")
+
+
+@pytest.mark.parametrize("size", ["0", "-2", "three"])
+def test_batch_size_must_be_positive(capsys, files, size):
+    status, lines, err = match(capsys, files, "--batch-size", size)
+    assert status == 2 and lines == []
+    assert "--batch-size" in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("motifstream ")
+
+
+def test_interrupt_exits_130_quietly(capsys, monkeypatch, files):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("service.cli.read_updates", interrupted)
+    status, _, err = match(capsys, files)
+    assert status == 130 and err == ""
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_no_progress_when_stderr_is_not_a_tty(capsys, files):
+    status, _, err = match(capsys, files, "--batch-size", "1")
+    assert status == 0 and err == ""
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_on_a_terminal():
+    screen = _Terminal()
+    progress = Progress(screen)
+    progress.phase("loading graph g.txt")
+    progress.update(1, 4, 1000)
+    progress.update(4, 4, 4000)
+    progress.close()
+    text = screen.getvalue()
+    assert "s] loading graph g.txt\n" in text
+    assert "\rbatch 1/4, " in text and "updates/s, eta " in text
+    assert "\rbatch 4/4, " in text and text.endswith("\n")
+
+
+def test_progress_disabled_writes_nothing():
+    screen = _Terminal()
+    progress = Progress(screen, enabled=False)
+    progress.phase("x")
+    progress.update(1, 2, 3)
+    progress.close()
+    assert screen.getvalue() == ""
+
+
+# --------------------------------------------------------------------------- console script
+
+
+def _console_script() -> Path:
+    script = Path(sys.executable).with_name("motifstream")
+    if not script.exists():
+        pytest.skip("motifstream is not installed in this environment")
+    return script
+
+
+def test_console_script(files):
+    done = subprocess.run(
+        [_console_script(), "match", "--graph", files["graph"], "--query", files["tri"],
+         "--updates", files["updates"], "--backend", "cpu"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    *rows, summary = map(json.loads, done.stdout.splitlines())
+    assert rows[0]["query"] == files["tri"] and summary["summary"] is True
+
+
+def test_console_script_exit_status(files):
+    done = subprocess.run(
+        [_console_script(), "count", "--graph", files["graph"] + ".missing",
+         "--query", files["tri"]],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("motifstream: error: ") and "Traceback" not in done.stderr
