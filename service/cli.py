@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import time
-from importlib import metadata
+from importlib import metadata, resources
 
 from gpu.device import BACKENDS, NoCudaDevice, resolve_backend
 from gpu.engine import BatchRejected, Engine
@@ -75,6 +75,10 @@ def _describe(exc: Exception) -> str:
 # --------------------------------------------------------------------------- arguments
 
 
+DEMO_QUERIES = ("triangle.graph", "square.graph", "house.graph")
+DEMO_BATCH_SIZE = 500
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Exact batch-dynamic subgraph matching over a labeled graph.")
@@ -86,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Apply an update stream in batches; print one JSON line per (batch, query) "
                     "with its positive/negative match counts, then a summary line.")
     _add_inputs(match)
-    match.add_argument("--updates", required=True, metavar="FILE",
+    match.add_argument("--updates", metavar="FILE",
                        help="update stream (v/-v/e/-e lines)")
     match.add_argument("--batch-size", type=_positive_int, metavar="N",
                        help="update records per batch (default: the whole stream as one batch)")
@@ -106,9 +110,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--graph", required=True, metavar="FILE",
-                        help="data graph: t/v/e graph file or an edge list (SNAP/CSV)")
-    parser.add_argument("--query", required=True, action="append", metavar="FILE",
+    parser.add_argument("--graph", metavar="FILE",
+                        help="data graph: t/v/e graph file or an edge list (SNAP/CSV); "
+                             "omit --graph, --query (and --updates) to run the embedded demo")
+    parser.add_argument("--query", action="append", metavar="FILE",
                         help="query graph file (t/v/e); repeat for several queries")
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="executor (default auto: cuda when usable, else cpu)")
@@ -143,8 +148,27 @@ def _version() -> str:
 # --------------------------------------------------------------------------- loading
 
 
+def _use_demo_when_no_inputs(args) -> None:
+    """No --graph/--query/--updates at all: run the embedded demo (a labeled GH slice)."""
+    given = [args.graph is not None, bool(args.query), getattr(args, "updates", None) is not None]
+    if any(given) and not all(given[: 3 if hasattr(args, "updates") else 2]):
+        needed = "--graph, --query and --updates" if hasattr(args, "updates") else \
+            "--graph and --query"
+        raise ValueError(f"give {needed} together, or none of them to run the embedded demo")
+    if any(given):
+        return
+    demo = resources.files("service") / "demo"
+    args.graph = str(demo / "graph.txt")
+    args.query = [str(demo / name) for name in DEMO_QUERIES]
+    if hasattr(args, "updates"):
+        args.updates = str(demo / "updates.txt")
+        if args.batch_size is None:
+            args.batch_size = DEMO_BATCH_SIZE
+
+
 def _load(args, progress: Progress) -> tuple[Engine, dict[int, str]]:
     """The engine over the data graph with every query standing; query ids -> names."""
+    _use_demo_when_no_inputs(args)
     # Resolved first: a missing GPU should fail before a long graph load.
     backend = resolve_backend(args.backend)
     progress.phase(f"loading graph {args.graph}")

@@ -380,3 +380,33 @@ def test_console_script_exit_status(files):
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.startswith("motifstream: error: ") and "Traceback" not in done.stderr
+
+
+def test_embedded_demo_runs_without_inputs(capsys):
+    """`motifstream match` alone replays the shipped demo; its net equals count after - before."""
+    import json as _json
+    from importlib import resources
+
+    from gpu.engine import Engine
+    from gpu.formats import read_graph, read_query, read_updates
+    from gpu.query import QueryGraph
+
+    assert main(["match", "--quiet"]) == 0
+    lines = [_json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    summary = lines[-1]
+    assert summary["batches"] == 5 and len(summary["queries"]) == 3
+    demo = resources.files("service") / "demo"
+    engine = Engine(read_graph(str(demo / "graph.txt")), backend="cpu")
+    ids = {str(demo / name): engine.add_query(QueryGraph.from_labeled(read_query(str(demo / name))))
+           for name in ("triangle.graph", "square.graph", "house.graph")}
+    before = {name: engine.count(qid) for name, qid in ids.items()}
+    engine.apply(read_updates(str(demo / "updates.txt")))
+    for name, qid in ids.items():
+        totals = summary["queries"][name]
+        assert totals["positive"] - totals["negative"] == engine.count(qid) - before[name]
+        assert totals["positive"] > 0
+
+
+def test_partial_inputs_are_refused(capsys):
+    assert main(["match", "--graph", "g.txt"]) == 2
+    assert "together" in capsys.readouterr().err
