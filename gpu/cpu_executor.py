@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from gpu.graph import label_segment
+from gpu.graph import find_position, label_segment
 
 
 @nb.njit(cache=True, inline="always")
@@ -147,6 +147,56 @@ def _unused_size(buf, n, m, level):
 
 
 @nb.njit(cache=True)
+def _leaf_count(y, q, el, j, m, used_levels, cur, start, deg, nbr, elab, rank, label, cand, nc,
+                upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab):
+    """Candidates of leaf q among y's neighbours via edges labelled el, minus m[:used_levels].
+
+    nc holds the count over edges that are not updates of the running phase; the
+    phase's update edges at y are added back where the total-order rule allows.
+    """
+    bit = np.uint32(1) << np.uint32(q)
+    size = np.int64(nc[y, j])
+    if upd_cnt[y] > 0:
+        for k in range(upd_start[y], upd_start[y] + upd_cnt[y]):
+            if upd_elab[k] == el and (cand[upd_nbr[k]] & bit) != 0 \
+                    and not _blocked(upd_rank[k], cur):
+                size += 1
+    for k in range(used_levels):
+        w = m[k]
+        if (cand[w] & bit) != 0:
+            p = find_position(nbr, label, start, deg, y, w)
+            if p >= 0 and elab[p] == el and not _blocked(rank[p], cur):
+                size -= 1
+    return size
+
+
+@nb.njit(cache=True)
+def _leaf_product(t, first, m, cur, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+                  bw_level, bw_label, leaf_column, nc, upd_start, upd_cnt, upd_nbr, upd_rank,
+                  upd_elab):
+    """Matches of the trailing leaves from level `first` given m[:first]: a product of
+    falling factorials (leaves sharing parent, label and edge label share one set)."""
+    n = orders.shape[1]
+    product = np.int64(1)
+    for level in range(first, n):
+        q = orders[t, level]
+        parent = bw_level[t, level, 0]
+        el = bw_label[t, level, 0]
+        size = _leaf_count(m[parent], q, el, leaf_column[q], m, first, cur, start, deg, nbr,
+                           elab, rank, label, cand, nc, upd_start, upd_cnt, upd_nbr, upd_rank,
+                           upd_elab)
+        for earlier in range(first, level):
+            r = orders[t, earlier]
+            if bw_level[t, earlier, 0] == parent and q_label[r] == q_label[q] \
+                    and bw_label[t, earlier, 0] == el:
+                size -= 1
+        if size <= 0:
+            return np.int64(0)
+        product *= size
+    return product
+
+
+@nb.njit(cache=True)
 def _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_label, orders,
                 bw_count, bw_level, bw_label, cursors, ends, buf, cnt, key, valid):
     """Fill buf[level] unless the cached list for the same backward vertices is still there."""
@@ -168,8 +218,9 @@ def _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_la
 
 @nb.njit(cache=True)
 def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, orders,
-            bw_count, bw_level, bw_label, tail_free, perms, multiplicity, m, buf, idx, cnt, key, valid,
-            cursors, ends, out, out_pos, limit, listing):
+            bw_count, bw_level, bw_label, tail_free, leaf_from, leaf_column, nc, upd_start,
+            upd_cnt, upd_nbr, upd_rank, upd_elab, perms, multiplicity, m, buf, idx, cnt, key,
+            valid, cursors, ends, out, out_pos, limit, listing):
     """Matches of one task.  Returns the count; writes rows from out_pos when listing."""
     n = orders.shape[1]
     last = n - 1
@@ -188,10 +239,17 @@ def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, ord
     while True:
         if descend:
             descend = False
-            _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_label,
-                        orders, bw_count, bw_level, bw_label, cursors, ends, buf, cnt, key,
-                        valid)
-            if level == last:
+            if level == leaf_from[t] and not listing:
+                total += _leaf_product(t, level, m, cur, start, deg, nbr, elab, rank, label,
+                                       cand, q_label, orders, bw_level, bw_label, leaf_column,
+                                       nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab)
+                level -= 1
+                if level < 2:
+                    return total
+            elif level == last:
+                _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
+                            cnt, key, valid)
                 if listing:
                     for i in range(cnt[last]):
                         w = buf[last, i]
@@ -208,6 +266,9 @@ def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, ord
             elif level == last - 1 and tail_free[t] and not listing:
                 # The last two vertices are not adjacent: with A, B their candidates minus
                 # the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|.
+                _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
+                            cnt, key, valid)
                 _candidates(last, t, m, cur, start, deg, nbr, elab, rank, label, cand,
                             q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
                             cnt, key, valid)
@@ -225,6 +286,9 @@ def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, ord
                 if level < 2:
                     return total
             else:
+                _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
+                            cnt, key, valid)
                 idx[level] = 0
         # advance at `level` to the next unused candidate
         while idx[level] < cnt[level] and _used(m, level, buf[level, idx[level]]):
@@ -260,8 +324,8 @@ def _emit(t, m, orders, perms, multiplicity, out, out_pos, limit):
 
 @nb.njit(cache=True, parallel=True)
 def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank, label, cand,
-              q_label, orders, bw_count, bw_level, bw_label, tail_free, perms, multiplicity,
-              max_deg,
+              q_label, orders, bw_count, bw_level, bw_label, tail_free, leaf_from, leaf_column,
+              nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab, perms, multiplicity, max_deg,
               chunk, offsets, out, limit, listing):
     """Per-task match counts (searched matches, before orbit multiplicity).
 
@@ -291,8 +355,10 @@ def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank,
                     continue
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], start, deg,
                                 nbr, elab, rank, label, cand, q_label, orders, bw_count,
-                                bw_level, bw_label, tail_free, perms, multiplicity, m, buf, idx, cnt, key,
-                                valid, cursors, ends, out, pos, limit, listing)
+                                bw_level, bw_label, tail_free, leaf_from, leaf_column, nc,
+                                upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab, perms,
+                                multiplicity, m, buf, idx, cnt, key, valid, cursors, ends, out,
+                                pos, limit, listing)
     return counts
 
 

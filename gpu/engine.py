@@ -22,6 +22,7 @@ from gpu.device import resolve_backend
 from gpu.executor import execute_cpu
 from gpu.formats import LabeledGraph, UpdateStream
 from gpu.graph import DynamicGraph
+from gpu.leafcount import LeafCounts, UpdateIndex
 from gpu.plan import QueryPlan, TaskTypes, build_plan
 from gpu.query import QueryGraph
 from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
@@ -40,6 +41,7 @@ class UnknownQuery(KeyError):
 @dataclass
 class _Standing:
     plan: QueryPlan
+    leaves: LeafCounts
 
 
 class Engine:
@@ -58,6 +60,7 @@ class Engine:
         self.signatures = SignatureTable()
         self.signatures.resize(self.graph)
         self._queries: dict[int, _Standing] = {}
+        self._updates = UpdateIndex(self.graph.label.shape[0])
         self._next_id = 1
         self.batches_applied = 0
 
@@ -70,7 +73,9 @@ class Engine:
         qid = self._next_id
         self._next_id += 1
         self.signatures.add_query(qid, query, self.graph)
-        self._queries[qid] = _Standing(plan)
+        leaves = LeafCounts(query, self.graph.label.shape[0])
+        leaves.rebuild(self.graph, self.signatures.cand[qid])
+        self._queries[qid] = _Standing(plan, leaves)
         return qid
 
     def remove_query(self, qid: int) -> None:
@@ -110,8 +115,9 @@ class Engine:
         return self._run(qid, plan.static, us, vs, labels, ranks, limit)
 
     def _run(self, qid: int, types: TaskTypes, us, vs, labels, ranks, limit: int) -> MatchSet:
-        return execute_cpu(self.graph, self.signatures.cand[qid], types, us, vs, labels, ranks,
-                           limit, self.config.task_chunk)
+        return execute_cpu(self.graph, self.signatures.cand[qid], self._queries[qid].leaves,
+                           self._updates, types, us, vs, labels, ranks, limit,
+                           self.config.task_chunk)
 
     def _external(self, rows: np.ndarray) -> np.ndarray:
         return self.graph.ext[rows].astype(np.int64).reshape(rows.shape)
@@ -125,14 +131,19 @@ class Engine:
         t0 = time.perf_counter()
         batch = normalize(stream, self.graph)
         t1 = time.perf_counter()
+        # Leaf counts leave out each phase's update edges (see gpu/leafcount.py).  The
+        # deleted edges' contributions go for good: the edges leave the graph next.
+        self._leaf_edges(batch.delete_u, batch.delete_v, batch.delete_labels, -1)
         negative = self._incremental(batch.delete_u, batch.delete_v, batch.delete_labels,
                                      list_limit)
         t2 = time.perf_counter()
         self._mutate(batch)
+        self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, -1)
         t3 = time.perf_counter()
         positive = self._incremental(batch.insert_u, batch.insert_v, batch.insert_labels,
                                      list_limit)
         t4 = time.perf_counter()
+        self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
         self.batches_applied += 1
         deltas = {}
         for qid in self._queries:
@@ -148,12 +159,17 @@ class Engine:
                            timings={"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
                                     "update": t3 - t2})
 
+    def _leaf_edges(self, us, vs, labels, sign: int) -> None:
+        for qid, standing in self._queries.items():
+            standing.leaves.edges(self.signatures.cand[qid], us, vs, labels, sign)
+
     def _incremental(self, us, vs, labels, list_limit: int) -> dict[int, MatchSet]:
         """Matches using at least one of the edges us-vs, each once (total-order rule)."""
         results = {}
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         if len(us) and self._queries:
             self.graph.set_ranks(us, vs, ranks)
+            self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
         try:
             for qid, standing in self._queries.items():
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
@@ -164,6 +180,7 @@ class Engine:
         finally:
             if len(us) and self._queries:
                 self.graph.set_ranks(us, vs, np.zeros(len(us), dtype=np.int32))
+                self._updates.clear()
         return results
 
     def _mutate(self, batch: EffectiveBatch) -> None:
@@ -172,16 +189,31 @@ class Engine:
         slots = g.add_vertices(batch.add_ids, batch.add_labels)
         assert np.array_equal(slots, batch.add_slots)
         sig.vertices_added(g, slots)
+        for standing in self._queries.values():
+            standing.leaves.resize(g.label.shape[0])
         g.delete_edges(batch.delete_u, batch.delete_v)
         sig.edges_changed(batch.delete_u, batch.delete_v, -1)
         g.delete_vertices(batch.delete_slots)
         g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
         sig.edges_changed(batch.insert_u, batch.insert_v, +1)
+        # Leaf counts follow the new edges under the old candidate bits, then the bit changes.
+        self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
         touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
                                             batch.insert_v, batch.delete_slots, slots]))
-        sig.refresh(g, touched.astype(np.int32))
+        touched = touched.astype(np.int32)
+        old_bits = {qid: sig.cand[qid][touched] for qid in self._queries}
+        sig.refresh(g, touched)
+        for qid, standing in self._queries.items():
+            standing.leaves.candidates_changed(g, touched, old_bits[qid], sig.cand[qid][touched])
 
     # ---- inspection -----------------------------------------------------
+    def check(self) -> None:
+        """Assert every incrementally maintained structure equals a rebuild (tests)."""
+        self.graph.check()
+        self.signatures.check(self.graph)
+        for qid, standing in self._queries.items():
+            standing.leaves.check(self.graph, self.signatures.cand[qid])
+
     def to_labeled(self) -> LabeledGraph:
         """The current graph with external ids (snapshots, tests)."""
         g = self.graph

@@ -8,20 +8,27 @@ from __future__ import annotations
 import numpy as np
 
 from gpu import cpu_executor
+from gpu.leafcount import LeafCounts, UpdateIndex
 from gpu.plan import TaskTypes, make_tasks
 from gpu.results import MatchSet
 
 
-def execute_cpu(graph, cand: np.ndarray, types: TaskTypes, us: np.ndarray, vs: np.ndarray,
-                labels: np.ndarray, ranks: np.ndarray, list_limit: int, chunk: int) -> MatchSet:
-    """Count (and list up to `list_limit`) the matches of `types` started from edges us-vs."""
+def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateIndex,
+                types: TaskTypes, us: np.ndarray, vs: np.ndarray, labels: np.ndarray,
+                ranks: np.ndarray, list_limit: int, chunk: int) -> MatchSet:
+    """Count (and list up to `list_limit`) the matches of `types` started from edges us-vs.
+
+    `leaves` must hold counts without the edges in `updates` (the running phase's)."""
     n = types.orders.shape[1]
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
     args = (tu, tv, tr, tt, graph.start, graph.deg, graph.nbr, graph.elab, graph.rank,
             graph.label, cand, types.query_labels, types.orders, types.bw_count,
-            types.bw_level, types.bw_label, types.tail_free, types.perms,
+            types.bw_level, types.bw_label, types.tail_free,
+            types.leaf_from if leaves.active else np.full(types.count, n, dtype=np.int32),
+            leaves.column, leaves.nc, updates.start, updates.count, updates.nbr, updates.rank,
+            updates.elab, types.perms,
             types.multiplicity, np.int64(graph.max_degree), np.int64(chunk))
     no_out = np.empty((0, n), dtype=np.int32)
     counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),

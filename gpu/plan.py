@@ -39,6 +39,8 @@ class TaskTypes:
     bw_level: np.ndarray       # int32 [T, n, n] level of each backward neighbour
     bw_label: np.ndarray       # int32 [T, n, n] label of the edge to it
     tail_free: np.ndarray      # bool  [T]     last two order vertices are non-adjacent (n >= 4)
+    leaf_from: np.ndarray      # int32 [T]     first level of the trailing leaf run counted as
+                               #               a product (n when there is none)
     perms: np.ndarray          # int32 [T, M, n] member m's match: g[q] = f[perms[t, m, q]]
 
     @property
@@ -118,7 +120,7 @@ def directed_edge_orbits(query: QueryGraph) -> tuple[list[list[tuple[int, int]]]
 def matching_order(query: QueryGraph, a: int, b: int,
                    label_frequency: dict[int, int] | None = None) -> list[int]:
     """Root edge first, then most constrained first: most matched neighbours, rarest label,
-    highest degree."""
+    highest degree.  Leaves (degree 1) go last, where they are counted, not enumerated."""
     n = query.num_vertices
     matrix = query.edge_label_matrix
     degrees = query.degrees
@@ -134,7 +136,8 @@ def matching_order(query: QueryGraph, a: int, b: int,
             back = int((matrix[c, order] != NO_EDGE).sum())
             if back == 0:
                 continue
-            key = (back, -freq.get(int(query.labels[c]), 0), int(degrees[c]), -c)
+            key = (degrees[c] > 1, back, -freq.get(int(query.labels[c]), 0), int(degrees[c]),
+                   -c)
             if best_key is None or key > best_key:
                 best, best_key = c, key
         order.append(best)
@@ -175,8 +178,34 @@ def _task_types(query: QueryGraph, orbits, sigma, label_frequency) -> TaskTypes:
             perms[t, m] = inverse
     tail_free = np.array([n >= 4 and matrix[o[-1], o[-2]] == NO_EDGE for o in orders.tolist()],
                          dtype=np.bool_)
+    leaf_from = np.array([_leaf_run_start(query, o, bw_level[t])
+                          for t, o in enumerate(orders.tolist())], dtype=np.int32)
     return TaskTypes(query.labels.astype(np.int32), roots, root_labels, multiplicity, orders,
-                     bw_count, bw_level, bw_label, tail_free, perms)
+                     bw_count, bw_level, bw_label, tail_free, leaf_from, perms)
+
+
+def _leaf_run_start(query: QueryGraph, order: list[int], bw_level: np.ndarray) -> int:
+    """First level of the longest trailing run of leaves whose candidate sets are equal or
+    disjoint, so their count is a product of falling factorials.
+
+    Two leaves with different labels, or one parent and different edge labels, have
+    disjoint candidates; with one parent, label and edge label they share one set.  Two
+    leaves of one label under different parents may overlap: the run stops there.
+    """
+    n = len(order)
+    degrees = query.degrees
+    run: list[tuple[int, int]] = []     # (query vertex, parent level)
+    first = n
+    for level in range(n - 1, 1, -1):
+        q = order[level]
+        if degrees[q] != 1:
+            break
+        parent = int(bw_level[level, 0])
+        if any(query.labels[q] == query.labels[r] and parent != pr for r, pr in run):
+            break
+        run.append((q, parent))
+        first = level
+    return first
 
 
 def build_plan(query: QueryGraph, label_frequency: dict[int, int] | None = None,

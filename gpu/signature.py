@@ -174,6 +174,27 @@ class SignatureTable:
     def edges_changed(self, us: np.ndarray, vs: np.ndarray, delta: int) -> None:
         _apply_edges(self.counts, self.slot_of, us, vs, np.int32(delta))
 
+    def check(self, graph) -> None:
+        """Assert counts, codes and candidate bits equal a from-scratch computation (tests)."""
+        n = graph.num_slots
+        fresh = SignatureTable()
+        fresh.labels = self.labels
+        fresh.resize(graph)
+        fresh.slot_of[:n] = fresh._slots_for(graph.label[:n])
+        fresh.counts = np.zeros_like(self.counts)
+        fresh.codes = np.zeros_like(self.codes)
+        _count_all(graph.start, graph.deg, graph.nbr, fresh.slot_of, graph.alive,
+                   fresh.counts, n)
+        alive = graph.alive[:n]
+        assert np.array_equal(fresh.counts[:n][alive], self.counts[:n][alive]), "counts drifted"
+        everyone = np.arange(n, dtype=np.int32)
+        _encode(fresh.counts, fresh.codes, everyone)
+        for qid, (_, q_label, q_deg, q_codes) in self._query_side.items():
+            bits = np.zeros(n, dtype=np.uint32)
+            _candidates(bits, everyone, graph.alive, graph.label, graph.deg, fresh.codes,
+                        q_label, q_deg, q_codes)
+            assert np.array_equal(bits, self.cand[qid][:n]), f"candidates of {qid} drifted"
+
     def refresh(self, graph, vertices: np.ndarray, only: int | None = None) -> None:
         """Re-encode `vertices` and recompute their candidate bits."""
         vertices = np.ascontiguousarray(vertices, dtype=np.int32)

@@ -148,6 +148,7 @@ class Harness:
 
     def check_state(self, expected: dict[int, set] | None = None) -> None:
         expected = self.embeddings() if expected is None else expected
+        self.engine.check()   # incrementally maintained state equals a rebuild
         for qid, q in self.queries.items():
             assert self.engine.count(qid) == len(expected[qid]), qid
             ml = self.engine.matches(qid)
