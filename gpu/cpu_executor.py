@@ -60,7 +60,7 @@ def _blocked(r, cur):
 
 
 @nb.njit(cache=True)
-def _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+def _scan_level(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
                 bw_count, bw_level, bw_label, cursors, ends, out_buf):
     """All candidates of `level` (injectivity not checked) into out_buf; returns how many."""
     q = orders[t, level]
@@ -71,7 +71,7 @@ def _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_la
     best = np.int64(1) << np.int64(62)
     for j in range(nb_count):
         x = m[bw_level[t, level, j]]
-        lo, hi = label_segment(nbr, label, start[x], start[x] + deg[x], want)
+        lo, hi = label_segment(nlab, start[x], start[x] + deg[x], want)
         cursors[j] = lo
         ends[j] = hi
         if hi - lo < best:
@@ -147,8 +147,8 @@ def _unused_size(buf, n, m, level):
 
 
 @nb.njit(cache=True)
-def _leaf_count(y, q, el, j, m, used_levels, cur, start, deg, nbr, elab, rank, label, cand, nc,
-                upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab):
+def _leaf_count(y, q, el, j, m, used_levels, cur, start, deg, nbr, nlab, elab, rank, label,
+                cand, nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab):
     """Candidates of leaf q among y's neighbours via edges labelled el, minus m[:used_levels].
 
     nc holds the count over edges that are not updates of the running phase; the
@@ -164,14 +164,14 @@ def _leaf_count(y, q, el, j, m, used_levels, cur, start, deg, nbr, elab, rank, l
     for k in range(used_levels):
         w = m[k]
         if (cand[w] & bit) != 0:
-            p = find_position(nbr, label, start, deg, y, w)
+            p = find_position(nbr, nlab, start, deg, y, w, label[w])
             if p >= 0 and elab[p] == el and not _blocked(rank[p], cur):
                 size -= 1
     return size
 
 
 @nb.njit(cache=True)
-def _leaf_product(t, first, m, cur, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+def _leaf_product(t, first, m, cur, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
                   bw_level, bw_label, leaf_column, nc, upd_start, upd_cnt, upd_nbr, upd_rank,
                   upd_elab):
     """Matches of the trailing leaves from level `first` given m[:first]: a product of
@@ -183,7 +183,7 @@ def _leaf_product(t, first, m, cur, start, deg, nbr, elab, rank, label, cand, q_
         parent = bw_level[t, level, 0]
         el = bw_label[t, level, 0]
         size = _leaf_count(m[parent], q, el, leaf_column[q], m, first, cur, start, deg, nbr,
-                           elab, rank, label, cand, nc, upd_start, upd_cnt, upd_nbr, upd_rank,
+                           nlab, elab, rank, label, cand, nc, upd_start, upd_cnt, upd_nbr, upd_rank,
                            upd_elab)
         for earlier in range(first, level):
             r = orders[t, earlier]
@@ -197,7 +197,7 @@ def _leaf_product(t, first, m, cur, start, deg, nbr, elab, rank, label, cand, q_
 
 
 @nb.njit(cache=True)
-def _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+def _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
                 bw_count, bw_level, bw_label, cursors, ends, buf, cnt, key, valid):
     """Fill buf[level] unless the cached list for the same backward vertices is still there."""
     if valid[level]:
@@ -210,14 +210,14 @@ def _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand, q_la
             return
     for j in range(bw_count[t, level]):
         key[level, j] = m[bw_level[t, level, j]]
-    cnt[level] = _scan_level(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+    cnt[level] = _scan_level(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
                              q_label, orders, bw_count, bw_level, bw_label, cursors, ends,
                              buf[level])
     valid[level] = True
 
 
 @nb.njit(cache=True)
-def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, orders,
+def _search(u, v, cur, t, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
             bw_count, bw_level, bw_label, tail_free, leaf_from, leaf_column, nc, upd_start,
             upd_cnt, upd_nbr, upd_rank, upd_elab, perms, multiplicity, m, buf, idx, cnt, key,
             valid, cursors, ends, out, out_pos, limit, listing):
@@ -240,14 +240,14 @@ def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, ord
         if descend:
             descend = False
             if level == leaf_from[t] and not listing:
-                total += _leaf_product(t, level, m, cur, start, deg, nbr, elab, rank, label,
+                total += _leaf_product(t, level, m, cur, start, deg, nbr, nlab, elab, rank, label,
                                        cand, q_label, orders, bw_level, bw_label, leaf_column,
                                        nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab)
                 level -= 1
                 if level < 2:
                     return total
             elif level == last:
-                _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
                             q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
                             cnt, key, valid)
                 if listing:
@@ -266,10 +266,10 @@ def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, ord
             elif level == last - 1 and tail_free[t] and not listing:
                 # The last two vertices are not adjacent: with A, B their candidates minus
                 # the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|.
-                _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
                             q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
                             cnt, key, valid)
-                _candidates(last, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                _candidates(last, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
                             q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
                             cnt, key, valid)
                 na = _unused_size(buf[level], cnt[level], m, level)
@@ -286,7 +286,7 @@ def _search(u, v, cur, t, start, deg, nbr, elab, rank, label, cand, q_label, ord
                 if level < 2:
                     return total
             else:
-                _candidates(level, t, m, cur, start, deg, nbr, elab, rank, label, cand,
+                _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
                             q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
                             cnt, key, valid)
                 idx[level] = 0
@@ -323,7 +323,7 @@ def _emit(t, m, orders, perms, multiplicity, out, out_pos, limit):
 
 
 @nb.njit(cache=True, parallel=True)
-def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank, label, cand,
+def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, nlab, elab, rank, label, cand,
               q_label, orders, bw_count, bw_level, bw_label, tail_free, leaf_from, leaf_column,
               nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab, perms, multiplicity, max_deg,
               chunk, offsets, out, limit, listing):
@@ -354,7 +354,7 @@ def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, elab, rank,
                 if pos >= limit:
                     continue
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], start, deg,
-                                nbr, elab, rank, label, cand, q_label, orders, bw_count,
+                                nbr, nlab, elab, rank, label, cand, q_label, orders, bw_count,
                                 bw_level, bw_label, tail_free, leaf_from, leaf_column, nc,
                                 upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab, perms,
                                 multiplicity, m, buf, idx, cnt, key, valid, cursors, ends, out,

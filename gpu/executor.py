@@ -23,7 +23,7 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
-    args = (tu, tv, tr, tt, graph.start, graph.deg, graph.nbr, graph.elab, graph.rank,
+    args = (tu, tv, tr, tt, graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
             graph.label, cand, types.query_labels, types.orders, types.bw_count,
             types.bw_level, types.bw_label, types.tail_free,
             types.leaf_from if leaves.active else np.full(types.count, n, dtype=np.int32),

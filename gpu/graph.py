@@ -1,8 +1,9 @@
 """The CPU data graph: label-partitioned sorted neighbour lists with slack, updated in place.
 
-Every vertex owns a block of a shared pool (`nbr`, `elab`, `rank`): its
-neighbours sorted by (vertex label, internal id), so the neighbours of one
-label form a contiguous id-sorted segment that a matcher scans alone; their
+Every vertex owns a block of a shared pool (`nbr`, `nlab`, `elab`, `rank`):
+its neighbours sorted by (vertex label, internal id), so the neighbours of one
+label form a contiguous id-sorted segment that a matcher scans alone; the
+neighbours' labels (inline, so binary searches read contiguous memory); their
 edge labels, and the update rank the
 matcher reads for the total-order rule (0 = not an update edge).  A block has
 spare capacity; a list that outgrows it moves to a block twice the size at the
@@ -20,20 +21,20 @@ from gpu.idmap import IdMap
 
 
 @nb.njit(cache=True, inline="always")
-def _before(label, x, y):
+def _before(label_a, a, label_b, b):
     """Neighbour-list order: by vertex label, then by id."""
-    return label[x] < label[y] or (label[x] == label[y] and x < y)
+    return label_a < label_b or (label_a == label_b and a < b)
 
 
 @nb.njit(cache=True)
-def find_position(nbr, label, start, deg, u, w):
-    """Position of w in u's list, or -1."""
+def find_position(nbr, nlab, start, deg, u, w, w_label):
+    """Position of w (whose label is w_label) in u's list, or -1."""
     lo = start[u]
     end = lo + deg[u]
     hi = end
     while lo < hi:
         mid = (lo + hi) >> 1
-        if _before(label, nbr[mid], w):
+        if _before(nlab[mid], nbr[mid], w_label, w):
             lo = mid + 1
         else:
             hi = mid
@@ -43,12 +44,12 @@ def find_position(nbr, label, start, deg, u, w):
 
 
 @nb.njit(cache=True)
-def label_segment(nbr, label, lo, hi, wanted):
-    """[first, last) of the neighbours in nbr[lo:hi] whose label is `wanted`."""
+def label_segment(nlab, lo, hi, wanted):
+    """[first, last) of the list positions in [lo, hi) whose neighbour label is `wanted`."""
     a, b = lo, hi
     while a < b:
         mid = (a + b) >> 1
-        if label[nbr[mid]] < wanted:
+        if nlab[mid] < wanted:
             a = mid + 1
         else:
             b = mid
@@ -56,7 +57,7 @@ def label_segment(nbr, label, lo, hi, wanted):
     b = hi
     while a < b:
         mid = (a + b) >> 1
-        if label[nbr[mid]] <= wanted:
+        if nlab[mid] <= wanted:
             a = mid + 1
         else:
             b = mid
@@ -64,22 +65,22 @@ def label_segment(nbr, label, lo, hi, wanted):
 
 
 @nb.njit(cache=True)
-def _find_many(nbr, label, start, deg, us, vs, out):
+def _find_many(nbr, nlab, label, start, deg, us, vs, out):
     for i in range(us.shape[0]):
-        out[i] = find_position(nbr, label, start, deg, us[i], vs[i])
+        out[i] = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
 
 
 @nb.njit(cache=True)
-def _set_ranks(nbr, label, rank, start, deg, us, vs, ranks):
+def _set_ranks(nbr, nlab, label, rank, start, deg, us, vs, ranks):
     for i in range(us.shape[0]):
-        p = find_position(nbr, label, start, deg, us[i], vs[i])
+        p = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
         rank[p] = ranks[i]
-        q = find_position(nbr, label, start, deg, vs[i], us[i])
+        q = find_position(nbr, nlab, start, deg, vs[i], us[i], label[us[i]])
         rank[q] = ranks[i]
 
 
 @nb.njit(cache=True)
-def _insert_sorted(nbr, elab, rank, label, start, deg, cap, src, dst, lab, top, min_cap):
+def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab, top, min_cap):
     """Merge directed entries (sorted by src, then list order) into their lists.
 
     Returns the new pool top and the garbage produced by relocations.  The
@@ -109,13 +110,15 @@ def _insert_sorted(nbr, elab, rank, label, start, deg, cap, src, dst, lab, top, 
         b = j - 1
         out = d + k - 1
         while b >= i:
-            if a >= 0 and _before(label, dst[b], nbr[old + a]):
+            if a >= 0 and _before(label[dst[b]], dst[b], nlab[old + a], nbr[old + a]):
                 nbr[dest + out] = nbr[old + a]
+                nlab[dest + out] = nlab[old + a]
                 elab[dest + out] = elab[old + a]
                 rank[dest + out] = rank[old + a]
                 a -= 1
             else:
                 nbr[dest + out] = dst[b]
+                nlab[dest + out] = label[dst[b]]
                 elab[dest + out] = lab[b]
                 rank[dest + out] = 0
                 b -= 1
@@ -123,6 +126,7 @@ def _insert_sorted(nbr, elab, rank, label, start, deg, cap, src, dst, lab, top, 
         if dest != old:
             while a >= 0:
                 nbr[dest + a] = nbr[old + a]
+                nlab[dest + a] = nlab[old + a]
                 elab[dest + a] = elab[old + a]
                 rank[dest + a] = rank[old + a]
                 a -= 1
@@ -133,7 +137,7 @@ def _insert_sorted(nbr, elab, rank, label, start, deg, cap, src, dst, lab, top, 
 
 
 @nb.njit(cache=True)
-def _delete_sorted(nbr, elab, rank, start, deg, src, dst):
+def _delete_sorted(nbr, nlab, elab, rank, start, deg, src, dst):
     """Remove directed entries (sorted by src, then list order); all of them must exist."""
     i = 0
     n = src.shape[0]
@@ -152,6 +156,7 @@ def _delete_sorted(nbr, elab, rank, start, deg, src, dst):
                 b += 1
                 continue
             nbr[s + write] = w
+            nlab[s + write] = nlab[s + read]
             elab[s + write] = elab[s + read]
             rank[s + write] = rank[s + read]
             write += 1
@@ -160,7 +165,8 @@ def _delete_sorted(nbr, elab, rank, start, deg, src, dst):
 
 
 @nb.njit(cache=True)
-def _compact(nbr, elab, rank, start, deg, cap, alive, new_nbr, new_elab, new_rank, min_cap):
+def _compact(nbr, nlab, elab, rank, start, deg, cap, alive, new_nbr, new_nlab, new_elab,
+             new_rank, min_cap):
     top = 0
     for u in range(start.shape[0]):
         if not alive[u]:
@@ -171,6 +177,7 @@ def _compact(nbr, elab, rank, start, deg, cap, alive, new_nbr, new_elab, new_ran
         s = start[u]
         for i in range(deg[u]):
             new_nbr[top + i] = nbr[s + i]
+            new_nlab[top + i] = nlab[s + i]
             new_elab[top + i] = elab[s + i]
             new_rank[top + i] = rank[s + i]
         start[u] = top
@@ -203,6 +210,7 @@ class DynamicGraph:
         self.deg = np.zeros(vcap, dtype=np.int32)
         self.cap = np.zeros(vcap, dtype=np.int32)
         self.nbr = np.zeros(ecap, dtype=np.int32)
+        self.nlab = np.zeros(ecap, dtype=np.int32)
         self.elab = np.zeros(ecap, dtype=np.int32)
         self.rank = np.zeros(ecap, dtype=np.int32)
         self.top = 0
@@ -211,6 +219,7 @@ class DynamicGraph:
         self.num_vertices = 0
         self.num_edges = 0          # undirected
         self._free: list[int] = []  # slots of deleted vertices, reused LIFO
+        self._max_degree = 0
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -229,7 +238,8 @@ class DynamicGraph:
     # ---- queries ------------------------------------------------------
     @property
     def max_degree(self) -> int:
-        return int(self.deg[: self.num_slots].max()) if self.num_slots else 0
+        """An upper bound on every degree (kept per insert, so no graph-wide scan)."""
+        return self._max_degree
 
     def neighbors(self, u: int) -> np.ndarray:
         s = self.start[u]
@@ -238,7 +248,8 @@ class DynamicGraph:
     def edge_positions(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
         """Pool position of each edge (u -> v), -1 where absent."""
         out = np.empty(len(us), dtype=np.int64)
-        _find_many(self.nbr, self.label, self.start, self.deg, np.ascontiguousarray(us, dtype=np.int32),
+        _find_many(self.nbr, self.nlab, self.label, self.start, self.deg,
+                   np.ascontiguousarray(us, dtype=np.int32),
                    np.ascontiguousarray(vs, dtype=np.int32), out)
         return out
 
@@ -263,7 +274,7 @@ class DynamicGraph:
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
         """Write the total-order rank of existing edges (both directions)."""
-        _set_ranks(self.nbr, self.label, self.rank, self.start, self.deg,
+        _set_ranks(self.nbr, self.nlab, self.label, self.rank, self.start, self.deg,
                    np.ascontiguousarray(us, dtype=np.int32),
                    np.ascontiguousarray(vs, dtype=np.int32),
                    np.ascontiguousarray(ranks, dtype=np.int32))
@@ -271,7 +282,7 @@ class DynamicGraph:
     # ---- vertex updates ---------------------------------------------
     def reserve_slots(self, count: int) -> np.ndarray:
         """The slots the next `add_vertices` of `count` vertices will use (no change)."""
-        reuse = self._free[::-1][:count]
+        reuse = self._free[len(self._free) - min(count, len(self._free)):][::-1]
         fresh = np.arange(self.num_slots, self.num_slots + count - len(reuse), dtype=np.int32)
         return np.concatenate([np.asarray(reuse, dtype=np.int32), fresh])
 
@@ -328,19 +339,20 @@ class DynamicGraph:
         worst = int(np.maximum(np.maximum(2 * self.cap[touched], self.deg[touched] + counts),
                                self.config.min_list_capacity).sum())
         self._reserve_pool(worst)
-        self.top, garbage = _insert_sorted(self.nbr, self.elab, self.rank, self.label,
+        self.top, garbage = _insert_sorted(self.nbr, self.nlab, self.elab, self.rank, self.label,
                                            self.start, self.deg,
                                            self.cap, src, dst, lab, self.top,
                                            self.config.min_list_capacity)
         self.garbage += garbage
         self.num_edges += len(us)
+        self._max_degree = max(self._max_degree, int(self.deg[touched].max()))
 
     def delete_edges(self, us: np.ndarray, vs: np.ndarray) -> None:
         """Delete present undirected edges (the engine has checked they exist)."""
         if len(us) == 0:
             return
         src, dst, _ = _directed_sorted(us, vs, np.zeros(len(us), dtype=np.int32), self.label)
-        _delete_sorted(self.nbr, self.elab, self.rank, self.start, self.deg, src, dst)
+        _delete_sorted(self.nbr, self.nlab, self.elab, self.rank, self.start, self.deg, src, dst)
         self.num_edges -= len(us)
 
     def _reserve_pool(self, extra: int) -> None:
@@ -354,7 +366,7 @@ class DynamicGraph:
                 return
         while self.top + extra > size:
             size *= 2
-        for name in ("nbr", "elab", "rank"):
+        for name in ("nbr", "nlab", "elab", "rank"):
             old = getattr(self, name)
             new = np.zeros(size, dtype=old.dtype)
             new[: self.top] = old[: self.top]
@@ -362,14 +374,15 @@ class DynamicGraph:
 
     def _compact(self, size: int) -> None:
         n = self.num_slots
-        new = [np.zeros(size, dtype=np.int32) for _ in range(3)]
+        new = [np.zeros(size, dtype=np.int32) for _ in range(4)]
         need = int(np.maximum(self.config.min_list_capacity,
                               self.deg[:n] + (self.deg[:n] >> 2))[self.alive[:n]].sum())
         if need > size:
-            new = [np.zeros(need, dtype=np.int32) for _ in range(3)]
-        self.top = _compact(self.nbr, self.elab, self.rank, self.start[:n], self.deg[:n],
-                            self.cap[:n], self.alive[:n], *new, self.config.min_list_capacity)
-        self.nbr, self.elab, self.rank = new
+            new = [np.zeros(need, dtype=np.int32) for _ in range(4)]
+        self.top = _compact(self.nbr, self.nlab, self.elab, self.rank, self.start[:n],
+                            self.deg[:n], self.cap[:n], self.alive[:n], *new,
+                            self.config.min_list_capacity)
+        self.nbr, self.nlab, self.elab, self.rank = new
         self.garbage = 0
 
     # ---- export -------------------------------------------------------
@@ -395,9 +408,11 @@ class DynamicGraph:
             if not self.alive[u]:
                 assert d == 0
                 continue
-            assert d <= self.cap[u]
+            assert d <= self.cap[u] and d <= self._max_degree
             assert self.start[u] + self.cap[u] <= self.top <= self.nbr.shape[0]
             lst = self.neighbors(u)
+            s = self.start[u]
+            assert np.array_equal(self.nlab[s: s + d], self.label[lst]), f"nlab of {u} stale"
             key = self.label[lst].astype(np.int64) << 32 | lst
             assert (np.diff(key) > 0).all(), f"list of {u} not strictly sorted"
             assert not (lst == u).any()

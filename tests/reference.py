@@ -212,7 +212,8 @@ class RefGraph:
         insert_label: dict[frozenset, int] = {}
         for key, lab in edge_ins:
             if insert_label.setdefault(key, lab) != lab:
-                raise Rejected(f"edge {sorted(key)} inserted with labels {insert_label[key]}, {lab}")
+                raise Rejected(f"edge {sorted(key)} inserted with labels "
+                               f"{insert_label[key]}, {lab}")
 
         # ---- validation is over; from here on nothing can reject.
         new_vertices = dict(self.vertices)
