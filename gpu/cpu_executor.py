@@ -29,28 +29,30 @@ from gpu.graph import find_position, label_segment
 
 
 @nb.njit(cache=True, inline="always")
-def _gallop(nbr, lo, hi, w):
-    """First position in [lo, hi) whose neighbour id is >= w (ids sorted in a segment)."""
-    if lo >= hi or nbr[lo] >= w:
-        return lo
-    prev = lo
-    step = 1
-    nxt = lo + 1
-    while nxt < hi and nbr[nxt] < w:
-        prev = nxt
-        step <<= 1
-        nxt = lo + step
-    if nxt > hi:
-        nxt = hi
-    lo = prev + 1
-    hi = nxt
+def _lower_bound(ids, lo, hi, w):
+    """First position in [lo, hi) of the sorted `ids` whose value is >= w."""
     while lo < hi:
         mid = (lo + hi) >> 1
-        if nbr[mid] < w:
+        if ids[mid] < w:
             lo = mid + 1
         else:
             hi = mid
     return lo
+
+
+@nb.njit(cache=True, inline="always")
+def _gallop(ids, lo, hi, w):
+    """_lower_bound by exponential search from lo: cheap when the answer is near lo."""
+    if lo >= hi or ids[lo] >= w:
+        return lo
+    prev = lo
+    step = 1
+    nxt = lo + 1
+    while nxt < hi and ids[nxt] < w:
+        prev = nxt
+        step <<= 1
+        nxt = lo + step
+    return _lower_bound(ids, prev + 1, min(nxt, hi), w)
 
 
 @nb.njit(cache=True, inline="always")
@@ -109,14 +111,8 @@ def _used(m, level, w):
 
 @nb.njit(cache=True)
 def _contains(buf, n, w):
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if buf[mid] < w:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < n and buf[lo] == w
+    p = _lower_bound(buf, 0, n, w)
+    return p < n and buf[p] == w
 
 
 @nb.njit(cache=True)
