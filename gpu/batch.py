@@ -49,13 +49,16 @@ class EffectiveBatch:
 
 
 def _first_duplicate_conflict(keys: np.ndarray, values: np.ndarray) -> int:
-    """Index (into keys) of a record whose key repeats with another value, or -1."""
+    """Index of the first record (in record order) whose key appeared earlier with another
+    value, or -1."""
     if len(keys) < 2:
         return -1
-    order = np.lexsort((values, keys))
+    order = np.argsort(keys, kind="stable")
     k, v = keys[order], values[order]
-    bad = np.flatnonzero((k[1:] == k[:-1]) & (v[1:] != v[:-1]))
-    return int(order[bad[0] + 1]) if len(bad) else -1
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    first_value = np.repeat(v[starts], np.diff(np.r_[starts, len(k)]))
+    bad = order[v != first_value]
+    return int(bad.min()) if len(bad) else -1
 
 
 def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
@@ -122,8 +125,9 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
         slots[is_new] = add_slots[pos[is_new]]
     missing = np.flatnonzero(slots < 0)
     if len(missing):
-        i = ei[missing[0] % len(ei)]
-        reject(i, f"edge ({a[i]}, {b[i]}): vertex {ends[missing[0]]} does not exist and is "
+        first = missing[np.argmin(missing % len(ei))]   # earliest record, not earliest end
+        i = ei[first % len(ei)]
+        reject(i, f"edge ({a[i]}, {b[i]}): vertex {ends[first]} does not exist and is "
                   f"not added in this batch")
     su, sv = slots[: len(ei)], slots[len(ei):]
     dying = np.zeros(len(ei), dtype=bool)
@@ -166,17 +170,17 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
     iu, iv, ins_labels = iu[~exists], iv[~exists], ins_labels[~exists]
 
     # ---- deletes ---------------------------------------------------------
-    del_keys, first = np.unique(key[dels], return_index=True)
+    # A delete names the edge when its label is omitted or equals the stored one; as the
+    # batch is a set, an edge goes when any of its delete records names it.
+    pos = _existing(graph, (key[dels] >> 32).astype(np.int32),
+                    (key[dels] & 0xFFFFFFFF).astype(np.int32))
+    stored = np.where(pos >= 0, graph.elab[np.maximum(pos, 0)], 0)
+    names = (pos >= 0) & ((lab[dels] == NO_LABEL) | (lab[dels] == stored))
+    del_keys = np.unique(key[dels][names])
     ignored["edges_deleted"] += len(dels) - len(del_keys)
-    want = lab[dels][first]
     du = (del_keys >> 32).astype(np.int32)
     dv = (del_keys & 0xFFFFFFFF).astype(np.int32)
-    pos = _existing(graph, du, dv)
-    keep = pos >= 0
-    stored = np.where(keep, graph.elab[np.maximum(pos, 0)], 0)
-    keep &= (want == NO_LABEL) | (want == stored)
-    ignored["edges_deleted"] += int((~keep).sum())
-    du, dv, dl = du[keep], dv[keep], stored[keep].astype(np.int32)
+    dl = graph.elab[_existing(graph, du, dv)].astype(np.int32)
     if len(del_slots):
         xu, xv, xl = graph.incident_edges(del_slots)
         du, dv, dl = np.concatenate([du, xu]), np.concatenate([dv, xv]), np.concatenate([dl, xl])

@@ -67,12 +67,13 @@ class Engine:
     # ---- standing queries -------------------------------------------
     def add_query(self, query: QueryGraph) -> int:
         """Register a standing query; returns its id."""
-        labels, counts = np.unique(self.graph.label[self.graph.alive], return_counts=True)
-        freq = dict(zip(labels.tolist(), counts.tolist()))
-        plan = build_plan(query, freq, coalesce=self.coalesce)
         qid = self._next_id
         self._next_id += 1
         self.signatures.add_query(qid, query, self.graph)
+        cand = self.signatures.cand[qid][: self.graph.num_slots]
+        sizes = [int(((cand >> np.uint32(q)) & np.uint32(1)).sum())
+                 for q in range(query.num_vertices)]
+        plan = build_plan(query, np.array(sizes), coalesce=self.coalesce)
         leaves = LeafCounts(query, self.graph.label.shape[0])
         leaves.rebuild(self.graph, self.signatures.cand[qid])
         self._queries[qid] = _Standing(plan, leaves)

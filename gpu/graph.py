@@ -336,8 +336,11 @@ class DynamicGraph:
             return
         src, dst, lab = _directed_sorted(us, vs, labels, self.label)
         touched, counts = np.unique(src, return_counts=True)
-        worst = int(np.maximum(np.maximum(2 * self.cap[touched], self.deg[touched] + counts),
-                               self.config.min_list_capacity).sum())
+
+        def worst() -> int:
+            """Room for every touched list to relocate under the current capacities."""
+            return int(np.maximum(np.maximum(2 * self.cap[touched], self.deg[touched] + counts),
+                                  self.config.min_list_capacity).sum())
         self._reserve_pool(worst)
         self.top, garbage = _insert_sorted(self.nbr, self.nlab, self.elab, self.rank, self.label,
                                            self.start, self.deg,
@@ -355,14 +358,21 @@ class DynamicGraph:
         _delete_sorted(self.nbr, self.nlab, self.elab, self.rank, self.start, self.deg, src, dst)
         self.num_edges -= len(us)
 
-    def _reserve_pool(self, extra: int) -> None:
+    def _reserve_pool(self, needed) -> None:
+        """Make room above `top` for `needed()` slots, compacting or doubling the pool.
+
+        `needed` is re-evaluated after a compaction, which gives every list a new capacity.
+        """
         size = self.nbr.shape[0]
+        extra = needed()
         if self.top + extra <= size:
             return
         live = self.top - self.garbage
         if self.garbage > live:
             self._compact(max(size, 2 * (live + extra)))
-            if self.top + extra <= self.nbr.shape[0]:
+            size = self.nbr.shape[0]
+            extra = needed()
+            if self.top + extra <= size:
                 return
         while self.top + extra > size:
             size *= 2

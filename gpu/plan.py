@@ -118,13 +118,14 @@ def directed_edge_orbits(query: QueryGraph) -> tuple[list[list[tuple[int, int]]]
 
 
 def matching_order(query: QueryGraph, a: int, b: int,
-                   label_frequency: dict[int, int] | None = None) -> list[int]:
-    """Root edge first, then most constrained first: most matched neighbours, rarest label,
-    highest degree.  Leaves (degree 1) go last, where they are counted, not enumerated."""
+                   candidate_sizes: np.ndarray | None = None) -> list[int]:
+    """Root edge first, then most constrained first: most matched neighbours, fewest
+    candidates, highest degree.  Leaves (degree 1) go last, where they are counted, not
+    enumerated."""
     n = query.num_vertices
     matrix = query.edge_label_matrix
     degrees = query.degrees
-    freq = label_frequency or {}
+    sizes = _sizes(query, candidate_sizes)
     order = [a, b]
     placed = np.zeros(n, dtype=bool)
     placed[[a, b]] = True
@@ -136,8 +137,7 @@ def matching_order(query: QueryGraph, a: int, b: int,
             back = int((matrix[c, order] != NO_EDGE).sum())
             if back == 0:
                 continue
-            key = (degrees[c] > 1, back, -freq.get(int(query.labels[c]), 0), int(degrees[c]),
-                   -c)
+            key = (degrees[c] > 1, back, -sizes[c], int(degrees[c]), -c)
             if best_key is None or key > best_key:
                 best, best_key = c, key
         order.append(best)
@@ -145,7 +145,13 @@ def matching_order(query: QueryGraph, a: int, b: int,
     return order
 
 
-def _task_types(query: QueryGraph, orbits, sigma, label_frequency) -> TaskTypes:
+def _sizes(query: QueryGraph, candidate_sizes) -> list[int]:
+    if candidate_sizes is None:
+        return [0] * query.num_vertices
+    return [int(x) for x in candidate_sizes]
+
+
+def _task_types(query: QueryGraph, orbits, sigma, candidate_sizes) -> TaskTypes:
     n = query.num_vertices
     t_count = len(orbits)
     width = max(len(o) for o in orbits)
@@ -163,7 +169,7 @@ def _task_types(query: QueryGraph, orbits, sigma, label_frequency) -> TaskTypes:
         roots[t] = (a, b)
         root_labels[t] = matrix[a, b]
         multiplicity[t] = len(orbit)
-        order = matching_order(query, a, b, label_frequency)
+        order = matching_order(query, a, b, candidate_sizes)
         orders[t] = order
         for level in range(2, n):
             c = order[level]
@@ -208,9 +214,10 @@ def _leaf_run_start(query: QueryGraph, order: list[int], bw_level: np.ndarray) -
     return first
 
 
-def build_plan(query: QueryGraph, label_frequency: dict[int, int] | None = None,
+def build_plan(query: QueryGraph, candidate_sizes: np.ndarray | None = None,
                coalesce: bool = True) -> QueryPlan:
-    """Plan a query.  `coalesce=False` searches every directed edge (for ablation/tests)."""
+    """Plan a query.  `candidate_sizes[q]` (data vertices that are candidates of q) guides
+    the orders; `coalesce=False` searches every directed edge (for ablation/tests)."""
     if coalesce:
         orbits, sigma = directed_edge_orbits(query)
     else:
@@ -218,17 +225,16 @@ def build_plan(query: QueryGraph, label_frequency: dict[int, int] | None = None,
                           + [(b, a) for a, b in query.edges.tolist()])
         orbits = [[e] for e in directed]
         sigma = {e: np.arange(query.num_vertices) for e in directed}
-    incremental = _task_types(query, orbits, sigma, label_frequency)
+    incremental = _task_types(query, orbits, sigma, candidate_sizes)
 
     # Full matching: every embedding maps the root edge {a, b} onto exactly one data
     # edge in one orientation.  Root = the edge with the rarest, best-connected ends.
-    freq = label_frequency or {}
+    sizes = _sizes(query, candidate_sizes)
     degrees = query.degrees
 
     def cost(edge):
         a, b = edge
-        return (freq.get(int(query.labels[a]), 0) * freq.get(int(query.labels[b]), 0),
-                -int(degrees[a] + degrees[b]))
+        return (sizes[a] * sizes[b], -int(degrees[a] + degrees[b]))
     a, b = min(query.edges.tolist(), key=cost)
     if coalesce and find_automorphism(query, {a: b, b: a}) is not None:
         flip = find_automorphism(query, {a: b, b: a})
@@ -238,7 +244,7 @@ def build_plan(query: QueryGraph, label_frequency: dict[int, int] | None = None,
         static_orbits = [[(a, b)], [(b, a)]]
         static_sigma = {(a, b): np.arange(query.num_vertices),
                         (b, a): np.arange(query.num_vertices)}
-    static = _task_types(query, static_orbits, static_sigma, label_frequency)
+    static = _task_types(query, static_orbits, static_sigma, candidate_sizes)
     return QueryPlan(query=query, incremental=incremental, static=static, orbits=orbits)
 
 

@@ -33,7 +33,8 @@ never generate them (see ``UNSPECIFIED`` notes inline).
 Applied/ignored accounting: every record lands in exactly one of ``applied`` or
 ``ignored`` under its kind's key; duplicates inside a batch count once as
 applied and the rest as ignored; both halves of a cancel pair are ignored; edges
-removed implicitly by a vertex deletion are not counted anywhere.
+removed with a deleted vertex count as applied edge deletions (they left the graph),
+so applied counts every change the graph saw.
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ class RefGraph:
                 new_edges[key] = lab
                 applied["edges_inserted"] += 1
 
-        # Vertex deletions remove the vertex and (uncounted) all its edges.
+        # Vertex deletions remove the vertex and all its edges.
         for v in vertex_dels:
             if v in new_vertices and v not in seen_vadd:
                 del new_vertices[v]
@@ -276,6 +277,7 @@ class RefGraph:
                 ignored["vertices_deleted"] += 1
         for key in [k for k in new_edges if k & deleted_ids]:
             del new_edges[key]
+            applied["edges_deleted"] += 1
 
         self.vertices, self.edges = new_vertices, new_edges
         return applied, ignored
