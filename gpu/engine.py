@@ -23,7 +23,7 @@ from gpu.executor import execute_cpu
 from gpu.formats import LabeledGraph, UpdateStream
 from gpu.graph import DynamicGraph
 from gpu.leafcount import LeafCounts, UpdateIndex
-from gpu.plan import QueryPlan, TaskTypes, build_plan
+from gpu.plan import PlanStats, QueryPlan, TaskTypes, build_plan
 from gpu.query import QueryGraph
 from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
 from gpu.signature import SignatureTable
@@ -70,14 +70,25 @@ class Engine:
         qid = self._next_id
         self._next_id += 1
         self.signatures.add_query(qid, query, self.graph)
-        cand = self.signatures.cand[qid][: self.graph.num_slots]
-        sizes = [int(((cand >> np.uint32(q)) & np.uint32(1)).sum())
-                 for q in range(query.num_vertices)]
-        plan = build_plan(query, np.array(sizes), coalesce=self.coalesce)
+        plan = build_plan(query, self._plan_stats(qid, query), coalesce=self.coalesce)
         leaves = LeafCounts(query, self.graph.label.shape[0])
         leaves.rebuild(self.graph, self.signatures.cand[qid])
         self._queries[qid] = _Standing(plan, leaves)
         return qid
+
+    def _plan_stats(self, qid: int, query: QueryGraph) -> PlanStats:
+        """Candidate-set sizes and data edges between candidate sets (registration only)."""
+        g = self.graph
+        cand = self.signatures.cand[qid][: g.num_slots]
+        bits = [(cand >> np.uint32(q)) & np.uint32(1) for q in range(query.num_vertices)]
+        sizes = np.array([float(b.sum()) for b in bits])
+        us, vs, labels = all_edges(g.start, g.deg, g.nbr, g.elab, g.num_slots)
+        edges = np.zeros((query.num_vertices, query.num_vertices))
+        for (a, b), label in zip(query.edges.tolist(), query.edge_labels.tolist()):
+            right = labels == label
+            both_ways = (bits[a][us] & bits[b][vs]) + (bits[a][vs] & bits[b][us])
+            edges[a, b] = edges[b, a] = float(both_ways[right].sum())
+        return PlanStats(candidates=sizes, edges=edges)
 
     def remove_query(self, qid: int) -> None:
         self._standing(qid)

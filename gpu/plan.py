@@ -117,41 +117,104 @@ def directed_edge_orbits(query: QueryGraph) -> tuple[list[list[tuple[int, int]]]
     return orbits, sigma
 
 
+@dataclass(frozen=True, eq=False)
+class PlanStats:
+    """What planning knows of the data graph, measured when the query is registered."""
+    candidates: np.ndarray   # float [n]    data vertices that are candidates of each q
+    edges: np.ndarray        # float [n, n] directed data edges x -> y, x in C(a), y in C(b),
+                             #              carrying the label of query edge (a, b)
+
+    def extension(self, c: int, back: list[int]) -> float:
+        """Expected candidates of c per partial match, given its matched neighbours `back`:
+        |C(c)| times, per neighbour b, the chance that a candidate pair is an edge."""
+        size = float(self.candidates[c])
+        factor = size
+        for b in back:
+            pairs = float(self.candidates[b]) * size
+            factor *= self.edges[b, c] / pairs if pairs else 0.0
+        return factor
+
+
+# Orders are searched exhaustively (branch and bound) when at most this many non-leaf
+# vertices follow the root edge, for at most ORDER_SEARCH_BUDGET steps per root; larger
+# queries keep the greedy order (each step is cheapest-extension-first).
+ORDER_SEARCH_MAX_INNER = 8
+ORDER_SEARCH_BUDGET = 5000
+
+
 def matching_order(query: QueryGraph, a: int, b: int,
-                   candidate_sizes: np.ndarray | None = None) -> list[int]:
-    """Root edge first, then most constrained first: most matched neighbours, fewest
-    candidates, highest degree.  Leaves (degree 1) go last, where they are counted, not
-    enumerated."""
+                   stats: PlanStats | None = None) -> list[int]:
+    """Root edge first, leaves (degree 1) last, where they are counted, not enumerated.
+
+    With `stats`, the other vertices are ordered to minimise the estimated search work:
+    the sum over levels of the expected number of partial matches (greedy, then branch and
+    bound over connected orders for small queries).  Without, most matched neighbours
+    first, then highest degree.
+    """
     n = query.num_vertices
     matrix = query.edge_label_matrix
     degrees = query.degrees
-    sizes = _sizes(query, candidate_sizes)
-    order = [a, b]
-    placed = np.zeros(n, dtype=bool)
-    placed[[a, b]] = True
-    while len(order) < n:
-        best, best_key = -1, None
-        for c in range(n):
-            if placed[c]:
+    inner = [c for c in range(n) if c not in (a, b) and degrees[c] > 1]
+    leaves = [c for c in range(n) if c not in (a, b) and degrees[c] == 1]
+
+    def back(c: int, placed: list[int]) -> list[int]:
+        return [x for x in placed if matrix[c, x] != NO_EDGE]
+
+    def greedy(rest: list[int], placed: list[int]) -> list[int]:
+        order = list(placed)
+        rest = list(rest)
+        while rest:
+            ready = [c for c in rest if back(c, order)]
+            if stats is None:
+                c = max(ready, key=lambda c: (len(back(c, order)), int(degrees[c]), -c))
+            else:
+                c = min(ready, key=lambda c: (stats.extension(c, back(c, order)), c))
+            order.append(c)
+            rest.remove(c)
+        return order
+
+    order = greedy(inner, [a, b])
+    if stats is not None and 1 < len(inner) <= ORDER_SEARCH_MAX_INNER:
+        order = _cheapest_order(order, inner, stats, back)
+    return greedy(leaves, order)
+
+
+def _cheapest_order(initial: list[int], inner: list[int], stats: PlanStats, back) -> list[int]:
+    """Branch and bound over connected orders of `inner` after the root edge."""
+    def cost(order: list[int]) -> float:
+        partial, total = 1.0, 0.0
+        for i in range(2, len(order)):
+            partial *= stats.extension(order[i], back(order[i], order[:i]))
+            total += partial
+        return total
+
+    best_cost, best = cost(initial), list(initial)
+    budget = ORDER_SEARCH_BUDGET
+
+    def search(order: list[int], partial: float, total: float) -> None:
+        nonlocal best_cost, best, budget
+        budget -= 1
+        if total >= best_cost or budget <= 0:
+            return
+        if len(order) == len(inner) + 2:
+            best_cost, best = total, list(order)
+            return
+        for c in inner:
+            if c in order:
                 continue
-            back = int((matrix[c, order] != NO_EDGE).sum())
-            if back == 0:
+            links = back(c, order)
+            if not links:
                 continue
-            key = (degrees[c] > 1, back, -sizes[c], int(degrees[c]), -c)
-            if best_key is None or key > best_key:
-                best, best_key = c, key
-        order.append(best)
-        placed[best] = True
-    return order
+            step = partial * stats.extension(c, links)
+            order.append(c)
+            search(order, step, total + step)
+            order.pop()
+
+    search(list(initial[:2]), 1.0, 0.0)
+    return best
 
 
-def _sizes(query: QueryGraph, candidate_sizes) -> list[int]:
-    if candidate_sizes is None:
-        return [0] * query.num_vertices
-    return [int(x) for x in candidate_sizes]
-
-
-def _task_types(query: QueryGraph, orbits, sigma, candidate_sizes) -> TaskTypes:
+def _task_types(query: QueryGraph, orbits, sigma, stats: PlanStats | None) -> TaskTypes:
     n = query.num_vertices
     t_count = len(orbits)
     width = max(len(o) for o in orbits)
@@ -169,7 +232,7 @@ def _task_types(query: QueryGraph, orbits, sigma, candidate_sizes) -> TaskTypes:
         roots[t] = (a, b)
         root_labels[t] = matrix[a, b]
         multiplicity[t] = len(orbit)
-        order = matching_order(query, a, b, candidate_sizes)
+        order = matching_order(query, a, b, stats)
         orders[t] = order
         for level in range(2, n):
             c = order[level]
@@ -214,10 +277,10 @@ def _leaf_run_start(query: QueryGraph, order: list[int], bw_level: np.ndarray) -
     return first
 
 
-def build_plan(query: QueryGraph, candidate_sizes: np.ndarray | None = None,
+def build_plan(query: QueryGraph, stats: PlanStats | None = None,
                coalesce: bool = True) -> QueryPlan:
-    """Plan a query.  `candidate_sizes[q]` (data vertices that are candidates of q) guides
-    the orders; `coalesce=False` searches every directed edge (for ablation/tests)."""
+    """Plan a query.  `stats` (measured on the data) guides the orders; `coalesce=False`
+    searches every directed edge (for ablation/tests)."""
     if coalesce:
         orbits, sigma = directed_edge_orbits(query)
     else:
@@ -225,16 +288,16 @@ def build_plan(query: QueryGraph, candidate_sizes: np.ndarray | None = None,
                           + [(b, a) for a, b in query.edges.tolist()])
         orbits = [[e] for e in directed]
         sigma = {e: np.arange(query.num_vertices) for e in directed}
-    incremental = _task_types(query, orbits, sigma, candidate_sizes)
+    incremental = _task_types(query, orbits, sigma, stats)
 
     # Full matching: every embedding maps the root edge {a, b} onto exactly one data
-    # edge in one orientation.  Root = the edge with the rarest, best-connected ends.
-    sizes = _sizes(query, candidate_sizes)
+    # edge in one orientation.  Root = the query edge with the fewest data edges between
+    # its candidates (without stats: the best-connected ends).
     degrees = query.degrees
 
     def cost(edge):
         a, b = edge
-        return (sizes[a] * sizes[b], -int(degrees[a] + degrees[b]))
+        return (stats.edges[a, b] if stats is not None else 0, -int(degrees[a] + degrees[b]))
     a, b = min(query.edges.tolist(), key=cost)
     if coalesce and find_automorphism(query, {a: b, b: a}) is not None:
         flip = find_automorphism(query, {a: b, b: a})
@@ -244,7 +307,7 @@ def build_plan(query: QueryGraph, candidate_sizes: np.ndarray | None = None,
         static_orbits = [[(a, b)], [(b, a)]]
         static_sigma = {(a, b): np.arange(query.num_vertices),
                         (b, a): np.arange(query.num_vertices)}
-    static = _task_types(query, static_orbits, static_sigma, candidate_sizes)
+    static = _task_types(query, static_orbits, static_sigma, stats)
     return QueryPlan(query=query, incremental=incremental, static=static, orbits=orbits)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from networkx.algorithms.isomorphism import GraphMatcher
 
-from gpu.plan import _leaf_run_start, build_plan, make_tasks
+from gpu.plan import PlanStats, _leaf_run_start, build_plan, make_tasks
 from gpu.query import NO_EDGE, QueryGraph
 
 
@@ -210,23 +210,48 @@ def test_orders_and_backward_tables(name):
         check_types(q, plan.static)
 
 
-def test_order_prefers_non_leaves_then_fewest_candidates():
-    # 0 - 1 - 4, 0 - 2 - 3: from root (0, 2) vertex 1 is the only non-leaf left
-    q = query([0, 1, 2, 3, 1], [(0, 1), (0, 2), (2, 3), (1, 4)])
-    for sizes, tail in (([5, 1000, 1, 7, 1000], [3, 4]), ([5, 1, 1, 1000, 1], [4, 3])):
-        plan = build_plan(q, np.array(sizes))
-        i = [tuple(r) for r in plan.incremental.roots.tolist()].index((0, 2))
-        assert plan.incremental.orders[i].tolist() == [0, 2, 1] + tail
-    # more matched neighbours beats fewer candidates: from root (0, 1) of a diamond with a
-    # tail, 3 (adjacent to both roots) goes before 2 (one of them) however rare 2 is
-    q = uniform(5, [(0, 1), (0, 2), (0, 3), (1, 3), (2, 4), (3, 4)])
-    plan = build_plan(q, np.array([9, 9, 1, 100, 9]), coalesce=False)
-    i = [tuple(r) for r in plan.incremental.roots.tolist()].index((0, 1))
-    assert plan.incremental.orders[i].tolist()[:3] == [0, 1, 3]
-    plan = build_plan(q, np.array([9, 9, 1, 100, 1]), coalesce=False)
-    i = [tuple(r) for r in plan.incremental.roots.tolist()].index((0, 3))
-    # from (0, 3): 1 is adjacent to both roots, 2 and 4 (the rare ones) to one each
-    assert plan.incremental.orders[i].tolist()[:3] == [0, 3, 1]
+def _order_cost(q, order, stats):
+    partial, total = 1.0, 0.0
+    for i in range(2, len(order)):
+        back = [x for x in order[:i] if q.edge_label_matrix[order[i], x] >= 0]
+        partial *= stats.extension(order[i], back)
+        total += partial
+    return total
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_order_is_the_cheapest_connected_order_with_leaves_last(seed):
+    """With data statistics the order of the non-leaf vertices minimises the estimated
+    number of partial matches; checked against every connected order."""
+    q = random_query(random.Random(100 + seed))
+    rng = np.random.default_rng(seed)
+    n = q.num_vertices
+    sizes = rng.integers(1, 1000, n).astype(float)
+    edges = np.zeros((n, n))
+    for a, b in q.edges.tolist():
+        edges[a, b] = edges[b, a] = float(rng.integers(0, int(sizes[a] * sizes[b]) + 1))
+    stats = PlanStats(candidates=sizes, edges=edges)
+    plan = build_plan(q, stats, coalesce=False)
+    deg = q.degrees
+    for t, (a, b) in enumerate(plan.incremental.roots.tolist()):
+        order = plan.incremental.orders[t].tolist()
+        inner = [c for c in order[2:] if deg[c] > 1]
+        assert order[2:2 + len(inner)] == inner, "leaves must come after every non-leaf"
+        best = min(
+            _order_cost(q, [a, b, *rest], stats)
+            for rest in itertools.permutations(inner)
+            if all(any(q.edge_label_matrix[c, x] >= 0 for x in [a, b, *rest][:i + 2])
+                   for i, c in enumerate(rest)))
+        assert _order_cost(q, order[:2 + len(inner)], stats) == pytest.approx(best)
+
+
+def test_static_root_has_fewest_data_edges():
+    q = uniform(4, [(0, 1), (1, 2), (2, 3)])
+    edges = np.zeros((4, 4))
+    for (a, b), count in zip([(0, 1), (1, 2), (2, 3)], [50.0, 7.0, 90.0]):
+        edges[a, b] = edges[b, a] = count
+    plan = build_plan(q, PlanStats(candidates=np.full(4, 10.0), edges=edges))
+    assert set(map(tuple, plan.static.roots.tolist())) <= {(1, 2), (2, 1)}
 
 
 # --------------------------------------------------------------------------- static
@@ -253,15 +278,13 @@ def test_static_types_cover_one_edge_both_ways(name):
     assert [tuple(r) for r in plain.roots.tolist()] == [(a, b), (b, a)]
 
 
-def test_static_root_is_the_rarest_edge():
-    q = query([0, 1, 2, 3], [(0, 1), (1, 2), (2, 3)])
-    plan = build_plan(q, np.array([100, 100, 1, 1]))
-    assert sorted(plan.static.roots[0].tolist()) == [2, 3]
-    plan = build_plan(q, np.array([1, 1, 100, 100]))
-    assert sorted(plan.static.roots[0].tolist()) == [0, 1]
-    # equal candidate counts: the best-connected edge (largest degree sum) wins
+def test_static_root_ties_go_to_the_best_connected_edge():
+    # equal data-edge counts everywhere: the edge with the largest degree sum wins
     q = query([0] * 5, [(0, 1), (1, 2), (2, 3), (2, 4)])
-    plan = build_plan(q, np.array([10] * 5))
+    edges = np.zeros((5, 5))
+    for a, b in q.edges.tolist():
+        edges[a, b] = edges[b, a] = 10.0
+    plan = build_plan(q, PlanStats(candidates=np.full(5, 10.0), edges=edges))
     assert sorted(plan.static.roots[0].tolist()) == [1, 2]
 
 
