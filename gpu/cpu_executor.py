@@ -61,10 +61,20 @@ def _blocked(r, cur):
     return r != 0 and r < cur
 
 
+# The kernels take their arrays in four tuples (Numba unpacks them for free):
+#   graph   = (start, deg, nbr, nlab, elab, rank, label)           gpu/graph.py
+#   plan    = (q_label, orders, bw_count, bw_level, bw_label,
+#              tail_free, leaf_from, tail_head, perms, multiplicity)  gpu/plan.py TaskTypes
+#   leaves  = (leaf_column, nc, upd_start, upd_cnt, upd_nbr,
+#              upd_rank, upd_elab)                                  gpu/leafcount.py
+#   scratch = (m, buf, idx, cnt, key, valid, cursors, ends)         one per parallel chunk
+
+
 @nb.njit(cache=True)
-def _scan_level(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
-                bw_count, bw_level, bw_label, cursors, ends, out_buf):
+def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf):
     """All candidates of `level` (injectivity not checked) into out_buf; returns how many."""
+    start, deg, nbr, nlab, elab, rank, _ = graph
+    q_label, orders, bw_count, bw_level, bw_label = plan[0], plan[1], plan[2], plan[3], plan[4]
     q = orders[t, level]
     bit = np.uint32(1) << np.uint32(q)
     want = q_label[q]
@@ -143,15 +153,16 @@ def _unused_size(buf, n, m, level):
 
 
 @nb.njit(cache=True)
-def _leaf_count(y, q, el, j, m, used_levels, cur, start, deg, nbr, nlab, elab, rank, label,
-                cand, nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab):
+def _leaf_count(y, q, el, m, used_levels, cur, graph, cand, leaves):
     """Candidates of leaf q among y's neighbours via edges labelled el, minus m[:used_levels].
 
     nc holds the count over edges that are not updates of the running phase; the
     phase's update edges at y are added back where the total-order rule allows.
     """
+    start, deg, nbr, nlab, elab, rank, label = graph
+    leaf_column, nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab = leaves
     bit = np.uint32(1) << np.uint32(q)
-    size = np.int64(nc[y, j])
+    size = np.int64(nc[y, leaf_column[q]])
     if upd_cnt[y] > 0:
         for k in range(upd_start[y], upd_start[y] + upd_cnt[y]):
             if upd_elab[k] == el and (cand[upd_nbr[k]] & bit) != 0 \
@@ -167,20 +178,17 @@ def _leaf_count(y, q, el, j, m, used_levels, cur, start, deg, nbr, nlab, elab, r
 
 
 @nb.njit(cache=True)
-def _leaf_product(t, first, m, cur, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
-                  bw_level, bw_label, leaf_column, nc, upd_start, upd_cnt, upd_nbr, upd_rank,
-                  upd_elab):
-    """Matches of the trailing leaves from level `first` given m[:first]: a product of
-    falling factorials (leaves sharing parent, label and edge label share one set)."""
+def _leaf_product(t, first, used_levels, m, cur, graph, cand, plan, leaves):
+    """Matches of the trailing leaves from level `first`, avoiding m[:used_levels]: a product
+    of falling factorials (leaves sharing parent, label and edge label share one set)."""
+    q_label, orders, bw_level, bw_label = plan[0], plan[1], plan[3], plan[4]
     n = orders.shape[1]
     product = np.int64(1)
     for level in range(first, n):
         q = orders[t, level]
         parent = bw_level[t, level, 0]
         el = bw_label[t, level, 0]
-        size = _leaf_count(m[parent], q, el, leaf_column[q], m, first, cur, start, deg, nbr,
-                           nlab, elab, rank, label, cand, nc, upd_start, upd_cnt, upd_nbr, upd_rank,
-                           upd_elab)
+        size = _leaf_count(m[parent], q, el, m, used_levels, cur, graph, cand, leaves)
         for earlier in range(first, level):
             r = orders[t, earlier]
             if bw_level[t, earlier, 0] == parent and q_label[r] == q_label[q] \
@@ -193,9 +201,10 @@ def _leaf_product(t, first, m, cur, start, deg, nbr, nlab, elab, rank, label, ca
 
 
 @nb.njit(cache=True)
-def _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
-                bw_count, bw_level, bw_label, cursors, ends, buf, cnt, key, valid):
+def _candidates(level, t, cur, graph, cand, plan, scratch):
     """Fill buf[level] unless the cached list for the same backward vertices is still there."""
+    m, buf, _, cnt, key, valid, cursors, ends = scratch
+    bw_count, bw_level = plan[2], plan[3]
     if valid[level]:
         same = True
         for j in range(bw_count[t, level]):
@@ -206,25 +215,22 @@ def _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand
             return
     for j in range(bw_count[t, level]):
         key[level, j] = m[bw_level[t, level, j]]
-    cnt[level] = _scan_level(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
-                             q_label, orders, bw_count, bw_level, bw_label, cursors, ends,
-                             buf[level])
+    cnt[level] = _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, buf[level])
     valid[level] = True
 
 
 @nb.njit(cache=True)
-def _search(u, v, cur, t, start, deg, nbr, nlab, elab, rank, label, cand, q_label, orders,
-            bw_count, bw_level, bw_label, tail_free, leaf_from, leaf_column, nc, upd_start,
-            upd_cnt, upd_nbr, upd_rank, upd_elab, perms, multiplicity, m, buf, idx, cnt, key,
-            valid, cursors, ends, out, out_pos, limit, listing):
+def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, out, out_pos, limit, listing):
     """Matches of one task.  Returns the count; writes rows from out_pos when listing."""
+    orders, tail_free, leaf_from, tail_head = plan[1], plan[5], plan[6], plan[7]
+    m, buf, idx, cnt, _, valid, _, _ = scratch
     n = orders.shape[1]
     last = n - 1
     m[0] = u
     m[1] = v
     if n == 2:
         if listing:
-            _emit(t, m, orders, perms, multiplicity, out, out_pos, limit)
+            _emit(t, m, plan, out, out_pos, limit)
         return np.int64(1)
     for level in range(n):
         valid[level] = False
@@ -236,23 +242,28 @@ def _search(u, v, cur, t, start, deg, nbr, nlab, elab, rank, label, cand, q_labe
         if descend:
             descend = False
             if level == leaf_from[t] and not listing:
-                total += _leaf_product(t, level, m, cur, start, deg, nbr, nlab, elab, rank, label,
-                                       cand, q_label, orders, bw_level, bw_label, leaf_column,
-                                       nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab)
+                heads = np.int64(1)
+                first = level
+                if tail_head[t]:
+                    # The head's candidates are disjoint from the leaves' and feed none of
+                    # them: every unused one extends every leaf assignment.
+                    _candidates(level, t, cur, graph, cand, plan, scratch)
+                    heads = _unused_size(buf[level], cnt[level], m, level)
+                    first = level + 1
+                if heads > 0:
+                    total += heads * _leaf_product(t, first, level, m, cur, graph, cand, plan,
+                                                   leaves)
                 level -= 1
                 if level < 2:
                     return total
             elif level == last:
-                _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
-                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
-                            cnt, key, valid)
+                _candidates(level, t, cur, graph, cand, plan, scratch)
                 if listing:
                     for i in range(cnt[last]):
                         w = buf[last, i]
                         if not _used(m, last, w):
                             m[last] = w
-                            out_pos = _emit(t, m, orders, perms, multiplicity, out, out_pos,
-                                            limit)
+                            out_pos = _emit(t, m, plan, out, out_pos, limit)
                     if out_pos >= limit:
                         return total + _unused_size(buf[last], cnt[last], m, last)
                 total += _unused_size(buf[last], cnt[last], m, last)
@@ -262,12 +273,8 @@ def _search(u, v, cur, t, start, deg, nbr, nlab, elab, rank, label, cand, q_labe
             elif level == last - 1 and tail_free[t] and not listing:
                 # The last two vertices are not adjacent: with A, B their candidates minus
                 # the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|.
-                _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
-                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
-                            cnt, key, valid)
-                _candidates(last, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
-                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
-                            cnt, key, valid)
+                _candidates(level, t, cur, graph, cand, plan, scratch)
+                _candidates(last, t, cur, graph, cand, plan, scratch)
                 na = _unused_size(buf[level], cnt[level], m, level)
                 if na > 0:
                     nb_ = _unused_size(buf[last], cnt[last], m, level)
@@ -282,9 +289,7 @@ def _search(u, v, cur, t, start, deg, nbr, nlab, elab, rank, label, cand, q_labe
                 if level < 2:
                     return total
             else:
-                _candidates(level, t, m, cur, start, deg, nbr, nlab, elab, rank, label, cand,
-                            q_label, orders, bw_count, bw_level, bw_label, cursors, ends, buf,
-                            cnt, key, valid)
+                _candidates(level, t, cur, graph, cand, plan, scratch)
                 idx[level] = 0
         # advance at `level` to the next unused candidate
         while idx[level] < cnt[level] and _used(m, level, buf[level, idx[level]]):
@@ -301,8 +306,9 @@ def _search(u, v, cur, t, start, deg, nbr, nlab, elab, rank, label, cand, q_labe
 
 
 @nb.njit(cache=True)
-def _emit(t, m, orders, perms, multiplicity, out, out_pos, limit):
+def _emit(t, m, plan, out, out_pos, limit):
     """Write the match held in m (by level) for every orbit member, up to `limit` rows."""
+    orders, perms, multiplicity = plan[1], plan[8], plan[9]
     n = orders.shape[1]
     for member in range(multiplicity[t]):
         if out_pos >= limit:
@@ -319,10 +325,8 @@ def _emit(t, m, orders, perms, multiplicity, out, out_pos, limit):
 
 
 @nb.njit(cache=True, parallel=True)
-def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, nlab, elab, rank, label, cand,
-              q_label, orders, bw_count, bw_level, bw_label, tail_free, leaf_from, leaf_column,
-              nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab, perms, multiplicity, max_deg,
-              chunk, offsets, out, limit, listing):
+def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, max_deg, chunk,
+              offsets, out, limit, listing):
     """Per-task match counts (searched matches, before orbit multiplicity).
 
     When `listing`, task i writes its rows from offsets[i] (already multiplied
@@ -330,31 +334,27 @@ def run_tasks(task_u, task_v, task_rank, task_type, start, deg, nbr, nlab, elab,
     limit are skipped and report 0.
     """
     ntasks = task_u.shape[0]
-    n = orders.shape[1]
+    n = plan[1].shape[1]
     counts = np.zeros(ntasks, dtype=np.int64)
     nchunks = (ntasks + chunk - 1) // chunk
     width = max_deg + 1
     for c in nb.prange(nchunks):
-        m = np.empty(n, dtype=np.int32)
-        buf = np.empty((n, width), dtype=np.int32)
-        idx = np.zeros(n, dtype=np.int64)
-        cnt = np.zeros(n, dtype=np.int64)
-        key = np.empty((n, n), dtype=np.int32)
-        valid = np.zeros(n, dtype=np.bool_)
-        cursors = np.empty(n, dtype=np.int64)
-        ends = np.empty(n, dtype=np.int64)
+        scratch = (np.empty(n, dtype=np.int32),            # m: data vertex per level
+                   np.empty((n, width), dtype=np.int32),   # buf: candidates per level
+                   np.zeros(n, dtype=np.int64),            # idx: next candidate per level
+                   np.zeros(n, dtype=np.int64),            # cnt: candidates per level
+                   np.empty((n, n), dtype=np.int32),       # key: backward vertices of buf
+                   np.zeros(n, dtype=np.bool_),            # valid: buf[level] is cached
+                   np.empty(n, dtype=np.int64),            # cursors into backward lists
+                   np.empty(n, dtype=np.int64))            # ends of backward lists
         for i in range(c * chunk, min(ntasks, (c + 1) * chunk)):
             pos = np.int64(0)
             if listing:
                 pos = offsets[i]
                 if pos >= limit:
                     continue
-            counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], start, deg,
-                                nbr, nlab, elab, rank, label, cand, q_label, orders, bw_count,
-                                bw_level, bw_label, tail_free, leaf_from, leaf_column, nc,
-                                upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab, perms,
-                                multiplicity, m, buf, idx, cnt, key, valid, cursors, ends, out,
-                                pos, limit, listing)
+            counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
+                                plan, leaves, scratch, out, pos, limit, listing)
     return counts
 
 

@@ -23,13 +23,16 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
-    args = (tu, tv, tr, tt, graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
-            graph.label, cand, types.query_labels, types.orders, types.bw_count,
-            types.bw_level, types.bw_label, types.tail_free,
-            types.leaf_from if leaves.active else np.full(types.count, n, dtype=np.int32),
-            leaves.column, leaves.nc, updates.start, updates.count, updates.nbr, updates.rank,
-            updates.elab, types.perms,
-            types.multiplicity, np.int64(graph.max_degree), np.int64(chunk))
+    graph_arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
+                    graph.label)
+    plan_arrays = (types.query_labels, types.orders, types.bw_count, types.bw_level,
+                   types.bw_label, types.tail_free,
+                   types.leaf_from if leaves.active else np.full(types.count, n, np.int32),
+                   types.tail_head, types.perms, types.multiplicity)
+    leaf_arrays = (leaves.column, leaves.nc, updates.start, updates.count, updates.nbr,
+                   updates.rank, updates.elab)
+    args = (tu, tv, tr, tt, graph_arrays, cand, plan_arrays, leaf_arrays,
+            np.int64(graph.max_degree), np.int64(chunk))
     no_out = np.empty((0, n), dtype=np.int32)
     counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),
                                     False)

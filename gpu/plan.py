@@ -39,8 +39,8 @@ class TaskTypes:
     bw_level: np.ndarray       # int32 [T, n, n] level of each backward neighbour
     bw_label: np.ndarray       # int32 [T, n, n] label of the edge to it
     tail_free: np.ndarray      # bool  [T]     last two order vertices are non-adjacent (n >= 4)
-    leaf_from: np.ndarray      # int32 [T]     first level of the trailing leaf run counted as
-                               #               a product (n when there is none)
+    leaf_from: np.ndarray      # int32 [T]     first level of the counted tail (n: none)
+    tail_head: np.ndarray      # bool  [T]     the tail starts with a non-leaf "head" level
     perms: np.ndarray          # int32 [T, M, n] member m's match: g[q] = f[perms[t, m, q]]
 
     @property
@@ -247,10 +247,31 @@ def _task_types(query: QueryGraph, orbits, sigma, stats: PlanStats | None) -> Ta
             perms[t, m] = inverse
     tail_free = np.array([n >= 4 and matrix[o[-1], o[-2]] == NO_EDGE for o in orders.tolist()],
                          dtype=np.bool_)
-    leaf_from = np.array([_leaf_run_start(query, o, bw_level[t])
-                          for t, o in enumerate(orders.tolist())], dtype=np.int32)
+    tails = [_counted_tail(query, o, bw_level[t]) for t, o in enumerate(orders.tolist())]
+    leaf_from = np.array([first for first, _ in tails], dtype=np.int32)
+    tail_head = np.array([head for _, head in tails], dtype=np.bool_)
     return TaskTypes(query.labels.astype(np.int32), roots, root_labels, multiplicity, orders,
-                     bw_count, bw_level, bw_label, tail_free, leaf_from, perms)
+                     bw_count, bw_level, bw_label, tail_free, leaf_from, tail_head, perms)
+
+
+def _counted_tail(query: QueryGraph, order: list[int], bw_level: np.ndarray) -> tuple[int, bool]:
+    """Where the counted tail starts, and whether it starts with a head level.
+
+    The tail is the trailing leaf run (`_leaf_run_start`), extended by the level just
+    before it when no leaf of the run hangs from that level and its label is none of
+    the leaves': then its candidates are disjoint from theirs and do not change their
+    counts, so the tail counts |head candidates| x the leaves' product.
+    """
+    first = _leaf_run_start(query, order, bw_level)
+    head = first - 1
+    if first == len(order) or head < 2:
+        return first, False
+    run = range(first, len(order))
+    if any(int(bw_level[level, 0]) == head for level in run):
+        return first, False
+    if any(query.labels[order[level]] == query.labels[order[head]] for level in run):
+        return first, False
+    return head, True
 
 
 def _leaf_run_start(query: QueryGraph, order: list[int], bw_level: np.ndarray) -> int:

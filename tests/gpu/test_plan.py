@@ -184,9 +184,18 @@ def check_types(q: QueryGraph, t) -> None:
         kinds = [deg[c] == 1 for c in order[2:]]
         assert kinds == sorted(kinds), (order, deg)
         assert bool(t.tail_free[i]) == (n >= 4 and m[order[-1], order[-2]] == NO_EDGE)
-        # leaf run: from leaf_from on, leaves whose candidate sets are equal or disjoint
+        # counted tail: an optional head level, then a run of leaves whose candidate sets
+        # are equal or disjoint
         lf = int(t.leaf_from[i])
         assert 2 <= lf <= n
+        if t.tail_head[i]:
+            head = order[lf]
+            lf += 1
+            assert lf < n, "a head needs leaves after it"
+            assert all(order[t.bw_level[i, lv, 0]] != head for lv in range(lf, n)), \
+                "no leaf of the run may hang from the head"
+            assert all(q.labels[c] != q.labels[head] for c in order[lf:]), \
+                "the head's label must differ from every leaf's"
         run = order[lf:]
         parent = {c: order[t.bw_level[i, lv, 0]] for lv, c in zip(range(lf, n), run)}
         assert all(deg[c] == 1 for c in run)
