@@ -375,3 +375,28 @@ def test_update_index_lists_edges_per_endpoint():
         assert got == sorted(want.get(x, [])), x
     idx.clear()
     assert not idx.count.any()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_head_level_excludes_matched_vertices(name):
+    """A 4-cycle of label 0 with a label-1 leaf: the level before the leaf is a head (it
+    feeds no leaf and has another label), and on a dense label-0 graph its candidates
+    include vertices matched earlier, which the head count must leave out."""
+    rng = random.Random(5)
+    vertices = {v: 0 for v in range(7)} | {v: 1 for v in range(7, 12)}
+    edges = {frozenset((a, b)): 0 for a in range(7) for b in range(a + 1, 7)
+             if rng.random() < 0.8}
+    edges |= {frozenset((a, b)): 0 for a in range(7) for b in range(7, 12)
+              if rng.random() < 0.4}
+    d = Data(vertices, edges)
+    p = Pattern([0, 0, 0, 0, 1], [(0, 1), (1, 2), (2, 3), (3, 0), (0, 4)])
+    engine = Engine(d.labeled(), backend="cpu", config=CONFIGS[name]())
+    qid = engine.add_query(p.query())
+    types = engine.plan(qid).incremental
+    assert types.tail_head.any(), "the plan must use a head level for this test to mean much"
+    state = check_all(engine, d, {qid: p}, None, None)
+    assert len(state[qid]) > 0
+    next_id = [100]
+    for _ in range(6):
+        res = engine.apply(random_batch(rng, d, 2, 1, next_id))
+        state = check_all(engine, d, {qid: p}, state, res)
