@@ -356,25 +356,3 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
                                 plan, leaves, scratch, out, pos, limit, listing)
     return counts
-
-
-@nb.njit(cache=True)
-def all_edges(start, deg, nbr, elab, num_slots):
-    """Every undirected edge once, u < v, with its label."""
-    total = 0
-    for u in range(num_slots):
-        for i in range(start[u], start[u] + deg[u]):
-            if u < nbr[i]:
-                total += 1
-    us = np.empty(total, dtype=np.int32)
-    vs = np.empty(total, dtype=np.int32)
-    ls = np.empty(total, dtype=np.int32)
-    k = 0
-    for u in range(num_slots):
-        for i in range(start[u], start[u] + deg[u]):
-            if u < nbr[i]:
-                us[k] = u
-                vs[k] = nbr[i]
-                ls[k] = elab[i]
-                k += 1
-    return us, vs, ls

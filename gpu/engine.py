@@ -17,7 +17,6 @@ import numpy as np
 
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
-from gpu.cpu_executor import all_edges
 from gpu.device import resolve_backend
 from gpu.executor import execute_cpu
 from gpu.formats import LabeledGraph, UpdateStream
@@ -82,7 +81,7 @@ class Engine:
         cand = self.signatures.cand[qid][: g.num_slots]
         bits = [(cand >> np.uint32(q)) & np.uint32(1) for q in range(query.num_vertices)]
         sizes = np.array([float(b.sum()) for b in bits])
-        us, vs, labels = all_edges(g.start, g.deg, g.nbr, g.elab, g.num_slots)
+        us, vs, labels = g.edges()
         edges = np.zeros((query.num_vertices, query.num_vertices))
         for (a, b), label in zip(query.edges.tolist(), query.edge_labels.tolist()):
             right = labels == label
@@ -120,7 +119,7 @@ class Engine:
     def _static(self, qid: int, limit: int) -> MatchSet:
         plan = self._standing(qid).plan
         g = self.graph
-        us, vs, labels = all_edges(g.start, g.deg, g.nbr, g.elab, g.num_slots)
+        us, vs, labels = g.edges()
         ranks = np.zeros(len(us), dtype=np.int32)
         if limit < 0:   # everything: count first, then list exactly that many
             limit = self._run(qid, plan.static, us, vs, labels, ranks, 0).count
@@ -231,6 +230,6 @@ class Engine:
         """The current graph with external ids (snapshots, tests)."""
         g = self.graph
         alive = np.flatnonzero(g.alive[: g.num_slots])
-        us, vs, labels = all_edges(g.start, g.deg, g.nbr, g.elab, g.num_slots)
+        us, vs, labels = g.edges()
         return LabeledGraph(vertex_ids=g.ext[alive].copy(), vertex_labels=g.label[alive].copy(),
                             edge_src=g.ext[us], edge_dst=g.ext[vs], edge_labels=labels)

@@ -186,6 +186,28 @@ def _compact(nbr, nlab, elab, rank, start, deg, cap, alive, new_nbr, new_nlab, n
     return top
 
 
+@nb.njit(cache=True)
+def all_edges(start, deg, nbr, elab, num_slots):
+    """Every undirected edge once, u < v, with its label."""
+    total = 0
+    for u in range(num_slots):
+        for i in range(start[u], start[u] + deg[u]):
+            if u < nbr[i]:
+                total += 1
+    us = np.empty(total, dtype=np.int32)
+    vs = np.empty(total, dtype=np.int32)
+    ls = np.empty(total, dtype=np.int32)
+    k = 0
+    for u in range(num_slots):
+        for i in range(start[u], start[u] + deg[u]):
+            if u < nbr[i]:
+                us[k] = u
+                vs[k] = nbr[i]
+                ls[k] = elab[i]
+                k += 1
+    return us, vs, ls
+
+
 def _directed_sorted(us, vs, labels, vertex_label):
     """Both directions of undirected edges, sorted by source, then neighbour-list order."""
     src = np.concatenate([us, vs]).astype(np.int32)
@@ -398,16 +420,7 @@ class DynamicGraph:
     # ---- export -------------------------------------------------------
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every undirected edge once as (u, v, label) slots with u < v."""
-        n = self.num_slots
-        counts = self.deg[:n].astype(np.int64)
-        src = np.repeat(np.arange(n, dtype=np.int32), counts)
-        idx = np.concatenate([np.arange(self.start[u], self.start[u] + self.deg[u])
-                              for u in range(n)]) if n else np.empty(0, dtype=np.int64)
-        idx = idx.astype(np.int64)
-        dst = self.nbr[idx]
-        lab = self.elab[idx]
-        keep = src < dst
-        return src[keep], dst[keep], lab[keep]
+        return all_edges(self.start, self.deg, self.nbr, self.elab, self.num_slots)
 
     def check(self) -> None:
         """Assert the structural invariants (tests call this after every batch)."""

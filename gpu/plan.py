@@ -262,8 +262,8 @@ def build_plan(query: QueryGraph, stats: PlanStats | None = None,
         a, b = edge
         return (stats.edges[a, b] if stats is not None else 0, -int(degrees[a] + degrees[b]))
     a, b = min(query.edges.tolist(), key=cost)
-    if coalesce and find_automorphism(query, {a: b, b: a}) is not None:
-        flip = find_automorphism(query, {a: b, b: a})
+    flip = find_automorphism(query, {a: b, b: a}) if coalesce else None
+    if flip is not None:
         static_orbits = [[(a, b), (b, a)]]
         static_sigma = {(a, b): np.arange(query.num_vertices), (b, a): flip}
     else:
