@@ -62,6 +62,11 @@ class Engine:
         self._updates = UpdateIndex(self.graph.label.shape[0])
         self._next_id = 1
         self.batches_applied = 0
+        self._device = None
+        if self.backend == "cuda":
+            from gpu.cuda_executor import DeviceMirror
+            self._device = DeviceMirror()
+            self._device.sync(self.graph)
 
     # ---- standing queries -------------------------------------------
     def add_query(self, query: QueryGraph) -> int:
@@ -73,6 +78,10 @@ class Engine:
         leaves = LeafCounts(query, self.graph.label.shape[0])
         leaves.rebuild(self.graph, self.signatures.cand[qid])
         self._queries[qid] = _Standing(plan, leaves)
+        if self._device is not None:
+            # Registration may widen the signature labels, changing every query's bits.
+            for other in self._queries:
+                self._device.sync_cand(other, self.signatures.cand[other])
         return qid
 
     def _plan_stats(self, qid: int, query: QueryGraph) -> PlanStats:
@@ -93,6 +102,8 @@ class Engine:
         self._standing(qid)
         del self._queries[qid]
         self.signatures.remove_query(qid)
+        if self._device is not None:
+            self._device.drop_query(qid)
 
     def query_ids(self) -> list[int]:
         return list(self._queries)
@@ -126,9 +137,12 @@ class Engine:
         return self._run(qid, plan.static, us, vs, labels, ranks, limit)
 
     def _run(self, qid: int, types: TaskTypes, us, vs, labels, ranks, limit: int) -> MatchSet:
-        return execute_cpu(self.graph, self.signatures.cand[qid], self._queries[qid].leaves,
-                           self._updates, types, us, vs, labels, ranks, limit,
-                           self.config.task_chunk)
+        cand = self.signatures.cand[qid]
+        if self._device is not None:
+            from gpu.cuda_executor import execute_cuda
+            return execute_cuda(self._device, qid, cand, types, us, vs, labels, ranks, limit)
+        return execute_cpu(self.graph, cand, self._queries[qid].leaves, self._updates, types,
+                           us, vs, labels, ranks, limit, self.config.task_chunk)
 
     def _external(self, rows: np.ndarray) -> np.ndarray:
         return self.graph.ext[rows].astype(np.int64).reshape(rows.shape)
@@ -181,6 +195,8 @@ class Engine:
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         if len(us) and self._queries:
             self.graph.set_ranks(us, vs, ranks)
+            if self._device is not None:
+                self._device.set_ranks(self.graph, us, vs, ranks)
             self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
         try:
             for qid, standing in self._queries.items():
@@ -192,6 +208,9 @@ class Engine:
         finally:
             if len(us) and self._queries:
                 self.graph.set_ranks(us, vs, np.zeros(len(us), dtype=np.int32))
+                if self._device is not None:
+                    self._device.set_ranks(self.graph, us, vs,
+                                           np.zeros(len(us), dtype=np.int32))
                 self._updates.clear()
         return results
 
@@ -217,6 +236,10 @@ class Engine:
         sig.refresh(g, touched)
         for qid, standing in self._queries.items():
             standing.leaves.candidates_changed(g, touched, old_bits[qid], sig.cand[qid][touched])
+        if self._device is not None:
+            self._device.sync(g, touched)
+            for qid in self._queries:
+                self._device.sync_cand(qid, sig.cand[qid], touched)
 
     # ---- inspection -----------------------------------------------------
     def check(self) -> None:
@@ -225,6 +248,8 @@ class Engine:
         self.signatures.check(self.graph)
         for qid, standing in self._queries.items():
             standing.leaves.check(self.graph, self.signatures.cand[qid])
+        if self._device is not None:
+            self._device.check(self.graph, self.signatures.cand)
 
     def to_labeled(self) -> LabeledGraph:
         """The current graph with external ids (snapshots, tests)."""

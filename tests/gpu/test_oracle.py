@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import random
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -52,9 +53,24 @@ CONFIGS: dict[str, Callable[[], EngineConfig]] = {
 }
 
 
-@pytest.fixture(params=sorted(CONFIGS), scope="module")
-def config(request) -> EngineConfig:
-    return CONFIGS[request.param]()
+@dataclass(frozen=True)
+class EngineSetup:
+    """Which executor runs the scenario, and with which tunables."""
+    config: EngineConfig
+    backend: str = "cpu"
+
+
+# Every scenario runs on the CPU executor and, where a device is present, on the CUDA
+# one: both must equal the oracle exactly.
+SETUPS = [pytest.param((name, "cpu"), id=name) for name in sorted(CONFIGS)] + [
+    pytest.param((name, "cuda"), id=f"{name}-cuda", marks=pytest.mark.gpu)
+    for name in sorted(CONFIGS)]
+
+
+@pytest.fixture(params=SETUPS, scope="module")
+def engine_setup(request) -> EngineSetup:
+    name, backend = request.param
+    return EngineSetup(CONFIGS[name](), backend)
 
 
 # --------------------------------------------------------------------------
@@ -124,9 +140,9 @@ def row_set(rows, n: int) -> set[tuple[int, ...]]:
 class Harness:
     """A RefGraph and an Engine fed identical batches, checked after each one."""
 
-    def __init__(self, g: RefGraph, config: EngineConfig, queries: dict[str, RefQuery]):
+    def __init__(self, g: RefGraph, setup: EngineSetup, queries: dict[str, RefQuery]):
         self.ref = g.copy()
-        self.engine = Engine(to_labeled(self.ref), backend="cpu", config=config)
+        self.engine = Engine(to_labeled(self.ref), backend=setup.backend, config=setup.config)
         self.queries: dict[int, RefQuery] = {}
         self.graveyard: set[int] = set()  # deleted ids, reused later to exercise slot reuse
         for name, q in queries.items():
@@ -421,10 +437,10 @@ def gen_batch(rng: random.Random, g: RefGraph, kind: str, graveyard=()) -> list[
     return recs
 
 
-def make_harness(seed: int, config: EngineConfig) -> tuple[random.Random, Harness]:
+def make_harness(seed: int, setup: EngineSetup) -> tuple[random.Random, Harness]:
     rng = random.Random(seed)
     g = random_graph(rng)
-    return rng, Harness(g, config, random_queries(rng, g))
+    return rng, Harness(g, setup, random_queries(rng, g))
 
 
 # --------------------------------------------------------------------------
@@ -432,16 +448,16 @@ def make_harness(seed: int, config: EngineConfig) -> tuple[random.Random, Harnes
 
 
 @pytest.mark.parametrize("kind", BATCH_KINDS)
-def test_batch_kinds_match_oracle(kind, config):
+def test_batch_kinds_match_oracle(kind, engine_setup):
     for seed in range(4):
-        rng, h = make_harness(1000 * BATCH_KINDS.index(kind) + seed, config)
+        rng, h = make_harness(1000 * BATCH_KINDS.index(kind) + seed, engine_setup)
         for _ in range(3):
             res = h.apply(gen_batch(rng, h.ref, kind, h.graveyard))
             assert res is not None, "generated batches must be valid"
 
 
-def test_noop_batches_change_nothing(config):
-    rng, h = make_harness(7, config)
+def test_noop_batches_change_nothing(engine_setup):
+    rng, h = make_harness(7, engine_setup)
     h.apply([])  # the empty batch
     for _ in range(4):
         before = h.embeddings()
@@ -451,10 +467,10 @@ def test_noop_batches_change_nothing(config):
         assert h.embeddings() == before
 
 
-def test_long_random_stream(config):
+def test_long_random_stream(engine_setup):
     # Many batches of every kind on one engine: state carried across batches
     # (relocated lists, reused slots, re-added ids) must stay exact.
-    rng, h = make_harness(4242, config)
+    rng, h = make_harness(4242, engine_setup)
     for step in range(30):
         h.apply(gen_batch(rng, h.ref, rng.choice(BATCH_KINDS), h.graveyard),
                 list_limit=rng.choice([BIG_LIMIT, BIG_LIMIT, 1, 3]))
@@ -509,8 +525,8 @@ def _sequential_friendly(rng: random.Random, g: RefGraph) -> list[tuple]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_size_one_batches_equal_one_big_batch(seed, config):
-    rng, whole = make_harness(500 + seed, config)
+def test_size_one_batches_equal_one_big_batch(seed, engine_setup):
+    rng, whole = make_harness(500 + seed, engine_setup)
     records = _sequential_friendly(rng, whole.ref)
     # The generator must produce order-insensitive-in-effect records, or the
     # comparison below would be vacuous.
@@ -521,7 +537,7 @@ def test_size_one_batches_equal_one_big_batch(seed, config):
     big_ref.apply(records)
     assert seq_ref == big_ref, "generator produced a non-commuting batch"
 
-    one = Harness(whole.ref, config, {f"q{i}": q for i, q in
+    one = Harness(whole.ref, engine_setup, {f"q{i}": q for i, q in
                                       enumerate(whole.queries.values())})
     res = whole.apply(records)
     net = {qid: res.queries[qid].positive - res.queries[qid].negative for qid in whole.queries}
@@ -545,12 +561,12 @@ def test_size_one_batches_equal_one_big_batch(seed, config):
         assert one.engine.count(qb) == whole.engine.count(qa)
 
 
-def test_uniform_label_shapes_count_automorphisms(config):
+def test_uniform_label_shapes_count_automorphisms(engine_setup):
     # Dense single-label graph: the automorphic shapes have many matches each,
     # and every automorphic image must be counted and listed separately.
     rng = random.Random(99)
     g = random_graph(rng, n=9, vlabels=1, elabels=1, p=0.6)
-    h = Harness(g, config, SHAPES)
+    h = Harness(g, engine_setup, SHAPES)
     clique = RefGraph.build({v: 0 for v in range(4)},
                             [(a, b) for a in range(4) for b in range(a + 1, 4)])
     assert len(clique.embeddings(SHAPES["clique4"])) == 24
@@ -558,11 +574,11 @@ def test_uniform_label_shapes_count_automorphisms(config):
         h.apply(gen_batch(rng, h.ref, rng.choice(["insert", "delete", "mixed", "vertex"])))
 
 
-def test_complete_graph_then_tear_down(config):
+def test_complete_graph_then_tear_down(engine_setup):
     # Build K_7 in one batch from isolated vertices, then delete all its edges
     # in one batch: every shape's whole match set appears and then disappears.
     g = RefGraph.build({v * 1_000_003: 0 for v in range(7)}, [])
-    h = Harness(g, config, SHAPES)
+    h = Harness(g, engine_setup, SHAPES)
     ids = sorted(g.vertices)
     all_pairs = [(u, v) for i, u in enumerate(ids) for v in ids[i + 1:]]
     res = h.apply([(ref.INSERT_EDGE, u, v, 0) for u, v in all_pairs])
@@ -572,9 +588,9 @@ def test_complete_graph_then_tear_down(config):
     assert all(h.engine.count(qid) == 0 for qid in h.queries)
 
 
-def test_vertex_delete_and_readd_with_new_label(config):
+def test_vertex_delete_and_readd_with_new_label(engine_setup):
     # A vertex deleted in one batch may come back with another label later.
-    rng, h = make_harness(31, config)
+    rng, h = make_harness(31, engine_setup)
     v = max(h.ref.vertices, key=lambda x: sum(x in k for k in h.ref.edges))
     old_label = h.ref.vertices[v]
     h.apply([(ref.DELETE_VERTEX, v, 0, ref.NO_LABEL)])
@@ -586,8 +602,8 @@ def test_vertex_delete_and_readd_with_new_label(config):
     h.apply([(ref.ADD_VERTEX, v, 0, old_label)] + [(ref.INSERT_EDGE, u, v, 0) for u in others])
 
 
-def test_edges_to_new_vertices_listed_before_the_adds(config):
-    rng, h = make_harness(77, config)
+def test_edges_to_new_vertices_listed_before_the_adds(engine_setup):
+    rng, h = make_harness(77, engine_setup)
     old = sorted(h.ref.vertices)[:3]
     a = fresh_id(rng, h.ref.vertices)
     b = fresh_id(rng, set(h.ref.vertices) | {a})
@@ -621,8 +637,8 @@ REJECT_CASES = sorted(_rejected_batches(random.Random(0),
 
 
 @pytest.mark.parametrize("case", REJECT_CASES)
-def test_rejected_batches_change_nothing(case, config):
-    rng, h = make_harness(2024, config)
+def test_rejected_batches_change_nothing(case, engine_setup):
+    rng, h = make_harness(2024, engine_setup)
     valid = gen_batch(rng, h.ref, "mixed")
     poisoned = valid + _rejected_batches(rng, h.ref)[case]
     rng.shuffle(poisoned)
@@ -635,18 +651,18 @@ def test_rejected_batches_change_nothing(case, config):
     assert h.apply(valid) is not None
 
 
-def test_delete_with_missing_endpoint_is_rejected(config):
+def test_delete_with_missing_endpoint_is_rejected(engine_setup):
     # "An edge with an endpoint that does not exist rejects the whole batch",
     # read literally for deletes as well as inserts.
-    rng, h = make_harness(2025, config)
+    rng, h = make_harness(2025, engine_setup)
     u = sorted(h.ref.vertices)[0]
     assert h.apply([(ref.DELETE_EDGE, u, fresh_id(rng, h.ref.vertices), ref.NO_LABEL)]) is None
 
 
-def test_applied_and_ignored_counts_on_plain_batch(config):
+def test_applied_and_ignored_counts_on_plain_batch(engine_setup):
     # Only records whose classification the brief leaves no doubt about.
     g = RefGraph.build({1: 0, 2: 0, 3: 1, 4: 0, 5: 1}, [(1, 2, 0), (2, 3, 0)])
-    h = Harness(g, config, {"edge": SHAPES["edge"]})
+    h = Harness(g, engine_setup, {"edge": SHAPES["edge"]})
     records = [
         (ref.INSERT_EDGE, 1, 3, 0),               # new edge: applied
         (ref.INSERT_EDGE, 2, 1, 0),               # existing: ignored
@@ -665,9 +681,9 @@ def test_applied_and_ignored_counts_on_plain_batch(config):
         assert res.ignored[key] == expected_ignored[key], key
 
 
-def test_small_list_limit_truncates_but_counts_stay_exact(config):
+def test_small_list_limit_truncates_but_counts_stay_exact(engine_setup):
     g = RefGraph.build({v: 0 for v in range(1, 7)}, [])
-    h = Harness(g, config, {"triangle": SHAPES["triangle"], "edge": SHAPES["edge"]})
+    h = Harness(g, engine_setup, {"triangle": SHAPES["triangle"], "edge": SHAPES["edge"]})
     pairs = [(u, v) for u in range(1, 7) for v in range(u + 1, 7)]
     for limit in (1, 4):
         res = h.apply([(ref.INSERT_EDGE, u, v, 0) for u, v in pairs], list_limit=limit)
@@ -690,8 +706,8 @@ def test_small_list_limit_truncates_but_counts_stay_exact(config):
         assert not full.truncated and row_set(full.rows, q.n) == true
 
 
-def test_queries_added_and_removed_mid_stream(config):
-    rng, h = make_harness(314, config)
+def test_queries_added_and_removed_mid_stream(engine_setup):
+    rng, h = make_harness(314, engine_setup)
     for step in range(6):
         h.apply(gen_batch(rng, h.ref, rng.choice(BATCH_KINDS), h.graveyard))
         if step == 1:
@@ -706,11 +722,11 @@ def test_queries_added_and_removed_mid_stream(config):
             h.check_state()
 
 
-def test_large_query_with_no_room(config):
+def test_large_query_with_no_room(engine_setup):
     # A valid 32-vertex query (path) that cannot fit a small graph: zero, then still zero.
     rng = random.Random(5)
     g = random_graph(rng, n=10, vlabels=1, elabels=1, p=0.5)
-    h = Harness(g, config, {"path32": _uniform(32, [(i, i + 1) for i in range(31)]),
+    h = Harness(g, engine_setup, {"path32": _uniform(32, [(i, i + 1) for i in range(31)]),
                             "path6": _uniform(6, [(i, i + 1) for i in range(5)])})
     h.apply(gen_batch(rng, h.ref, "insert"))
     h.apply(gen_batch(rng, h.ref, "vertex"))
@@ -727,7 +743,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @initialize(seed=st.integers(0, 10**6))
     def setup(self, seed):
-        self.rng, self.h = make_harness(seed, type(self).config_factory())
+        self.rng, self.h = make_harness(seed, EngineSetup(type(self).config_factory()))
 
     @rule(kind=st.sampled_from(BATCH_KINDS), seed=st.integers(0, 10**6),
           limit=st.sampled_from([BIG_LIMIT, 0, 2]))

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One device call that tests and benchmarks the CUDA executor, for the `device` tool.
+#
+#   bash benchmarks/device_run.sh [STAGE ...]        (from the repository root)
+#
+# Stages (default: tests gh-dense):
+#   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
+#   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
+#                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
+#                "--max-queries 3"), GH_TIMEOUT bounds each run (seconds, default 300)
+# Needs in the tree: .whl/ (hypothesis, sortedcontainers wheels, for the oracle tests),
+# bench-out/queries (the saved query sets) and bench-out/data/musae_git_edges.csv
+# (carry them: they are git-ignored).  Writes logs and JSON lines under $OUT.
+set -u
+OUT=${OUT:-bench-out/device}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD
+python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontainers 2>&1 | tail -2
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+GRAPH=bench-out/data/musae_git_edges.csv
+[ -f "$GRAPH" ] || GRAPH=../shared/datasets/github/musae_git_edges.csv
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(tests gh-dense)
+status=0
+for stage in "${stages[@]}"; do
+    echo "=== $stage"
+    case "$stage" in
+        tests)
+            python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/tests.txt" | tail -25
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        gh-*)
+            kind=${stage#gh-}
+            for backend in cuda ${GH_CPU:+cpu}; do
+                timeout "${GH_TIMEOUT:-300}" python3 -m benchmarks.gh_table --graph "$GRAPH" \
+                    --backend "$backend" --kinds "$kind" --json "$OUT/gh-$backend.jsonl" \
+                    ${GH_ARGS:-} 2>&1 | tee -a "$OUT/gh-$backend.txt" | tail -12
+            done ;;
+        *) echo "unknown stage $stage"; status=2 ;;
+    esac
+done
+exit $status

@@ -1,0 +1,93 @@
+"""The one loader of `gpu/kernels/*.cu` and a typed launcher per CUDA kernel.
+
+Sources are compiled once per process through CuPy's `RawModule` with fixed
+options; a `#line` directive makes compiler errors name the real file and
+line.  Each launcher checks the dtypes of its arrays and casts its scalars, so
+a wrong argument fails here with a message instead of corrupting memory.
+Only import this module where `gpu.device.cuda_available()` is true.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+OPTIONS = ("-std=c++17", "--generate-line-info")
+
+# One WarpState (gpu/kernels/match.cu) per warp in shared memory: 3 int arrays and
+# 2 uint64 arrays of MAX_QUERY entries, and the clock.
+MAX_QUERY = 32
+WARP_STATE_BYTES = 3 * 4 * MAX_QUERY + 2 * 8 * MAX_QUERY + 8
+WARPS_PER_BLOCK = 4
+
+
+@functools.cache
+def module(name: str) -> cp.RawModule:
+    path = KERNEL_DIR / f"{name}.cu"
+    source = f'#line 1 "{path}"\n' + path.read_text()
+    return cp.RawModule(code=source, options=OPTIONS)
+
+
+def _check(name: str, array, dtype, ndim: int | None = None) -> None:
+    if not isinstance(array, cp.ndarray):
+        raise TypeError(f"{name}: expected a device array, got {type(array).__name__}")
+    if array.dtype != np.dtype(dtype):
+        raise TypeError(f"{name}: expected {np.dtype(dtype)}, got {array.dtype}")
+    if ndim is not None and array.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got {array.ndim}")
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{name}: must be C-contiguous")
+
+
+GRAPH_DTYPES = (("start", np.int64), ("deg", np.int32), ("nbr", np.int32), ("nlab", np.int32),
+                ("elab", np.int32), ("rank", np.int32), ("cand", np.uint32))
+PLAN_DTYPES = (("q_label", np.int32), ("orders", np.int32), ("level_of", np.int32),
+               ("bw_count", np.int32), ("bw_level", np.int32), ("bw_label", np.int32),
+               ("tail_free", np.uint8), ("perms", np.int32), ("multiplicity", np.int64))
+TASK_DTYPES = (("task_u", np.int32), ("task_v", np.int32), ("task_rank", np.int32),
+               ("task_type", np.int32))
+
+
+@functools.cache
+def resident_warps() -> int:
+    """Warps that fit on the device at once with match_tasks' register use."""
+    kernel = module("match").get_function("match_tasks")
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    regs_per_warp = max(1, kernel.num_regs) * 32
+    per_sm = min(props["maxThreadsPerMultiProcessor"] // 32,
+                 props["regsPerMultiprocessor"] // regs_per_warp)
+    per_sm -= per_sm % WARPS_PER_BLOCK
+    return max(WARPS_PER_BLOCK, per_sm * props["multiProcessorCount"])
+
+
+def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
+                bufs: cp.ndarray, width: int, warps: int, counts: cp.ndarray,
+                offsets: cp.ndarray, out: cp.ndarray, limit: int, listing: bool) -> None:
+    """Launch gpu/kernels/match.cu:match_tasks over `warps` persistent warps."""
+    for (name, dtype), array in zip(GRAPH_DTYPES + PLAN_DTYPES + TASK_DTYPES,
+                                    graph + plan + tasks, strict=True):
+        _check(name, array, dtype)
+    _check("bufs", bufs, np.int32)
+    _check("counts", counts, np.int64, 1)
+    _check("offsets", offsets, np.int64, 1)
+    _check("out", out, np.int32, 2)
+    if not 2 <= n <= MAX_QUERY:
+        raise ValueError(f"query size must be 2..{MAX_QUERY}, got {n}")
+    num_tasks = tasks[0].shape[0]
+    if counts.shape[0] != num_tasks:
+        raise ValueError(f"counts has {counts.shape[0]} entries for {num_tasks} tasks")
+    if warps % WARPS_PER_BLOCK or bufs.size < warps * n * width:
+        raise ValueError(f"bufs holds {bufs.size} ints, {warps} warps need {warps * n * width}")
+    if listing and (offsets.shape[0] != num_tasks or out.shape[1] != n):
+        raise ValueError("listing needs one offset per task and n columns in out")
+    next_task = cp.zeros(1, dtype=np.uint64)
+    kernel = module("match").get_function("match_tasks")
+    blocks = warps // WARPS_PER_BLOCK
+    kernel((blocks,), (32 * WARPS_PER_BLOCK,),
+           (*graph, np.int32(n), np.int32(members), *plan, np.int32(num_tasks), *tasks,
+            bufs, np.int64(width), next_task, counts, offsets, out, np.int64(limit),
+            np.int32(1 if listing else 0)),
+           shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)

@@ -1,0 +1,386 @@
+// Warp-centric incremental matching (GAMMA Algorithm 1): one warp per update-edge task.
+//
+// A task is (update edge u-v, its rank, a task type of the plan).  The warp runs the
+// type's matching order depth-first.  A level's candidates are the label segment of
+// its smallest backward neighbour's list, filtered lane-parallel (candidate bit, edge
+// label, total-order rule) and checked against the other backward neighbours by
+// binary search, then compacted into the level's buffer with ballot/popc, so buffers
+// stay sorted by id.  Injectivity is checked when a candidate is used, so a buffer
+// stays valid (and is reused) while the level's backward vertices do not change.
+// The last level is counted (popc), never stored; the last two levels are counted
+// together as |A||B| - |A & B| when they are not adjacent (the plan's tail_free).
+//
+// Warps are persistent and take tasks from a global counter, so skewed tasks do not
+// leave whole blocks idle.  Counts are exact 64-bit.  In listing mode a task writes its
+// rows from its own offset (a prefix sum of the counting pass) up to the limit, for
+// every member of its coalesced-search orbit.
+//
+// Lists are sorted by (neighbour label, id) and may sit anywhere in the pools with
+// gaps between them; a vertex's list is [start[x], start[x] + deg[x]).
+// (No standard headers: NVRTC compiles this without the host include paths.)
+
+#define FULL_MASK 0xffffffffu
+#define MAX_QUERY 32
+
+struct Graph {
+    const long long* start;
+    const int* deg;
+    const int* nbr;
+    const int* nlab;
+    const int* elab;
+    const int* rank;
+    const unsigned* cand;
+};
+
+struct Plan {
+    int n;                    // query vertices
+    int width;                // orbit members per type (perms' middle dimension)
+    const int* q_label;       // [n]
+    const int* orders;        // [T, n]
+    const int* level_of;      // [T, n]     level of each query vertex
+    const int* bw_count;      // [T, n]
+    const int* bw_level;      // [T, n, n]
+    const int* bw_label;      // [T, n, n]
+    const unsigned char* tail_free;  // [T]
+    const int* perms;         // [T, width, n]
+    const long long* multiplicity;   // [T]
+};
+
+struct Tasks {
+    int count;
+    const int* u;
+    const int* v;
+    const int* rank;
+    const int* type;
+};
+
+__device__ __forceinline__ bool blocked(int r, int cur) { return r != 0 && r < cur; }
+
+// First position in [lo, hi) whose value is >= key (values sorted ascending there).
+__device__ __forceinline__ long long lower_bound(const int* a, long long lo, long long hi, int key) {
+    while (lo < hi) {
+        long long mid = (lo + hi) >> 1;
+        if (a[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ bool used(const int* m, int level, int w) {
+    bool hit = false;
+    for (int k = 0; k < level; ++k) hit |= (m[k] == w);
+    return hit;
+}
+
+// Per-warp state in shared memory; arrays are indexed by level.  A level's buffer is
+// still valid while none of its backward levels got a new vertex since it was built:
+// set_at / built_at are readings of the warp's clock, which ticks on every change.
+struct WarpState {
+    int m[MAX_QUERY];         // data vertex per level
+    int cnt[MAX_QUERY];       // candidates in the level's buffer
+    int idx[MAX_QUERY];       // next candidate to try
+    unsigned long long set_at[MAX_QUERY];    // when m[level] last changed
+    unsigned long long built_at[MAX_QUERY];  // when buf[level] was filled (0: never)
+    unsigned long long clock;
+};
+
+static_assert(sizeof(WarpState) == 904, "gpu/cuda_kernels.py WARP_STATE_BYTES must match");
+
+__device__ __forceinline__ void assign(WarpState& s, int level, int w) {
+    if (s.m[level] != w) {
+        s.m[level] = w;
+        s.set_at[level] = ++s.clock;
+    }
+}
+
+// True when buf[level] holds the list for the current backward vertices.
+__device__ __forceinline__ bool cached(const Plan& p, const WarpState& s, int t, int level) {
+    const unsigned long long built = s.built_at[level];
+    if (built == 0) return false;
+    const int nbc = p.bw_count[t * p.n + level];
+    const int* bwl = p.bw_level + ((long long)t * p.n + level) * p.n;
+    for (int j = 0; j < nbc; ++j)
+        if (s.set_at[bwl[j]] > built) return false;
+    return true;
+}
+
+// Fill `out` (when non-null) with the candidates of `level`, or only count them.
+// With `count_unused`, candidates among m[:level] are left out (the last level).
+__device__ long long scan_level(const Graph& g, const Plan& p, int t, int level, int cur,
+                                const int* m, int* out, bool count_unused, int lane) {
+    const int n = p.n;
+    const int q = p.orders[t * n + level];
+    const unsigned bit = 1u << q;
+    const int want = p.q_label[q];
+    const int nbc = p.bw_count[t * n + level];
+    const int* bwl = p.bw_level + ((long long)t * n + level) * n;
+    const int* bwlab = p.bw_label + ((long long)t * n + level) * n;
+
+    // Lane j < nbc finds backward neighbour j's label segment.
+    long long lo = 0, hi = 0;
+    if (lane < nbc) {
+        int x = m[bwl[lane]];
+        long long s = g.start[x], e = s + g.deg[x];
+        lo = lower_bound(g.nlab, s, e, want);
+        hi = lower_bound(g.nlab, lo, e, want + 1);
+    }
+    // Pivot: the shortest segment.
+    long long best = (lane < nbc) ? (hi - lo) : (1LL << 62);
+    int pivot = lane;
+    for (int off = 16; off > 0; off >>= 1) {
+        long long ob = __shfl_down_sync(FULL_MASK, best, off);
+        int op = __shfl_down_sync(FULL_MASK, pivot, off);
+        if (ob < best || (ob == best && op < pivot)) { best = ob; pivot = op; }
+    }
+    pivot = __shfl_sync(FULL_MASK, pivot, 0);
+    const long long plo = __shfl_sync(FULL_MASK, lo, pivot);
+    const long long phi = __shfl_sync(FULL_MASK, hi, pivot);
+    const int plab = bwlab[pivot];
+    const unsigned lower_lanes = (1u << lane) - 1u;
+
+    long long found = 0;
+    for (long long base = plo; base < phi; base += 32) {
+        long long i = base + lane;
+        bool ok = i < phi;
+        int w = ok ? g.nbr[i] : -1;
+        if (ok) ok = (g.cand[w] & bit) && g.elab[i] == plab && !blocked(g.rank[i], cur);
+        for (int j = 0; j < nbc; ++j) {
+            long long lj = __shfl_sync(FULL_MASK, lo, j);
+            long long hj = __shfl_sync(FULL_MASK, hi, j);
+            if (j == pivot || !__any_sync(FULL_MASK, ok)) continue;
+            if (ok) {
+                long long pos = lower_bound(g.nbr, lj, hj, w);
+                ok = pos < hj && g.nbr[pos] == w && g.elab[pos] == bwlab[j] &&
+                     !blocked(g.rank[pos], cur);
+            }
+        }
+        if (count_unused && ok) ok = !used(m, level, w);
+        unsigned mask = __ballot_sync(FULL_MASK, ok);
+        if (out != nullptr && ok) out[found + __popc(mask & lower_lanes)] = w;
+        found += __popc(mask);
+    }
+    return found;
+}
+
+// Make buf[level] hold the level's candidates (reusing it when its backward vertices
+// are unchanged).
+__device__ void candidates(const Graph& g, const Plan& p, int t, int level, int cur,
+                           WarpState& s, int* buf, int lane) {
+    if (cached(p, s, t, level)) return;
+    long long c = scan_level(g, p, t, level, cur, s.m, buf, false, lane);
+    __syncwarp();
+    if (lane == 0) {
+        s.cnt[level] = (int)c;
+        s.built_at[level] = ++s.clock;
+    }
+    __syncwarp();
+}
+
+// Entries of buf[:count] that are not among m[:level] (buf is sorted by id).
+__device__ long long unused_size(const int* buf, int count, const int* m, int level, int lane) {
+    int hits = 0;
+    if (lane < level) {
+        long long pos = lower_bound(buf, 0, count, m[lane]);
+        hits = pos < count && buf[pos] == m[lane];
+    }
+    return count - __popc(__ballot_sync(FULL_MASK, hits));
+}
+
+// |A & B| of two id-sorted buffers, minus elements among m[:level].
+__device__ long long common_unused(const int* a, int na, const int* b, int nb,
+                                   const int* m, int level, int lane) {
+    if (na > nb) { const int* tp = a; a = b; b = tp; int tn = na; na = nb; nb = tn; }
+    long long common = 0;
+    for (int base = 0; base < na; base += 32) {
+        int i = base + lane;
+        bool ok = i < na;
+        if (ok) {
+            int w = a[i];
+            long long pos = lower_bound(b, 0, nb, w);
+            ok = pos < nb && b[pos] == w && !used(m, level, w);
+        }
+        common += __popc(__ballot_sync(FULL_MASK, ok));
+    }
+    return common;
+}
+
+// Write the match held in s.m (plus `last_w` at the last level) for every orbit member.
+__device__ void emit(const Plan& p, int t, const int* m, int last_w, int* out,
+                     long long pos, long long limit) {
+    const int n = p.n;
+    const long long members = p.multiplicity[t];
+    for (long long member = 0; member < members && pos < limit; ++member, ++pos) {
+        const int* perm = p.perms + ((long long)t * p.width + member) * n;
+        for (int q = 0; q < n; ++q) {
+            int lv = p.level_of[t * n + perm[q]];
+            out[pos * n + q] = (lv == n - 1) ? last_w : m[lv];
+        }
+    }
+}
+
+// Last level in listing mode: enumerate unused candidates in id order and emit them.
+__device__ long long list_last(const Graph& g, const Plan& p, int t, int cur, WarpState& s,
+                               int* buf, int* out, long long pos, long long limit, int lane) {
+    const int last = p.n - 1;
+    candidates(g, p, t, last, cur, s, buf, lane);
+    const long long members = p.multiplicity[t];
+    const unsigned lower_lanes = (1u << lane) - 1u;
+    long long found = 0;
+    const int count = s.cnt[last];
+    for (int base = 0; base < count; base += 32) {
+        int i = base + lane;
+        bool ok = i < count;
+        int w = ok ? buf[i] : -1;
+        if (ok) ok = !used(s.m, last, w);
+        unsigned mask = __ballot_sync(FULL_MASK, ok);
+        if (ok) {
+            long long at = pos + (found + __popc(mask & lower_lanes)) * members;
+            if (at < limit) emit(p, t, s.m, w, out, at, limit);
+        }
+        found += __popc(mask);
+    }
+    return found;
+}
+
+// Matches of one task; in listing mode rows go to out from `pos`.
+__device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long long task,
+                            WarpState& s, int* bufs, long long width, int* out,
+                            long long pos, long long limit, bool listing, int lane) {
+    const int n = p.n;
+    const int last = n - 1;
+    const int t = tk.type[task];
+    const int cur = tk.rank[task];
+    if (lane == 0) {
+        for (int l = 0; l < n; ++l) s.built_at[l] = 0;
+        s.m[0] = tk.u[task];
+        s.m[1] = tk.v[task];
+        s.set_at[0] = s.set_at[1] = ++s.clock;
+    }
+    __syncwarp();
+    if (n == 2) {
+        if (listing && lane == 0) emit(p, t, s.m, s.m[1], out, pos, limit);
+        return 1;
+    }
+    const bool pair_tail = p.tail_free[t] && !listing;
+    long long total = 0;
+    int level = 2;
+    bool descend = true;
+    while (true) {
+        int* buf = bufs + level * width;
+        if (descend) {
+            descend = false;
+            if (level == last) {
+                if (listing) {
+                    long long c = list_last(g, p, t, cur, s, buf, out, pos, limit, lane);
+                    pos += c * p.multiplicity[t];
+                    total += c;
+                    if (pos >= limit) return total;   // the counting pass has the total
+                } else if (cached(p, s, t, last)) {
+                    total += unused_size(buf, s.cnt[last], s.m, last, lane);
+                } else {
+                    // Count-only: nothing is stored, so nothing can be reused either.
+                    total += scan_level(g, p, t, last, cur, s.m, nullptr, true, lane);
+                }
+                if (--level < 2) return total;
+                continue;
+            }
+            if (level == last - 1 && pair_tail) {
+                // The last two vertices are not adjacent: with A, B their unused
+                // candidates, the pairs (a, b), a != b, number |A||B| - |A & B|.
+                int* next = bufs + last * width;
+                candidates(g, p, t, level, cur, s, buf, lane);
+                candidates(g, p, t, last, cur, s, next, lane);
+                long long na = unused_size(buf, s.cnt[level], s.m, level, lane);
+                if (na > 0) {
+                    long long nb = unused_size(next, s.cnt[last], s.m, level, lane);
+                    long long both = common_unused(buf, s.cnt[level], next, s.cnt[last],
+                                                   s.m, level, lane);
+                    total += na * nb - both;
+                }
+                if (--level < 2) return total;
+                continue;
+            }
+            candidates(g, p, t, level, cur, s, buf, lane);
+            if (lane == 0) s.idx[level] = 0;
+            __syncwarp();
+        }
+        // Advance at `level` to its next unused candidate.
+        int idx = s.idx[level];
+        const int count = s.cnt[level];
+        int w = -1;
+        while (idx < count) {
+            int i = idx + lane;
+            bool ok = i < count;
+            int c = ok ? buf[i] : -1;
+            if (ok) ok = !used(s.m, level, c);
+            unsigned mask = __ballot_sync(FULL_MASK, ok);
+            if (mask) {
+                int first = __ffs(mask) - 1;
+                w = __shfl_sync(FULL_MASK, c, first);
+                idx += first + 1;
+                break;
+            }
+            idx += 32;
+        }
+        __syncwarp();
+        if (w < 0) {
+            if (lane == 0) s.idx[level] = count;
+            __syncwarp();
+            if (--level < 2) return total;
+            continue;
+        }
+        if (lane == 0) {
+            s.idx[level] = idx;
+            assign(s, level, w);
+        }
+        __syncwarp();
+        ++level;
+        descend = true;
+    }
+}
+
+// counts[i] = searched matches of task i (before orbit multiplicity).  In listing mode
+// task i writes rows from offsets[i]; tasks starting at or past `limit` are skipped.
+extern "C" __global__ void match_tasks(
+        // graph
+        const long long* start, const int* deg, const int* nbr, const int* nlab,
+        const int* elab, const int* rank, const unsigned* cand,
+        // plan
+        int n, int width_members, const int* q_label, const int* orders, const int* level_of,
+        const int* bw_count, const int* bw_level, const int* bw_label,
+        const unsigned char* tail_free, const int* perms, const long long* multiplicity,
+        // tasks
+        int num_tasks, const int* task_u, const int* task_v, const int* task_rank,
+        const int* task_type,
+        // scratch and results
+        int* bufs, long long width, unsigned long long* next_task, long long* counts,
+        const long long* offsets, int* out, long long limit, int listing) {
+    const Graph g{start, deg, nbr, nlab, elab, rank, cand};
+    const Plan p{n, width_members, q_label, orders, level_of, bw_count, bw_level, bw_label,
+                 tail_free, perms, multiplicity};
+    const Tasks tk{num_tasks, task_u, task_v, task_rank, task_type};
+    extern __shared__ WarpState states[];
+    const int lane = threadIdx.x & 31;
+    const int warp_in_block = threadIdx.x >> 5;
+    const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + warp_in_block;
+    WarpState& s = states[warp_in_block];
+    if (lane == 0) {
+        s.clock = 0;
+        for (int l = 0; l < MAX_QUERY; ++l) { s.m[l] = -1; s.set_at[l] = 0; }
+    }
+    __syncwarp();
+    int* my_bufs = bufs + warp * p.n * width;
+    while (true) {
+        unsigned long long task = 0;
+        if (lane == 0) task = atomicAdd(next_task, 1ULL);
+        task = __shfl_sync(FULL_MASK, task, 0);
+        if (task >= (unsigned long long)tk.count) return;
+        long long pos = 0;
+        if (listing) {
+            pos = offsets[task];
+            if (pos >= limit) continue;
+        }
+        long long c = search(g, p, tk, (long long)task, s, my_bufs, width, out, pos, limit,
+                             listing != 0, lane);
+        if (lane == 0) counts[task] = c;
+    }
+}
