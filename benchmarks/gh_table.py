@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.querygen import KINDS, QueryGenerator, write_query_set
+from gpu.config import EngineConfig
 from gpu.device import resolve_backend
 from gpu.engine import Engine
 from gpu.formats import (
@@ -67,6 +68,10 @@ def _parse_args(argv):
         help="verify each query's positive matches against static counts before/after",
     )
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed JIT warm-up")
+    p.add_argument("--no-work-sharing", action="store_true",
+                   help="ablation: cuda warps do not hand work to idle warps")
+    p.add_argument("--no-coalesce", action="store_true",
+                   help="ablation: search every directed query edge (no coalesced search)")
     p.add_argument("--verbose", action="store_true", help="progress lines on stderr")
     args = p.parse_args(argv)
     if args.queries_dir is None:
@@ -216,7 +221,9 @@ def run(args, backend: str) -> list[dict]:
         _warm_up(sets, backend)
 
     t0 = time.perf_counter()
-    engine = Engine(initial, backend=backend)
+    engine = Engine(initial, backend=backend,
+                    config=EngineConfig(work_sharing=not args.no_work_sharing),
+                    coalesce=not args.no_coalesce)
     log(f"engine built ({time.perf_counter() - t0:.1f} s)")
     records = []
     out = args.json.open("a") if args.json else None
@@ -241,6 +248,8 @@ def run(args, backend: str) -> list[dict]:
                     "vertices": query.num_vertices,
                     "edges": query.num_edges,
                     "backend": backend,
+                    "work_sharing": not args.no_work_sharing,
+                    "coalesce": not args.no_coalesce,
                     "batch": len(batch),
                     "positive": int(result.positive),
                     "negative": int(result.negative),

@@ -21,10 +21,15 @@ class EngineConfig:
     task_chunk: int = 16
     # Id-map slots allocated up front (power of two); grows at 50 % load.
     initial_idmap_capacity: int = 1 << 12
+    # CUDA executor: busy warps hand unexplored candidates to idle ones (off: ablation).
+    work_sharing: bool = True
+    # CUDA executor: work-sharing records one launch can hand out.
+    share_capacity: int = 1 << 20
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
-                     "min_list_capacity", "task_chunk", "initial_idmap_capacity"):
+                     "min_list_capacity", "task_chunk", "initial_idmap_capacity",
+                     "share_capacity"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
@@ -33,4 +38,5 @@ class EngineConfig:
     def tiny(cls) -> "EngineConfig":
         """Smallest settings: forces growth, relocation and one-task chunks."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
-                   min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2)
+                   min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
+                   share_capacity=2)

@@ -17,11 +17,14 @@ import numpy as np
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 OPTIONS = ("-std=c++17", "--generate-line-info")
 
-# One WarpState (gpu/kernels/match.cu) per warp in shared memory: 3 int arrays and
+# One WarpState (gpu/kernels/match.cu) per warp in shared memory: 4 int arrays and
 # 2 uint64 arrays of MAX_QUERY entries, and the clock.
 MAX_QUERY = 32
-WARP_STATE_BYTES = 3 * 4 * MAX_QUERY + 2 * 8 * MAX_QUERY + 8
+WARP_STATE_BYTES = 4 * 4 * MAX_QUERY + 2 * 8 * MAX_QUERY + 8
 WARPS_PER_BLOCK = 4
+# Work-sharing records (task, level, lo, hi, the vertices above) a launch can hand out.
+SHARE_RECORD_INTS = 4 + MAX_QUERY
+SHARE_CAPACITY = 1 << 20
 
 
 @functools.cache
@@ -65,8 +68,12 @@ def resident_warps() -> int:
 
 def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
                 bufs: cp.ndarray, width: int, warps: int, counts: cp.ndarray,
-                offsets: cp.ndarray, out: cp.ndarray, limit: int, listing: bool) -> None:
-    """Launch gpu/kernels/match.cu:match_tasks over `warps` persistent warps."""
+                offsets: cp.ndarray, out: cp.ndarray, limit: int, listing: bool,
+                sharing: bool = True, share_capacity: int = SHARE_CAPACITY) -> None:
+    """Launch gpu/kernels/match.cu:match_tasks over `warps` persistent warps.
+
+    counts must start at zero (parts of a task shared between warps add to it);
+    `sharing` hands unexplored candidates to idle warps (never while listing)."""
     for (name, dtype), array in zip(GRAPH_DTYPES + PLAN_DTYPES + TASK_DTYPES,
                                     graph + plan + tasks, strict=True):
         _check(name, array, dtype)
@@ -83,11 +90,30 @@ def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
         raise ValueError(f"bufs holds {bufs.size} ints, {warps} warps need {warps * n * width}")
     if listing and (offsets.shape[0] != num_tasks or out.shape[1] != n):
         raise ValueError("listing needs one offset per task and n columns in out")
-    next_task = cp.zeros(1, dtype=np.uint64)
+    if share_capacity < 1:
+        raise ValueError(f"share_capacity must be positive, got {share_capacity}")
+    sharing = sharing and not listing
+    ctl = cp.zeros(5, dtype=np.uint64)
+    capacity = share_capacity if sharing else 1
+    records = _scratch("records", capacity * SHARE_RECORD_INTS)
+    ready = _scratch("ready", capacity)
+    ready[:capacity] = 0
     kernel = module("match").get_function("match_tasks")
     blocks = warps // WARPS_PER_BLOCK
     kernel((blocks,), (32 * WARPS_PER_BLOCK,),
            (*graph, np.int32(n), np.int32(members), *plan, np.int32(num_tasks), *tasks,
-            bufs, np.int64(width), next_task, counts, offsets, out, np.int64(limit),
+            bufs, np.int64(width), ctl, records, ready, np.int64(capacity),
+            np.int32(1 if sharing else 0), counts, offsets, out, np.int64(limit),
             np.int32(1 if listing else 0)),
            shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
+
+
+_SCRATCH: dict[str, cp.ndarray] = {}
+
+
+def _scratch(name: str, size: int) -> cp.ndarray:
+    """A reusable int32 device buffer of at least `size` entries."""
+    buf = _SCRATCH.get(name)
+    if buf is None or buf.size < size:
+        buf = _SCRATCH[name] = cp.empty(size, dtype=np.int32)
+    return buf

@@ -140,7 +140,8 @@ class Engine:
         cand = self.signatures.cand[qid]
         if self._device is not None:
             from gpu.cuda_executor import execute_cuda
-            return execute_cuda(self._device, qid, cand, types, us, vs, labels, ranks, limit)
+            return execute_cuda(self._device, qid, cand, types, us, vs, labels, ranks, limit,
+                                self.config.work_sharing, self.config.share_capacity)
         return execute_cpu(self.graph, cand, self._queries[qid].leaves, self._updates, types,
                            us, vs, labels, ranks, limit, self.config.task_chunk)
 

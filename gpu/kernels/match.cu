@@ -78,12 +78,13 @@ struct WarpState {
     int m[MAX_QUERY];         // data vertex per level
     int cnt[MAX_QUERY];       // candidates in the level's buffer
     int idx[MAX_QUERY];       // next candidate to try
+    int end[MAX_QUERY];       // candidates past this one were given to other warps
     unsigned long long set_at[MAX_QUERY];    // when m[level] last changed
     unsigned long long built_at[MAX_QUERY];  // when buf[level] was filled (0: never)
     unsigned long long clock;
 };
 
-static_assert(sizeof(WarpState) == 904, "gpu/cuda_kernels.py WARP_STATE_BYTES must match");
+static_assert(sizeof(WarpState) == 1032, "gpu/cuda_kernels.py WARP_STATE_BYTES must match");
 
 __device__ __forceinline__ void assign(WarpState& s, int level, int w) {
     if (s.m[level] != w) {
@@ -241,19 +242,71 @@ __device__ long long list_last(const Graph& g, const Plan& p, int t, int cur, Wa
     return found;
 }
 
-// Matches of one task; in listing mode rows go to out from `pos`.
+// Work sharing (GAMMA §V-A, across the whole grid as in BUG's global queue): a busy
+// warp that sees idle warps hands over the upper half of the unexplored candidates at
+// its shallowest open level.  A record names the task, the level, the candidate range
+// and the vertices above it; the taker rebuilds that level's list (it is a function of
+// those vertices) and searches the range.  Records only ever append (no wrap-around),
+// so a slot is written once; `ready` publishes it.
+struct Share {
+    unsigned long long* ctl;  // [next_task, head, tail, active, waiting]
+    int* records;             // [capacity, 4 + MAX_QUERY]: task, level, lo, hi, m[0..level)
+    int* ready;               // [capacity]
+    long long capacity;
+    int enabled;
+};
+enum { NEXT_TASK = 0, HEAD = 1, TAIL = 2, ACTIVE = 3, WAITING = 4 };
+#define RECORD_INTS (4 + MAX_QUERY)
+#define SHARE_EVERY 8
+
+__device__ __forceinline__ unsigned long long peek(unsigned long long* x) {
+    return *(volatile unsigned long long*)x;
+}
+
+// Lane 0: give away half of the shallowest open level when warps are waiting for work.
+__device__ void share_work(const Share& sh, WarpState& s, long long task, int floor, int level) {
+    const unsigned long long waiting = peek(sh.ctl + WAITING);
+    if (waiting == 0) return;
+    const unsigned long long queued = peek(sh.ctl + TAIL) - peek(sh.ctl + HEAD);
+    if (queued >= waiting) return;
+    for (int l = floor; l <= level; ++l) {
+        const int left = s.end[l] - s.idx[l];
+        if (left < 1) continue;
+        if (peek(sh.ctl + TAIL) >= (unsigned long long)sh.capacity) return;
+        const unsigned long long slot = atomicAdd(sh.ctl + TAIL, 1ULL);
+        if (slot >= (unsigned long long)sh.capacity) return;
+        const int mid = s.idx[l] + left / 2;     // left == 1: give the one away
+        int* r = sh.records + slot * RECORD_INTS;
+        r[0] = (int)task;
+        r[1] = l;
+        r[2] = mid;
+        r[3] = s.end[l];
+        for (int k = 0; k < l; ++k) r[4 + k] = s.m[k];
+        s.end[l] = mid;
+        __threadfence();
+        atomicExch(sh.ready + slot, 1);
+        return;
+    }
+}
+
+// Matches of one task, or of the part of it a share record names (`record` non-null):
+// the search starts at the record's level with its candidate range and ends when it
+// backtracks above that level.  In listing mode rows go to out from `pos`.
 __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long long task,
-                            WarpState& s, int* bufs, long long width, int* out,
-                            long long pos, long long limit, bool listing, int lane) {
+                            const volatile int* record, const Share& sh, WarpState& s,
+                            int* bufs,
+                            long long width, int* out, long long pos, long long limit,
+                            bool listing, int lane) {
     const int n = p.n;
     const int last = n - 1;
     const int t = tk.type[task];
     const int cur = tk.rank[task];
+    const int floor = record ? record[1] : 2;
     if (lane == 0) {
         for (int l = 0; l < n; ++l) s.built_at[l] = 0;
-        s.m[0] = tk.u[task];
-        s.m[1] = tk.v[task];
-        s.set_at[0] = s.set_at[1] = ++s.clock;
+        assign(s, 0, tk.u[task]);
+        assign(s, 1, tk.v[task]);
+        for (int l = 2; l < floor; ++l) assign(s, l, record[4 + l]);
     }
     __syncwarp();
     if (n == 2) {
@@ -262,8 +315,18 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
     }
     const bool pair_tail = p.tail_free[t] && !listing;
     long long total = 0;
-    int level = 2;
+    int level = floor;
     bool descend = true;
+    if (record) {
+        candidates(g, p, t, floor, cur, s, bufs + floor * width, lane);
+        if (lane == 0) {
+            s.idx[floor] = record[2];
+            s.end[floor] = min(record[3], s.cnt[floor]);
+        }
+        __syncwarp();
+        descend = false;
+    }
+    unsigned steps = 0;
     while (true) {
         int* buf = bufs + level * width;
         if (descend) {
@@ -280,7 +343,7 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
                     // Count-only: nothing is stored, so nothing can be reused either.
                     total += scan_level(g, p, t, last, cur, s.m, nullptr, true, lane);
                 }
-                if (--level < 2) return total;
+                if (--level < floor) return total;
                 continue;
             }
             if (level == last - 1 && pair_tail) {
@@ -296,16 +359,23 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
                                                    s.m, level, lane);
                     total += na * nb - both;
                 }
-                if (--level < 2) return total;
+                if (--level < floor) return total;
                 continue;
             }
             candidates(g, p, t, level, cur, s, buf, lane);
-            if (lane == 0) s.idx[level] = 0;
+            if (lane == 0) {
+                s.idx[level] = 0;
+                s.end[level] = s.cnt[level];
+            }
+            __syncwarp();
+        }
+        if (sh.enabled && ++steps % SHARE_EVERY == 0) {
+            if (lane == 0) share_work(sh, s, task, floor, level);
             __syncwarp();
         }
         // Advance at `level` to its next unused candidate.
         int idx = s.idx[level];
-        const int count = s.cnt[level];
+        const int count = s.end[level];
         int w = -1;
         while (idx < count) {
             int i = idx + lane;
@@ -325,7 +395,7 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
         if (w < 0) {
             if (lane == 0) s.idx[level] = count;
             __syncwarp();
-            if (--level < 2) return total;
+            if (--level < floor) return total;
             continue;
         }
         if (lane == 0) {
@@ -338,8 +408,9 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
     }
 }
 
-// counts[i] = searched matches of task i (before orbit multiplicity).  In listing mode
-// task i writes rows from offsets[i]; tasks starting at or past `limit` are skipped.
+// counts[i] += searched matches of task i (before orbit multiplicity); counts start at
+// zero.  In listing mode task i writes rows from offsets[i] (tasks starting at or past
+// `limit` are skipped) and work sharing is off, so rows keep their order.
 extern "C" __global__ void match_tasks(
         // graph
         const long long* start, const int* deg, const int* nbr, const int* nlab,
@@ -351,13 +422,15 @@ extern "C" __global__ void match_tasks(
         // tasks
         int num_tasks, const int* task_u, const int* task_v, const int* task_rank,
         const int* task_type,
-        // scratch and results
-        int* bufs, long long width, unsigned long long* next_task, long long* counts,
+        // scratch, work sharing and results
+        int* bufs, long long width, unsigned long long* ctl, int* records, int* ready,
+        long long capacity, int sharing, unsigned long long* counts,
         const long long* offsets, int* out, long long limit, int listing) {
     const Graph g{start, deg, nbr, nlab, elab, rank, cand};
     const Plan p{n, width_members, q_label, orders, level_of, bw_count, bw_level, bw_label,
                  tail_free, perms, multiplicity};
     const Tasks tk{num_tasks, task_u, task_v, task_rank, task_type};
+    const Share sh{ctl, records, ready, capacity, sharing && !listing};
     extern __shared__ WarpState states[];
     const int lane = threadIdx.x & 31;
     const int warp_in_block = threadIdx.x >> 5;
@@ -369,18 +442,75 @@ extern "C" __global__ void match_tasks(
     }
     __syncwarp();
     int* my_bufs = bufs + warp * p.n * width;
+    // Whole tasks first.  A warp counts as active from before it takes a task, so no
+    // warp can see "nothing active, nothing queued" while work is still being handed out.
     while (true) {
         unsigned long long task = 0;
-        if (lane == 0) task = atomicAdd(next_task, 1ULL);
+        if (lane == 0) {
+            atomicAdd(ctl + ACTIVE, 1ULL);
+            task = atomicAdd(ctl + NEXT_TASK, 1ULL);
+        }
         task = __shfl_sync(FULL_MASK, task, 0);
-        if (task >= (unsigned long long)tk.count) return;
+        if (task >= (unsigned long long)tk.count) break;
         long long pos = 0;
+        bool skip = false;
         if (listing) {
             pos = offsets[task];
-            if (pos >= limit) continue;
+            skip = pos >= limit;
         }
-        long long c = search(g, p, tk, (long long)task, s, my_bufs, width, out, pos, limit,
-                             listing != 0, lane);
-        if (lane == 0) counts[task] = c;
+        if (!skip) {
+            long long c = search(g, p, tk, (long long)task, nullptr, sh, s, my_bufs, width,
+                                 out, pos, limit, listing != 0, lane);
+            if (lane == 0 && c) atomicAdd(counts + task, (unsigned long long)c);
+        }
+        if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
     }
+    if (lane == 0) {
+        atomicAdd(ctl + ACTIVE, ~0ULL);
+        atomicAdd(ctl + WAITING, 1ULL);
+    }
+    if (!sh.enabled) return;
+    // Then shared parts, until nothing is queued and no warp is active (only active
+    // warps add records, and each checks the queue again before it can leave).
+    while (true) {
+        long long slot = -1;
+        bool done = false;
+        if (lane == 0) {
+            const unsigned long long head = peek(ctl + HEAD);
+            const unsigned long long tail = min(peek(ctl + TAIL), (unsigned long long)capacity);
+            if (head < tail) {
+                atomicAdd(ctl + ACTIVE, 1ULL);
+                if (atomicCAS(ctl + HEAD, head, head + 1) == head) {
+                    slot = (long long)head;
+                    atomicAdd(ctl + WAITING, ~0ULL);
+                } else {
+                    atomicAdd(ctl + ACTIVE, ~0ULL);
+                }
+            } else if (peek(ctl + ACTIVE) == 0 && peek(ctl + HEAD) >= min(peek(ctl + TAIL),
+                                                       (unsigned long long)capacity)) {
+                done = true;
+            } else {
+                __nanosleep(200);
+            }
+        }
+        done = __shfl_sync(FULL_MASK, done, 0);
+        slot = __shfl_sync(FULL_MASK, slot, 0);
+        if (done) break;
+        if (slot < 0) continue;
+        int* r = records + slot * RECORD_INTS;
+        if (lane == 0) {
+            while (atomicAdd(ready + slot, 0) == 0) __nanosleep(32);
+        }
+        __syncwarp();
+        __threadfence();
+        const long long task = *(volatile int*)r;   // volatile: never a stale L1 line
+        long long c = search(g, p, tk, task, r, sh, s, my_bufs, width, out, 0, limit, false,
+                             lane);
+        if (lane == 0) {
+            if (c) atomicAdd(counts + task, (unsigned long long)c);
+            atomicAdd(ctl + ACTIVE, ~0ULL);
+            atomicAdd(ctl + WAITING, 1ULL);
+        }
+    }
+    if (lane == 0) atomicAdd(ctl + WAITING, ~0ULL);
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, LabeledGraph,
                          UpdateStream, split_stream)
@@ -159,6 +160,26 @@ def test_mixed_stream_with_new_vertices_equals_cpu():
                              np.arange(1, len(kinds) + 1), f"step{step}")
         assert_same([e.apply(batch, list_limit=100_000) for e in pair], 100_000)
     pair[1].check()
+
+
+def test_work_sharing_on_off_and_tiny_queue_equal_cpu():
+    # Four hubs joined to most vertices: a handful of tasks hold most matches, so
+    # idle warps take parts of them; a 3-record queue also runs full.
+    full = skewed_graph(11, n=1500, hubs=6, labels=1)
+    initial, stream = split_stream(full, 0.1, 11)
+    shapes = [query(name, [0] * 5) for name in ("clique4", "house", "tailed_triangle",
+                                                 "square", "path4")]
+    results = []
+    for backend, config in (("cpu", EngineConfig()), ("cuda", EngineConfig()),
+                            ("cuda", EngineConfig(work_sharing=False)),
+                            ("cuda", EngineConfig(share_capacity=3))):
+        engine = Engine(initial, backend=backend, config=config)
+        for q in shapes:
+            engine.add_query(q)
+        res = engine.apply(stream)
+        results.append({qid: (d.positive, d.negative) for qid, d in res.queries.items()})
+        results[-1]["static"] = [engine.count(qid) for qid in engine.query_ids()]
+    assert all(r == results[0] for r in results[1:]), results
 
 
 def test_launcher_rejects_wrong_dtypes():
