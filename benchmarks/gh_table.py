@@ -70,6 +70,8 @@ def _parse_args(argv):
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed JIT warm-up")
     p.add_argument("--no-work-sharing", action="store_true",
                    help="ablation: cuda warps do not hand work to idle warps")
+    p.add_argument("--share-every", type=int, default=EngineConfig.share_every,
+                   help="cuda tuning: advance steps between looks at idle warps")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
     p.add_argument("--verbose", action="store_true", help="progress lines on stderr")
@@ -222,7 +224,8 @@ def run(args, backend: str) -> list[dict]:
 
     t0 = time.perf_counter()
     engine = Engine(initial, backend=backend,
-                    config=EngineConfig(work_sharing=not args.no_work_sharing),
+                    config=EngineConfig(work_sharing=not args.no_work_sharing,
+                                        share_every=args.share_every),
                     coalesce=not args.no_coalesce)
     log(f"engine built ({time.perf_counter() - t0:.1f} s)")
     records = []
@@ -249,6 +252,7 @@ def run(args, backend: str) -> list[dict]:
                     "edges": query.num_edges,
                     "backend": backend,
                     "work_sharing": not args.no_work_sharing,
+                    "share_every": args.share_every,
                     "coalesce": not args.no_coalesce,
                     "batch": len(batch),
                     "positive": int(result.positive),

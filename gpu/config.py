@@ -25,11 +25,13 @@ class EngineConfig:
     work_sharing: bool = True
     # CUDA executor: work-sharing records one launch can hand out.
     share_capacity: int = 1 << 20
+    # CUDA executor: advance steps between a busy warp's looks at the idle warps.
+    share_every: int = 128
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
-                     "share_capacity"):
+                     "share_capacity", "share_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
@@ -39,4 +41,4 @@ class EngineConfig:
         """Smallest settings: forces growth, relocation and one-task chunks."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
-                   share_capacity=2)
+                   share_capacity=2, share_every=1)

@@ -142,7 +142,8 @@ def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int) -> tuple[int,
 def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTypes,
                  us: np.ndarray, vs: np.ndarray, labels: np.ndarray, ranks: np.ndarray,
                  list_limit: int, sharing: bool = True,
-                 share_capacity: int = cuda_kernels.SHARE_CAPACITY) -> MatchSet:
+                 share_capacity: int = cuda_kernels.SHARE_CAPACITY,
+                 share_every: int = cuda_kernels.SHARE_EVERY) -> MatchSet:
     """Count (and list up to `list_limit`) the matches of `types` started from edges us-vs.
 
     `cand` is the host copy of the query's candidate bits (tasks are made on the host);
@@ -162,7 +163,7 @@ def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTy
     no_out = cp.zeros((0, n), dtype=np.int32)
     members = types.perms.shape[1]
     cuda_kernels.match_tasks(graph, plan, n, members, tasks, bufs, width, warps, counts,
-                             no_offsets, no_out, 0, False, sharing, share_capacity)
+                             no_offsets, no_out, 0, False, sharing, share_capacity, share_every)
     per_task = counts * plan[-1][tasks[3]]
     total = int(per_task.sum())
     if list_limit <= 0 or total == 0:

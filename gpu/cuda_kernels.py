@@ -25,6 +25,8 @@ WARPS_PER_BLOCK = 4
 # Work-sharing records (task, level, lo, hi, the vertices above) a launch can hand out.
 SHARE_RECORD_INTS = 4 + MAX_QUERY
 SHARE_CAPACITY = 1 << 20
+# Advance steps between a busy warp's looks at the idle warps.
+SHARE_EVERY = 128
 
 
 @functools.cache
@@ -69,7 +71,8 @@ def resident_warps() -> int:
 def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
                 bufs: cp.ndarray, width: int, warps: int, counts: cp.ndarray,
                 offsets: cp.ndarray, out: cp.ndarray, limit: int, listing: bool,
-                sharing: bool = True, share_capacity: int = SHARE_CAPACITY) -> None:
+                sharing: bool = True, share_capacity: int = SHARE_CAPACITY,
+                share_every: int = SHARE_EVERY) -> None:
     """Launch gpu/kernels/match.cu:match_tasks over `warps` persistent warps.
 
     counts must start at zero (parts of a task shared between warps add to it);
@@ -90,8 +93,9 @@ def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
         raise ValueError(f"bufs holds {bufs.size} ints, {warps} warps need {warps * n * width}")
     if listing and (offsets.shape[0] != num_tasks or out.shape[1] != n):
         raise ValueError("listing needs one offset per task and n columns in out")
-    if share_capacity < 1:
-        raise ValueError(f"share_capacity must be positive, got {share_capacity}")
+    if share_capacity < 1 or share_every < 1:
+        raise ValueError(f"share_capacity and share_every must be positive, got "
+                         f"{share_capacity} and {share_every}")
     sharing = sharing and not listing
     ctl = cp.zeros(5, dtype=np.uint64)
     capacity = share_capacity if sharing else 1
@@ -103,7 +107,8 @@ def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
     kernel((blocks,), (32 * WARPS_PER_BLOCK,),
            (*graph, np.int32(n), np.int32(members), *plan, np.int32(num_tasks), *tasks,
             bufs, np.int64(width), ctl, records, ready, np.int64(capacity),
-            np.int32(1 if sharing else 0), counts, offsets, out, np.int64(limit),
+            np.int32(1 if sharing else 0), np.int32(share_every), counts, offsets, out,
+            np.int64(limit),
             np.int32(1 if listing else 0)),
            shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
 

@@ -141,7 +141,8 @@ class Engine:
         if self._device is not None:
             from gpu.cuda_executor import execute_cuda
             return execute_cuda(self._device, qid, cand, types, us, vs, labels, ranks, limit,
-                                self.config.work_sharing, self.config.share_capacity)
+                                self.config.work_sharing, self.config.share_capacity,
+                                self.config.share_every)
         return execute_cpu(self.graph, cand, self._queries[qid].leaves, self._updates, types,
                            us, vs, labels, ranks, limit, self.config.task_chunk)
 

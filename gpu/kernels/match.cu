@@ -254,10 +254,10 @@ struct Share {
     int* ready;               // [capacity]
     long long capacity;
     int enabled;
+    int every;                // advance steps between looks at the waiting warps
 };
 enum { NEXT_TASK = 0, HEAD = 1, TAIL = 2, ACTIVE = 3, WAITING = 4 };
 #define RECORD_INTS (4 + MAX_QUERY)
-#define SHARE_EVERY 8
 
 __device__ __forceinline__ unsigned long long peek(unsigned long long* x) {
     return *(volatile unsigned long long*)x;
@@ -369,7 +369,7 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
             }
             __syncwarp();
         }
-        if (sh.enabled && ++steps % SHARE_EVERY == 0) {
+        if (sh.enabled && ++steps % sh.every == 0) {
             if (lane == 0) share_work(sh, s, task, floor, level);
             __syncwarp();
         }
@@ -424,13 +424,13 @@ extern "C" __global__ void match_tasks(
         const int* task_type,
         // scratch, work sharing and results
         int* bufs, long long width, unsigned long long* ctl, int* records, int* ready,
-        long long capacity, int sharing, unsigned long long* counts,
+        long long capacity, int sharing, int share_every, unsigned long long* counts,
         const long long* offsets, int* out, long long limit, int listing) {
     const Graph g{start, deg, nbr, nlab, elab, rank, cand};
     const Plan p{n, width_members, q_label, orders, level_of, bw_count, bw_level, bw_label,
                  tail_free, perms, multiplicity};
     const Tasks tk{num_tasks, task_u, task_v, task_rank, task_type};
-    const Share sh{ctl, records, ready, capacity, sharing && !listing};
+    const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
     extern __shared__ WarpState states[];
     const int lane = threadIdx.x & 31;
     const int warp_in_block = threadIdx.x >> 5;
