@@ -14,6 +14,8 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
+from gpu.config import EngineConfig
+
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 OPTIONS = ("-std=c++17", "--generate-line-info")
 
@@ -24,9 +26,9 @@ WARP_STATE_BYTES = 4 * 4 * MAX_QUERY + 2 * 8 * MAX_QUERY + 8
 WARPS_PER_BLOCK = 4
 # Work-sharing records (task, level, lo, hi, the vertices above) a launch can hand out.
 SHARE_RECORD_INTS = 4 + MAX_QUERY
-SHARE_CAPACITY = 1 << 20
-# Advance steps between a busy warp's looks at the idle warps.
-SHARE_EVERY = 128
+# The defaults of both tunables live in EngineConfig.
+SHARE_CAPACITY = EngineConfig.share_capacity
+SHARE_EVERY = EngineConfig.share_every
 
 
 @functools.cache
