@@ -19,6 +19,11 @@ class EngineConfig:
     # Update-edge tasks handed to one parallel worker at a time.  Small chunks
     # balance skewed work (one hub edge can own most of a batch's matches).
     task_chunk: int = 16
+    # CPU executor: leaf-rooted tasks sharing the leaf's parent vertex are searched
+    # together, once per group (off: ablation, and the one-by-one path in tests).
+    leaf_groups: bool = True
+    # CPU executor: smallest group searched together; smaller ones go one by one.
+    leaf_group_min: int = 2
     # Id-map slots allocated up front (power of two); grows at 50 % load.
     initial_idmap_capacity: int = 1 << 12
     # CUDA executor: busy warps hand unexplored candidates to idle ones (off: ablation).
@@ -31,14 +36,15 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
-                     "share_capacity", "share_every"):
+                     "share_capacity", "share_every", "leaf_group_min"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
 
     @classmethod
     def tiny(cls) -> "EngineConfig":
-        """Smallest settings: forces growth, relocation and one-task chunks."""
+        """Smallest settings: forces growth, relocation, one-task chunks and the grouped
+        search of every leaf-rooted pair of tasks."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1)

@@ -61,18 +61,31 @@ def _blocked(r, cur):
     return r != 0 and r < cur
 
 
+NO_RANK = np.int32(0x7FFFFFFF)   # "no update edge": above every rank
+
+
+@nb.njit(cache=True, inline="always")
+def _rank_or_none(r):
+    return NO_RANK if r == 0 else np.int32(r)
+
+
 # The kernels take their arrays in four tuples (Numba unpacks them for free):
 #   graph   = (start, deg, nbr, nlab, elab, rank, label)           gpu/graph.py
 #   plan    = (q_label, orders, bw_count, bw_level, bw_label,
-#              tail_free, leaf_from, tail_head, perms, multiplicity)  gpu/plan.py TaskTypes
+#              tail_free, leaf_from, tail_head, perms, multiplicity,
+#              leaf_root)                                           gpu/plan.py TaskTypes
 #   leaves  = (leaf_column, nc, upd_start, upd_cnt, upd_nbr,
 #              upd_rank, upd_elab)                                  gpu/leafcount.py
 #   scratch = (m, buf, idx, cnt, key, valid, cursors, ends)         one per parallel chunk
+#   ranks   = (rbuf, fin, nfin)   lowest backward rank per candidate, grouped search only
 
 
 @nb.njit(cache=True)
-def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf):
-    """All candidates of `level` (injectivity not checked) into out_buf; returns how many."""
+def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf, out_rank):
+    """All candidates of `level` (injectivity not checked) into out_buf; returns how many.
+
+    When out_rank is not empty it receives, per candidate, the lowest rank among the
+    edges to its backward neighbours (NO_RANK when none is an update edge)."""
     start, deg, nbr, nlab, elab, rank, _ = graph
     q_label, orders, bw_count, bw_level, bw_label = plan[0], plan[1], plan[2], plan[3], plan[4]
     q = orders[t, level]
@@ -90,12 +103,14 @@ def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf):
             best = hi - lo
             pivot = j
     plab = bw_label[t, level, pivot]
+    ranked = out_rank.shape[0] > 0
     found = 0
     for i in range(cursors[pivot], ends[pivot]):
         w = nbr[i]
         if (cand[w] & bit) == 0 or elab[i] != plab or _blocked(rank[i], cur):
             continue
         ok = True
+        low = _rank_or_none(rank[i])
         for j in range(nb_count):
             if j == pivot:
                 continue
@@ -105,8 +120,11 @@ def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf):
                     or _blocked(rank[p], cur):
                 ok = False
                 break
+            low = min(low, _rank_or_none(rank[p]))
         if ok:
             out_buf[found] = w
+            if ranked:
+                out_rank[found] = low
             found += 1
     return found
 
@@ -170,7 +188,7 @@ def _leaf_count(y, q, el, m, used_levels, cur, graph, cand, leaves):
                 size += 1
     for k in range(used_levels):
         w = m[k]
-        if (cand[w] & bit) != 0:
+        if w >= 0 and (cand[w] & bit) != 0:     # grouped search leaves m[leaf] at -1
             p = find_position(nbr, nlab, start, deg, y, w, label[w])
             if p >= 0 and elab[p] == el and not _blocked(rank[p], cur):
                 size -= 1
@@ -201,9 +219,13 @@ def _leaf_product(t, first, used_levels, m, cur, graph, cand, plan, leaves):
 
 
 @nb.njit(cache=True)
-def _candidates(level, t, cur, graph, cand, plan, scratch):
-    """Fill buf[level] unless the cached list for the same backward vertices is still there."""
+def _candidates(level, t, cur, graph, cand, plan, scratch, ranks):
+    """Fill buf[level] unless the cached list for the same backward vertices is still there.
+
+    ranks = (rbuf, fin, nfin): when rbuf is not empty, rbuf[level] gets each candidate's
+    lowest backward rank and fin[level, :nfin[level]] the positions where it is a rank."""
     m, buf, _, cnt, key, valid, cursors, ends = scratch
+    rbuf, fin, nfin = ranks
     bw_count, bw_level = plan[2], plan[3]
     if valid[level]:
         same = True
@@ -215,14 +237,66 @@ def _candidates(level, t, cur, graph, cand, plan, scratch):
             return
     for j in range(bw_count[t, level]):
         key[level, j] = m[bw_level[t, level, j]]
-    cnt[level] = _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, buf[level])
+    if rbuf.shape[0] == 0:
+        cnt[level] = _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, buf[level],
+                                 rbuf[0:0, 0])
+    else:
+        found = _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, buf[level],
+                            rbuf[level])
+        cnt[level] = found
+        k = 0
+        for i in range(found):
+            if rbuf[level, i] != NO_RANK:
+                fin[level, k] = i
+                k += 1
+        nfin[level] = k
     valid[level] = True
 
 
 @nb.njit(cache=True)
-def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, out, out_pos, limit, listing):
+def _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, ranks):
+    """Matches of the counted tail from `level`: head candidates x the leaves' product."""
+    tail_head = plan[7]
+    m, buf, _, cnt, _, _, _, _ = scratch
+    heads = np.int64(1)
+    first = level
+    if tail_head[t]:
+        # The head's candidates are disjoint from the leaves' and feed none of
+        # them: every unused one extends every leaf assignment.
+        _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
+        heads = _unused_size(buf[level], cnt[level], m, level)
+        first = level + 1
+    if heads == 0:
+        return np.int64(0)
+    return heads * _leaf_product(t, first, level, m, cur, graph, cand, plan, leaves)
+
+
+@nb.njit(cache=True)
+def _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks):
+    """Matches of the last two levels when they are not adjacent: with A, B their
+    candidates minus the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|."""
+    m, buf, _, cnt, _, _, _, _ = scratch
+    last = level + 1
+    _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
+    _candidates(last, t, cur, graph, cand, plan, scratch, ranks)
+    na = _unused_size(buf[level], cnt[level], m, level)
+    if na == 0:
+        return np.int64(0)
+    nb_ = _unused_size(buf[last], cnt[last], m, level)
+    both = _intersection_size(buf[level], cnt[level], buf[last], cnt[last])
+    if both > 0:
+        for k in range(level):
+            if _contains(buf[level], cnt[level], m[k]) and \
+                    _contains(buf[last], cnt[last], m[k]):
+                both -= 1
+    return na * nb_ - both
+
+
+@nb.njit(cache=True)
+def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_pos, limit,
+            listing):
     """Matches of one task.  Returns the count; writes rows from out_pos when listing."""
-    orders, tail_free, leaf_from, tail_head = plan[1], plan[5], plan[6], plan[7]
+    orders, tail_free, leaf_from = plan[1], plan[5], plan[6]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     n = orders.shape[1]
     last = n - 1
@@ -242,22 +316,12 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, out, out_pos, limi
         if descend:
             descend = False
             if level == leaf_from[t] and not listing:
-                heads = np.int64(1)
-                first = level
-                if tail_head[t]:
-                    # The head's candidates are disjoint from the leaves' and feed none of
-                    # them: every unused one extends every leaf assignment.
-                    _candidates(level, t, cur, graph, cand, plan, scratch)
-                    heads = _unused_size(buf[level], cnt[level], m, level)
-                    first = level + 1
-                if heads > 0:
-                    total += heads * _leaf_product(t, first, level, m, cur, graph, cand, plan,
-                                                   leaves)
+                total += _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, ranks)
                 level -= 1
                 if level < 2:
                     return total
             elif level == last:
-                _candidates(level, t, cur, graph, cand, plan, scratch)
+                _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
                 if listing:
                     for i in range(cnt[last]):
                         w = buf[last, i]
@@ -271,25 +335,12 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, out, out_pos, limi
                 if level < 2:
                     return total
             elif level == last - 1 and tail_free[t] and not listing:
-                # The last two vertices are not adjacent: with A, B their candidates minus
-                # the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|.
-                _candidates(level, t, cur, graph, cand, plan, scratch)
-                _candidates(last, t, cur, graph, cand, plan, scratch)
-                na = _unused_size(buf[level], cnt[level], m, level)
-                if na > 0:
-                    nb_ = _unused_size(buf[last], cnt[last], m, level)
-                    both = _intersection_size(buf[level], cnt[level], buf[last], cnt[last])
-                    if both > 0:
-                        for k in range(level):
-                            if _contains(buf[level], cnt[level], m[k]) and \
-                                    _contains(buf[last], cnt[last], m[k]):
-                                both -= 1
-                    total += na * nb_ - both
+                total += _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks)
                 level -= 1
                 if level < 2:
                     return total
             else:
-                _candidates(level, t, cur, graph, cand, plan, scratch)
+                _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
                 idx[level] = 0
         # advance at `level` to the next unused candidate
         while idx[level] < cnt[level] and _used(m, level, buf[level, idx[level]]):
@@ -324,6 +375,26 @@ def _emit(t, m, plan, out, out_pos, limit):
     return out_pos
 
 
+@nb.njit(cache=True)
+def new_scratch(n, width):
+    """One parallel worker's search state."""
+    return (np.empty(n, dtype=np.int32),            # m: data vertex per level
+            np.empty((n, width), dtype=np.int32),   # buf: candidates per level
+            np.zeros(n, dtype=np.int64),            # idx: next candidate per level
+            np.zeros(n, dtype=np.int64),            # cnt: candidates per level
+            np.empty((n, n), dtype=np.int32),       # key: backward vertices of buf
+            np.zeros(n, dtype=np.bool_),            # valid: buf[level] is cached
+            np.empty(n, dtype=np.int64),            # cursors into backward lists
+            np.empty(n, dtype=np.int64))            # ends of backward lists
+
+
+@nb.njit(cache=True)
+def new_ranks(n, width):
+    """(rbuf, fin, nfin) for _candidates; n = 0 turns rank keeping off."""
+    return (np.empty((n, width), dtype=np.int32), np.empty((n, width), dtype=np.int32),
+            np.zeros(n, dtype=np.int64))
+
+
 @nb.njit(cache=True, parallel=True)
 def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, max_deg, chunk,
               offsets, out, limit, listing):
@@ -339,14 +410,8 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
     nchunks = (ntasks + chunk - 1) // chunk
     width = max_deg + 1
     for c in nb.prange(nchunks):
-        scratch = (np.empty(n, dtype=np.int32),            # m: data vertex per level
-                   np.empty((n, width), dtype=np.int32),   # buf: candidates per level
-                   np.zeros(n, dtype=np.int64),            # idx: next candidate per level
-                   np.zeros(n, dtype=np.int64),            # cnt: candidates per level
-                   np.empty((n, n), dtype=np.int32),       # key: backward vertices of buf
-                   np.zeros(n, dtype=np.bool_),            # valid: buf[level] is cached
-                   np.empty(n, dtype=np.int64),            # cursors into backward lists
-                   np.empty(n, dtype=np.int64))            # ends of backward lists
+        scratch = new_scratch(n, width)
+        no_ranks = new_ranks(0, 0)
         for i in range(c * chunk, min(ntasks, (c + 1) * chunk)):
             pos = np.int64(0)
             if listing:
@@ -354,5 +419,5 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
                 if pos >= limit:
                     continue
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
-                                plan, leaves, scratch, out, pos, limit, listing)
+                                plan, leaves, scratch, no_ranks, out, pos, limit, listing)
     return counts

@@ -5,20 +5,23 @@ this boundary would copy between host and device.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from gpu import cpu_executor
+from gpu import cpu_executor, cpu_groups
 from gpu.leafcount import LeafCounts, UpdateIndex
-from gpu.plan import TaskTypes, make_tasks
+from gpu.plan import LeafGroups, TaskTypes, group_leaf_tasks, make_tasks
 from gpu.results import MatchSet
 
 
 def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateIndex,
                 types: TaskTypes, us: np.ndarray, vs: np.ndarray, labels: np.ndarray,
-                ranks: np.ndarray, list_limit: int, chunk: int) -> MatchSet:
+                ranks: np.ndarray, list_limit: int, chunk: int, group_min: int = 0) -> MatchSet:
     """Count (and list up to `list_limit`) the matches of `types` started from edges us-vs.
 
-    `leaves` must hold counts without the edges in `updates` (the running phase's)."""
+    `leaves` must hold counts without the edges in `updates` (the running phase's).
+    With `group_min` > 0 and nothing to list, leaf-rooted tasks sharing their parent
+    vertex are searched in groups of at least that many (gpu/cpu_groups.py)."""
     n = types.orders.shape[1]
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
@@ -28,16 +31,22 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     plan_arrays = (types.query_labels, types.orders, types.bw_count, types.bw_level,
                    types.bw_label, types.tail_free,
                    types.leaf_from if leaves.active else np.full(types.count, n, np.int32),
-                   types.tail_head, types.perms, types.multiplicity)
+                   types.tail_head, types.perms, types.multiplicity, types.leaf_root)
     leaf_arrays = (leaves.column, leaves.nc, updates.start, updates.count, updates.nbr,
                    updates.rank, updates.elab)
-    args = (tu, tv, tr, tt, graph_arrays, cand, plan_arrays, leaf_arrays,
-            np.int64(graph.max_degree), np.int64(chunk))
+    shared = (graph_arrays, cand, plan_arrays, leaf_arrays, np.int64(graph.max_degree),
+              np.int64(chunk))
     no_out = np.empty((0, n), dtype=np.int32)
+    if list_limit <= 0 and group_min > 0:
+        (tu, tv, tr, tt), groups = group_leaf_tasks(types, tu, tv, tr, tt, group_min)
+        total = _grouped_count(groups, types, shared)
+    else:
+        total = 0
+    args = (tu, tv, tr, tt) + shared
     counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),
                                     False)
     per_task = counts * types.multiplicity[tt]
-    total = int(per_task.sum())
+    total += int(per_task.sum())
     if list_limit <= 0:
         return MatchSet(total, no_out, False)
     offsets = np.zeros(len(tu), dtype=np.int64)
@@ -45,3 +54,16 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     rows = np.empty((min(total, list_limit), n), dtype=np.int32)
     cpu_executor.run_tasks(*args, offsets, rows, np.int64(len(rows)), True)
     return MatchSet(total, rows, total > len(rows))
+
+
+def _grouped_count(groups: LeafGroups, types: TaskTypes, shared: tuple) -> int:
+    if groups.count == 0:
+        return 0
+    members = (groups.rank, groups.leaf, groups.leaf_by_id, groups.rank_by_id)
+    graph_arrays, cand, plan_arrays, leaf_arrays, max_deg, chunk = shared
+    # Groups come largest first; dynamic scheduling keeps both workers busy to the end.
+    with numba.parallel_chunksize(1):
+        counts = cpu_groups.run_groups(groups.task_type, groups.parent, groups.lo, groups.hi,
+                                       members, graph_arrays, cand, plan_arrays, leaf_arrays,
+                                       max_deg, chunk)
+    return int((counts * types.multiplicity[groups.task_type]).sum())

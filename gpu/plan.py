@@ -42,6 +42,8 @@ class TaskTypes:
     leaf_from: np.ndarray      # int32 [T]     first level of the counted tail (n: none)
     tail_head: np.ndarray      # bool  [T]     the tail starts with a non-leaf "head" level
     perms: np.ndarray          # int32 [T, M, n] member m's match: g[q] = f[perms[t, m, q]]
+    leaf_root: np.ndarray      # int32 [T]     level (0 or 1) of a root end that is a query
+                               #               leaf, -1 when neither is (or n == 2)
 
     @property
     def count(self) -> int:
@@ -192,8 +194,15 @@ def _task_types(query: QueryGraph, orbits, sigma, stats: PlanStats | None) -> Ta
     tails = [_counted_tail(query, o, bw_level[t]) for t, o in enumerate(orders.tolist())]
     leaf_from = np.array([first for first, _ in tails], dtype=np.int32)
     tail_head = np.array([head for _, head in tails], dtype=np.bool_)
+    leaf_root = np.full(t_count, -1, dtype=np.int32)
+    if n >= 3:
+        for t in range(t_count):
+            for level in (0, 1):
+                if query.degrees[roots[t, level]] == 1:
+                    leaf_root[t] = level
     return TaskTypes(query.labels.astype(np.int32), roots, root_labels, multiplicity, orders,
-                     bw_count, bw_level, bw_label, tail_free, leaf_from, tail_head, perms)
+                     bw_count, bw_level, bw_label, tail_free, leaf_from, tail_head, perms,
+                     leaf_root)
 
 
 def _counted_tail(query: QueryGraph, order: list[int], bw_level: np.ndarray) -> tuple[int, bool]:
@@ -294,3 +303,68 @@ def make_tasks(types: TaskTypes, cand: np.ndarray, us: np.ndarray, vs: np.ndarra
         return empty, empty, empty, empty
     return tuple(np.ascontiguousarray(np.concatenate(col), dtype=np.int32)
                  for col in zip(*parts))
+
+
+@dataclass(frozen=True, eq=False)
+class LeafGroups:
+    """Leaf-rooted tasks grouped by (type, data vertex of the leaf's parent).
+
+    Such a task's leaf end takes part in nothing but its own edge, so the tasks of
+    one group share every partial match of the rest of the query; they differ only
+    in their rank (the total-order rule) and in which vertex the leaf takes
+    (injectivity).  A group is searched once and each match counted for the
+    members it is valid for.  Members are listed twice: by rank and by leaf vertex.
+    """
+    task_type: np.ndarray    # int32 [G]
+    parent: np.ndarray       # int32 [G]   data vertex at the parent's root level
+    lo: np.ndarray           # int64 [G]   members lo..hi-1 in the arrays below
+    hi: np.ndarray           # int64 [G]
+    rank: np.ndarray         # int32 [K]   by rank within a group
+    leaf: np.ndarray         # int32 [K]   leaf vertex of that member
+    leaf_by_id: np.ndarray   # int32 [K]   by leaf vertex within a group
+    rank_by_id: np.ndarray   # int32 [K]   rank of that member
+
+    @property
+    def count(self) -> int:
+        return int(self.task_type.shape[0])
+
+
+def group_leaf_tasks(types: TaskTypes, tu, tv, tr, tt, min_size: int):
+    """Split make_tasks' output into tasks searched one by one and LeafGroups of at
+    least `min_size` members, largest first (for dynamic scheduling)."""
+    leaf_level = types.leaf_root[tt]
+    pick = np.flatnonzero(leaf_level >= 0)
+    parent = np.where(leaf_level[pick] == 1, tu[pick], tv[pick])
+    leaf = np.where(leaf_level[pick] == 1, tv[pick], tu[pick])
+    ptype = tt[pick]
+    by_rank = np.lexsort((tr[pick], parent, ptype))
+    key_t, key_p = ptype[by_rank], parent[by_rank]
+    starts = np.flatnonzero(np.r_[True, (key_t[1:] != key_t[:-1]) | (key_p[1:] != key_p[:-1])])
+    ends = np.r_[starts[1:], len(by_rank)]
+    big = (ends - starts) >= max(2, min_size)
+    # Tasks in small groups go back to the one-by-one path.
+    member_of_big = np.repeat(big, ends - starts)
+    plain = np.ones(len(tu), dtype=bool)
+    plain[pick[by_rank[member_of_big]]] = False
+    keep = np.flatnonzero(plain)
+    singles = (tu[keep], tv[keep], tr[keep], tt[keep])
+    starts, ends = starts[big], ends[big]
+    order = np.argsort(-(ends - starts), kind="stable")
+    starts, ends = starts[order], ends[order]
+    sizes = ends - starts
+    lo = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=lo[1:])
+    take = np.arange(int(sizes.sum())) + np.repeat(starts - lo, sizes)
+    rows = pick[by_rank[take]]
+    group_of = np.repeat(np.arange(len(sizes)), sizes)
+    by_id = np.lexsort((leaf[by_rank[take]], group_of))
+    members_leaf = leaf[by_rank[take]].astype(np.int32)
+    members_rank = tr[rows].astype(np.int32)
+    groups = LeafGroups(
+        task_type=tt[pick[by_rank[starts]]].astype(np.int32) if len(sizes)
+        else np.empty(0, np.int32),
+        parent=key_p[starts].astype(np.int32),
+        lo=lo, hi=lo + sizes,
+        rank=members_rank, leaf=members_leaf,
+        leaf_by_id=members_leaf[by_id], rank_by_id=members_rank[by_id])
+    return singles, groups

@@ -17,6 +17,7 @@ from gpu.engine import Engine
 from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, LabeledGraph,
                          UpdateStream, split_stream)
 from gpu.query import QueryGraph
+from tests.graphs import skewed_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -30,23 +31,6 @@ SHAPES = {
     "tailed_triangle": [(0, 1), (1, 2), (0, 2), (2, 3), (3, 4)],
     "house": [(0, 1), (1, 2), (2, 3), (3, 0), (0, 4), (1, 4)],
 }
-
-
-def skewed_graph(seed: int, n: int = 400, hubs: int = 4, labels: int = 2) -> LabeledGraph:
-    rng = np.random.default_rng(seed)
-    src = [rng.integers(0, n, 3 * n)]
-    dst = [rng.integers(0, n, 3 * n)]
-    for h in range(hubs):
-        others = rng.choice(n, n // 2, replace=False)
-        src.append(np.full(len(others), h))
-        dst.append(others)
-    u, v = np.concatenate(src), np.concatenate(dst)
-    keep = u != v
-    lo, hi = np.minimum(u[keep], v[keep]), np.maximum(u[keep], v[keep])
-    pairs = np.unique(lo * n + hi)
-    ids = np.arange(n, dtype=np.int64) * 7 + 3      # external ids are not slots
-    return LabeledGraph(ids, rng.integers(0, labels, n), ids[pairs // n], ids[pairs % n],
-                        rng.integers(0, 2, len(pairs)) * 0)
 
 
 def query(name: str, labels: list[int]) -> QueryGraph:

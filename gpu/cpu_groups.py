@@ -1,0 +1,292 @@
+"""Grouped CPU search of leaf-rooted task types: one search per (type, parent vertex).
+
+A task whose root edge ends in a query leaf (`TaskTypes.leaf_root`) uses its
+leaf's data vertex for nothing but that edge.  The tasks of one type whose
+root edges share the parent's data vertex p (a `plan.LeafGroups` group)
+therefore explore the same partial matches of the rest of the query; member
+i (rank r_i, leaf vertex y_i) differs from the others in two ways only:
+
+* the total-order rule: it may use no update edge ranked below r_i.  The group
+  searches with the lowest member rank and keeps, per partial match, `mr`: the
+  lowest rank among the update edges the match uses.  A match is valid for
+  exactly the members with r_i < mr;
+* injectivity: y_i must not appear in the match, which can only happen at query
+  vertices that carry the leaf's label ("colliding" levels).
+
+So a match M counts weight(M) = |{i : r_i < mr(M), y_i not in M}| times.  The
+interior levels are enumerated once for the whole group instead of once per
+member (a hub with a hundred new leaf edges searched its neighbourhood a
+hundred times).  Counted tails:
+
+* last level: a candidate's weight differs from its prefix's only when its own
+  backward edges are updates (the `fin` entries of its level) or it is a
+  member's leaf vertex;
+* leaf product and non-adjacent pair: their value changes only at the ranks of
+  the update edges they could use, so they are evaluated once per rank
+  interval that holds members (per member where a tail vertex collides).
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from gpu.cpu_executor import (NO_RANK, _candidates, _leaf_tail, _lower_bound, _pair_tail,
+                              _used, new_ranks, new_scratch)
+
+LEAF_TAIL = 0
+PAIR_TAIL = 1
+
+# group = (rank, leaf, leaf_by_id, rank_by_id): plan.LeafGroups' member arrays.
+
+
+@nb.njit(cache=True)
+def _weight(x, level, m, collide, group, lo, hi):
+    """Members i with r_i < x whose leaf vertex is none of m[2:level]."""
+    rank, _, leaf_by_id, rank_by_id = group
+    w = _lower_bound(rank, lo, hi, x) - lo
+    for k in range(2, level):
+        if collide[k]:
+            p = _lower_bound(leaf_by_id, lo, hi, m[k])
+            if p < hi and leaf_by_id[p] == m[k] and rank_by_id[p] < x:
+                w -= 1
+    return w
+
+
+@nb.njit(cache=True)
+def _invalidate(valid, level):
+    for k in range(level, valid.shape[0]):
+        valid[k] = False
+
+
+@nb.njit(cache=True)
+def _group_last(last, mr_p, m, scratch, ranks, collide, group, lo, hi):
+    """Weighted count of the last level's unused candidates (buffer scanned with ranks)."""
+    _, buf, _, cnt, _, _, _, _ = scratch
+    rbuf, fin, nfin = ranks
+    _, _, leaf_by_id, rank_by_id = group
+    wp = _weight(mr_p, last, m, collide, group, lo, hi)
+    if wp == 0:
+        return np.int64(0)     # a candidate's weight never exceeds its prefix's
+    c = cnt[last]
+    plain = c - nfin[last]
+    for k in range(last):
+        w = m[k]
+        if w >= 0:
+            p = _lower_bound(buf[last], 0, c, w)
+            if p < c and buf[last, p] == w and rbuf[last, p] == NO_RANK:
+                plain -= 1
+    total = np.int64(plain) * wp
+    for j in range(nfin[last]):
+        p = fin[last, j]
+        if not _used(m, last, buf[last, p]):
+            total += _weight(min(mr_p, rbuf[last, p]), last, m, collide, group, lo, hi)
+    if collide[last]:
+        # A candidate that is member j's leaf vertex is no match for member j.
+        if c <= hi - lo:
+            for p in range(c):
+                w = buf[last, p]
+                q = _lower_bound(leaf_by_id, lo, hi, w)
+                if q < hi and leaf_by_id[q] == w and rank_by_id[q] < min(mr_p, rbuf[last, p]) \
+                        and not _used(m, last, w):
+                    total -= 1
+        else:
+            for q in range(lo, hi):
+                w = leaf_by_id[q]
+                p = _lower_bound(buf[last], 0, c, w)
+                if p < c and buf[last, p] == w and rank_by_id[q] < min(mr_p, rbuf[last, p]) \
+                        and not _used(m, last, w):
+                    total -= 1
+    return total
+
+
+@nb.njit(cache=True)
+def _tail_value(kind, t, level, cur, graph, cand, plan, leaves, scratch, no_ranks):
+    """The tail's count for one threshold, scanned afresh."""
+    _invalidate(scratch[5], level)
+    if kind == LEAF_TAIL:
+        return _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, no_ranks)
+    return _pair_tail(t, level, cur, graph, cand, plan, scratch, no_ranks)
+
+
+@nb.njit(cache=True)
+def _add_fin(level, ranks, r_min, mr_p, bps, nbp):
+    rbuf, fin, nfin = ranks
+    for j in range(nfin[level]):
+        r = rbuf[level, fin[level, j]]
+        if r_min < r < mr_p:
+            bps[nbp] = r
+            nbp += 1
+    return nbp
+
+
+@nb.njit(cache=True)
+def _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks, bps):
+    """Sorted distinct ranks in (r_min, mr_p) of update edges the tail could use."""
+    orders, bw_level, tail_head = plan[1], plan[3], plan[7]
+    upd_start, upd_cnt, upd_rank = leaves[2], leaves[3], leaves[5]
+    m = scratch[0]
+    n = orders.shape[1]
+    _invalidate(scratch[5], level)
+    nbp = 0
+    if kind == LEAF_TAIL:
+        first = level
+        if tail_head[t]:
+            _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
+            nbp = _add_fin(level, ranks, r_min, mr_p, bps, nbp)
+            first = level + 1
+        for lv in range(first, n):
+            y = m[bw_level[t, lv, 0]]
+            for k in range(upd_start[y], upd_start[y] + upd_cnt[y]):
+                r = upd_rank[k]
+                if r_min < r < mr_p:
+                    bps[nbp] = r
+                    nbp += 1
+    else:
+        _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
+        _candidates(level + 1, t, r_min, graph, cand, plan, scratch, ranks)
+        nbp = _add_fin(level, ranks, r_min, mr_p, bps, nbp)
+        nbp = _add_fin(level + 1, ranks, r_min, mr_p, bps, nbp)
+    if nbp > 1:
+        bps[:nbp].sort()
+        k = 1
+        for j in range(1, nbp):
+            if bps[j] != bps[k - 1]:
+                bps[k] = bps[j]
+                k += 1
+        nbp = k
+    return nbp
+
+
+@nb.njit(cache=True)
+def _group_tail(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks,
+                no_ranks, collide, bps, group, lo, hi):
+    """Weighted count of a leaf-product or pair tail starting at `level`."""
+    orders, leaf_root = plan[1], plan[10]
+    rank, leaf = group[0], group[1]
+    m, valid = scratch[0], scratch[5]
+    n = orders.shape[1]
+    if _weight(mr_p, level, m, collide, group, lo, hi) == 0:
+        return np.int64(0)
+    total = np.int64(0)
+    per_member = False
+    for k in range(level, n):
+        per_member = per_member or collide[k]
+    if per_member:
+        # A tail vertex may take a member's leaf vertex: evaluate member by member.
+        leaf_level = leaf_root[t]
+        for i in range(lo, hi):
+            if rank[i] >= mr_p:
+                break
+            if _used(m, level, leaf[i]):
+                continue
+            m[leaf_level] = leaf[i]
+            total += _tail_value(kind, t, level, rank[i], graph, cand, plan, leaves, scratch,
+                                 no_ranks)
+        m[leaf_level] = -1
+        _invalidate(valid, level)
+        return total
+    nbp = _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks,
+                       bps)
+    below, seen = r_min, 0
+    for j in range(nbp + 1):
+        upper = bps[j] if j < nbp else mr_p
+        upto = _weight(upper, level, m, collide, group, lo, hi)
+        if upto > seen:
+            # Members ranked in [below, upper) block the same tail edges: those <= below.
+            cur = below if j == 0 else below + 1
+            total += (upto - seen) * _tail_value(kind, t, level, cur, graph, cand, plan, leaves,
+                                                 scratch, no_ranks)
+        below, seen = upper, upto
+    _invalidate(valid, level)
+    return total
+
+
+@nb.njit(cache=True)
+def _search_group(t, parent, lo, hi, group, graph, cand, plan, leaves, scratch, ranks,
+                  no_ranks, mr, collide, bps):
+    """Sum over the group's members of their task's match count."""
+    q_label, orders, tail_free, leaf_from, leaf_root = plan[0], plan[1], plan[5], plan[6], \
+        plan[10]
+    m, buf, idx, cnt, _, valid, _, _ = scratch
+    rbuf = ranks[0]
+    n = orders.shape[1]
+    last = n - 1
+    leaf_level = leaf_root[t]
+    m[1 - leaf_level] = parent
+    m[leaf_level] = -1          # the members' leaf vertices are handled by weights
+    r_min = group[0][lo]
+    leaf_label = q_label[orders[t, leaf_level]]
+    for k in range(n):
+        collide[k] = k >= 2 and q_label[orders[t, k]] == leaf_label
+        valid[k] = False
+    mr[0] = NO_RANK
+    mr[1] = NO_RANK
+    total = np.int64(0)
+    level = 2
+    idx[2] = 0
+    descend = True
+    while True:
+        if descend:
+            descend = False
+            tail = -1
+            if level == leaf_from[t]:
+                tail = LEAF_TAIL
+            elif level == last - 1 and tail_free[t]:
+                tail = PAIR_TAIL
+            if tail >= 0:
+                total += _group_tail(tail, t, level, r_min, mr[level - 1], graph, cand, plan,
+                                     leaves, scratch, ranks, no_ranks, collide, bps, group,
+                                     lo, hi)
+                level -= 1
+                if level < 2:
+                    return total
+            elif level == last:
+                _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
+                total += _group_last(level, mr[level - 1], m, scratch, ranks, collide, group,
+                                     lo, hi)
+                level -= 1
+                if level < 2:
+                    return total
+            else:
+                _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
+                idx[level] = 0
+        # advance at `level` to the next unused candidate some member can still use
+        while idx[level] < cnt[level]:
+            i = idx[level]
+            if min(mr[level - 1], rbuf[level, i]) > r_min and not _used(m, level, buf[level, i]):
+                break
+            idx[level] = i + 1
+        if idx[level] >= cnt[level]:
+            level -= 1
+            if level < 2:
+                return total
+            continue
+        i = idx[level]
+        m[level] = buf[level, i]
+        mr[level] = min(mr[level - 1], rbuf[level, i])
+        idx[level] = i + 1
+        level += 1
+        descend = True
+
+
+@nb.njit(cache=True, parallel=True)
+def run_groups(task_type, parent, lo, hi, group, graph, cand, plan, leaves, max_deg, chunk):
+    """Per-group sums of their members' match counts (before orbit multiplicity)."""
+    ngroups = task_type.shape[0]
+    n = plan[1].shape[1]
+    width = max_deg + 1
+    counts = np.zeros(ngroups, dtype=np.int64)
+    nchunks = (ngroups + chunk - 1) // chunk
+    for c in nb.prange(nchunks):
+        scratch = new_scratch(n, width)
+        ranks = new_ranks(n, width)
+        no_ranks = new_ranks(0, 0)
+        mr = np.empty(n, dtype=np.int32)
+        collide = np.empty(n, dtype=np.bool_)
+        bps = np.empty((n + 2) * width, dtype=np.int32)
+        # Chunk c takes groups c, c + nchunks, ...: groups come largest first, so every
+        # chunk gets a share of the big ones and dynamic scheduling balances the rest.
+        for g in range(c, ngroups, nchunks):
+            counts[g] = _search_group(task_type[g], parent[g], lo[g], hi[g], group, graph, cand,
+                                      plan, leaves, scratch, ranks, no_ranks, mr, collide, bps)
+    return counts
