@@ -122,8 +122,9 @@ def _add_fin(level, ranks, r_min, mr_p, bps, nbp):
 @nb.njit(cache=True)
 def _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks, bps):
     """Sorted distinct ranks in (r_min, mr_p) of update edges the tail could use."""
-    orders, bw_level, tail_head = plan[1], plan[3], plan[7]
-    upd_start, upd_cnt, upd_rank = leaves[2], leaves[3], leaves[5]
+    orders, bw_level, bw_label, tail_head = plan[1], plan[3], plan[4], plan[7]
+    upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab = leaves[2], leaves[3], leaves[4], \
+        leaves[5], leaves[6]
     m = scratch[0]
     n = orders.shape[1]
     _invalidate(scratch[5], level)
@@ -135,10 +136,14 @@ def _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch
             nbp = _add_fin(level, ranks, r_min, mr_p, bps, nbp)
             first = level + 1
         for lv in range(first, n):
+            # Only update edges that can count for this leaf: its edge label, and the
+            # far end a candidate of it (the hub's other new edges change nothing).
             y = m[bw_level[t, lv, 0]]
+            el = bw_label[t, lv, 0]
+            bit = np.uint32(1) << np.uint32(orders[t, lv])
             for k in range(upd_start[y], upd_start[y] + upd_cnt[y]):
                 r = upd_rank[k]
-                if r_min < r < mr_p:
+                if r_min < r < mr_p and upd_elab[k] == el and (cand[upd_nbr[k]] & bit) != 0:
                     bps[nbp] = r
                     nbp += 1
     else:
@@ -202,9 +207,10 @@ def _group_tail(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch,
 
 
 @nb.njit(cache=True)
-def _search_group(t, parent, lo, hi, group, graph, cand, plan, leaves, scratch, ranks,
-                  no_ranks, mr, collide, bps):
-    """Sum over the group's members of their task's match count."""
+def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leaves, scratch,
+                  ranks, no_ranks, mr, collide, bps):
+    """Sum over the group's members of their task's match count, over the level-2
+    candidates i with i % parts == part (a group is split to spread a hub's work)."""
     q_label, orders, tail_free, leaf_from, leaf_root = plan[0], plan[1], plan[5], plan[6], \
         plan[10]
     m, buf, idx, cnt, _, valid, _, _ = scratch
@@ -221,6 +227,8 @@ def _search_group(t, parent, lo, hi, group, graph, cand, plan, leaves, scratch, 
         valid[k] = False
     mr[0] = NO_RANK
     mr[1] = NO_RANK
+    if part > 0 and (leaf_from[t] == 2 or last == 2 or (tail_free[t] and last == 3)):
+        return np.int64(0)      # level 2 is counted, not enumerated: part 0 has it all
     total = np.int64(0)
     level = 2
     idx[2] = 0
@@ -253,7 +261,8 @@ def _search_group(t, parent, lo, hi, group, graph, cand, plan, leaves, scratch, 
         # advance at `level` to the next unused candidate some member can still use
         while idx[level] < cnt[level]:
             i = idx[level]
-            if min(mr[level - 1], rbuf[level, i]) > r_min and not _used(m, level, buf[level, i]):
+            if min(mr[level - 1], rbuf[level, i]) > r_min and not _used(m, level, buf[level, i]) \
+                    and (level > 2 or i % parts == part):
                 break
             idx[level] = i + 1
         if idx[level] >= cnt[level]:
@@ -270,13 +279,19 @@ def _search_group(t, parent, lo, hi, group, graph, cand, plan, leaves, scratch, 
 
 
 @nb.njit(cache=True, parallel=True)
-def run_groups(task_type, parent, lo, hi, group, graph, cand, plan, leaves, max_deg, chunk):
-    """Per-group sums of their members' match counts (before orbit multiplicity)."""
+def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leaves, max_deg,
+               chunk):
+    """Per-group sums of their members' match counts (before orbit multiplicity); group g
+    runs as parts[g] independent pieces."""
     ngroups = task_type.shape[0]
+    first_piece = np.zeros(ngroups + 1, dtype=np.int64)
+    for g in range(ngroups):
+        first_piece[g + 1] = first_piece[g] + parts[g]
+    npieces = first_piece[ngroups]
+    piece_counts = np.zeros(npieces, dtype=np.int64)
     n = plan[1].shape[1]
     width = max_deg + 1
-    counts = np.zeros(ngroups, dtype=np.int64)
-    nchunks = (ngroups + chunk - 1) // chunk
+    nchunks = (npieces + chunk - 1) // chunk
     for c in nb.prange(nchunks):
         scratch = new_scratch(n, width)
         ranks = new_ranks(n, width)
@@ -284,9 +299,15 @@ def run_groups(task_type, parent, lo, hi, group, graph, cand, plan, leaves, max_
         mr = np.empty(n, dtype=np.int32)
         collide = np.empty(n, dtype=np.bool_)
         bps = np.empty((n + 2) * width, dtype=np.int32)
-        # Chunk c takes groups c, c + nchunks, ...: groups come largest first, so every
+        # Chunk c takes pieces c, c + nchunks, ...: groups come largest first, so every
         # chunk gets a share of the big ones and dynamic scheduling balances the rest.
-        for g in range(c, ngroups, nchunks):
-            counts[g] = _search_group(task_type[g], parent[g], lo[g], hi[g], group, graph, cand,
-                                      plan, leaves, scratch, ranks, no_ranks, mr, collide, bps)
+        for k in range(c, npieces, nchunks):
+            g = np.searchsorted(first_piece, k, side="right") - 1
+            piece_counts[k] = _search_group(task_type[g], parent[g], lo[g], hi[g],
+                                            k - first_piece[g], parts[g], group, graph, cand,
+                                            plan, leaves, scratch, ranks, no_ranks, mr,
+                                            collide, bps)
+    counts = np.zeros(ngroups, dtype=np.int64)
+    for g in range(ngroups):
+        counts[g] = piece_counts[first_piece[g]:first_piece[g + 1]].sum()
     return counts

@@ -56,14 +56,24 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     return MatchSet(total, rows, total > len(rows))
 
 
+# Groups of at least this many members are split into PIECES_PER_THREAD pieces per worker.
+GROUP_SPLIT_MEMBERS = 4
+PIECES_PER_THREAD = 4
+
+
 def _grouped_count(groups: LeafGroups, types: TaskTypes, shared: tuple) -> int:
     if groups.count == 0:
         return 0
     members = (groups.rank, groups.leaf, groups.leaf_by_id, groups.rank_by_id)
     graph_arrays, cand, plan_arrays, leaf_arrays, max_deg, chunk = shared
-    # Groups come largest first; dynamic scheduling keeps both workers busy to the end.
+    # A group is one search, and a hub's group can hold most of a batch's work: groups
+    # of several members run as pieces (interleaved slices of their first enumerated
+    # level), largest first, dynamically scheduled, so every worker stays busy.
+    threads = numba.get_num_threads()
+    sizes = groups.hi - groups.lo
+    parts = np.where(sizes >= GROUP_SPLIT_MEMBERS, PIECES_PER_THREAD * threads, 1)
     with numba.parallel_chunksize(1):
         counts = cpu_groups.run_groups(groups.task_type, groups.parent, groups.lo, groups.hi,
-                                       members, graph_arrays, cand, plan_arrays, leaf_arrays,
-                                       max_deg, chunk)
+                                       parts.astype(np.int64), members, graph_arrays, cand,
+                                       plan_arrays, leaf_arrays, max_deg, chunk)
     return int((counts * types.multiplicity[groups.task_type]).sum())

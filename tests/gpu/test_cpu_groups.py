@@ -93,9 +93,18 @@ def hub_batch(rng: random.Random, d: Data, nelabels: int) -> UpdateStream:
     return UpdateStream.from_records(recs)
 
 
+@pytest.fixture(params=["whole", "split"])
+def group_pieces(request, monkeypatch):
+    """Groups searched whole, or every group of two or more split into three pieces."""
+    if request.param == "split":
+        monkeypatch.setattr(gpu.executor, "GROUP_SPLIT_MEMBERS", 2)
+        monkeypatch.setattr(gpu.executor, "PIECES_PER_THREAD", 3)
+    return request.param
+
+
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("nlabels,nelabels", [(1, 1), (2, 1), (2, 2)])
-def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy):
+def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy, group_pieces):
     rng = random.Random(17 * nlabels + nelabels)
     d = hub_data(rng, 13, nlabels, nelabels)
     engine = Engine(d.labeled(), backend="cpu", config=CONFIGS[config]())
