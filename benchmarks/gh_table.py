@@ -72,6 +72,8 @@ def _parse_args(argv):
                    help="ablation: cuda warps do not hand work to idle warps")
     p.add_argument("--share-every", type=int, default=EngineConfig.share_every,
                    help="cuda tuning: advance steps between looks at idle warps")
+    p.add_argument("--no-leaf-groups", action="store_true",
+                   help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
     p.add_argument("--verbose", action="store_true", help="progress lines on stderr")
@@ -225,7 +227,8 @@ def run(args, backend: str) -> list[dict]:
     t0 = time.perf_counter()
     engine = Engine(initial, backend=backend,
                     config=EngineConfig(work_sharing=not args.no_work_sharing,
-                                        share_every=args.share_every),
+                                        share_every=args.share_every,
+                                        leaf_groups=not args.no_leaf_groups),
                     coalesce=not args.no_coalesce)
     log(f"engine built ({time.perf_counter() - t0:.1f} s)")
     records = []
@@ -254,6 +257,7 @@ def run(args, backend: str) -> list[dict]:
                     "work_sharing": not args.no_work_sharing,
                     "share_every": args.share_every,
                     "coalesce": not args.no_coalesce,
+                    "leaf_groups": not args.no_leaf_groups,
                     "batch": len(batch),
                     "positive": int(result.positive),
                     "negative": int(result.negative),

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
+from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.formats import DELETE_EDGE, UpdateStream, load_graph, read_query, split_stream
 from gpu.query import QueryGraph
@@ -34,13 +35,16 @@ def main(argv=None) -> None:
     p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
     p.add_argument("--fraction", type=float, default=1.0, help="share of the batch to apply")
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--no-leaf-groups", action="store_true",
+                   help="search leaf-rooted tasks one by one (cpu)")
     args = p.parse_args(argv)
     initial, batch = split_stream(load_graph(args.graph, num_labels=5, seed=0),
                                   INSERT_FRACTION, 0)
     k = int(len(batch) * args.fraction)
     part = UpdateStream(batch.kind[:k], batch.a[:k], batch.b[:k], batch.label[:k],
                         batch.line[:k], "part")
-    engine = Engine(initial, backend=args.backend)
+    engine = Engine(initial, backend=args.backend,
+                    config=EngineConfig(leaf_groups=not args.no_leaf_groups))
     qid = engine.add_query(QueryGraph.from_labeled(read_query(args.query), args.query.stem))
     types = engine.plan(qid).incremental
     run = engine._run

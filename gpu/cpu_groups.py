@@ -23,7 +23,8 @@ hundred times).  Counted tails:
   member's leaf vertex;
 * leaf product and non-adjacent pair: their value changes only at the ranks of
   the update edges they could use, so they are evaluated once per rank
-  interval that holds members (per member where a tail vertex collides).
+  interval that holds members.  (The plan does not group a type whose such tail
+  has a vertex with the leaf's label: it would need one evaluation per member.)
 """
 from __future__ import annotations
 
@@ -165,31 +166,13 @@ def _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch
 @nb.njit(cache=True)
 def _group_tail(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks,
                 no_ranks, collide, bps, group, lo, hi):
-    """Weighted count of a leaf-product or pair tail starting at `level`."""
-    orders, leaf_root = plan[1], plan[10]
-    rank, leaf = group[0], group[1]
+    """Weighted count of a leaf-product or pair tail starting at `level`.  The plan
+    groups a type only when no tail vertex has the leaf's label (plan._groupable_leaf),
+    so no tail vertex can take a member's leaf vertex."""
     m, valid = scratch[0], scratch[5]
-    n = orders.shape[1]
     if _weight(mr_p, level, m, collide, group, lo, hi) == 0:
         return np.int64(0)
     total = np.int64(0)
-    per_member = False
-    for k in range(level, n):
-        per_member = per_member or collide[k]
-    if per_member:
-        # A tail vertex may take a member's leaf vertex: evaluate member by member.
-        leaf_level = leaf_root[t]
-        for i in range(lo, hi):
-            if rank[i] >= mr_p:
-                break
-            if _used(m, level, leaf[i]):
-                continue
-            m[leaf_level] = leaf[i]
-            total += _tail_value(kind, t, level, rank[i], graph, cand, plan, leaves, scratch,
-                                 no_ranks)
-        m[leaf_level] = -1
-        _invalidate(valid, level)
-        return total
     nbp = _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks,
                        bps)
     below, seen = r_min, 0

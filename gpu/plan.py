@@ -43,7 +43,7 @@ class TaskTypes:
     tail_head: np.ndarray      # bool  [T]     the tail starts with a non-leaf "head" level
     perms: np.ndarray          # int32 [T, M, n] member m's match: g[q] = f[perms[t, m, q]]
     leaf_root: np.ndarray      # int32 [T]     level (0 or 1) of a root end that is a query
-                               #               leaf, -1 when neither is (or n == 2)
+                               #               leaf searched grouped (_groupable_leaf), or -1
 
     @property
     def count(self) -> int:
@@ -194,15 +194,30 @@ def _task_types(query: QueryGraph, orbits, sigma, stats: PlanStats | None) -> Ta
     tails = [_counted_tail(query, o, bw_level[t]) for t, o in enumerate(orders.tolist())]
     leaf_from = np.array([first for first, _ in tails], dtype=np.int32)
     tail_head = np.array([head for _, head in tails], dtype=np.bool_)
-    leaf_root = np.full(t_count, -1, dtype=np.int32)
-    if n >= 3:
-        for t in range(t_count):
-            for level in (0, 1):
-                if query.degrees[roots[t, level]] == 1:
-                    leaf_root[t] = level
+    leaf_root = np.array([_groupable_leaf(query, o, int(leaf_from[t]), bool(tail_free[t]))
+                          for t, o in enumerate(orders.tolist())], dtype=np.int32)
     return TaskTypes(query.labels.astype(np.int32), roots, root_labels, multiplicity, orders,
                      bw_count, bw_level, bw_label, tail_free, leaf_from, tail_head, perms,
                      leaf_root)
+
+
+def _groupable_leaf(query: QueryGraph, order: list[int], leaf_from: int, tail_free: bool) -> int:
+    """The root level (0 or 1) holding a query leaf, for grouped search; -1 for none.
+
+    Not when a leaf-product or pair tail holds a vertex with the leaf's label: such a
+    tail could take a member's own leaf vertex and would have to be evaluated member
+    by member, which measured slower than searching the tasks one by one.
+    """
+    n = len(order)
+    for level in (0, 1):
+        if n < 3 or query.degrees[order[level]] != 1:
+            continue
+        tail = min(leaf_from, n - 2 if tail_free else n)   # as the executors descend
+        label = query.labels[order[level]]
+        if any(query.labels[order[k]] == label for k in range(tail, n)):
+            return -1
+        return level
+    return -1
 
 
 def _counted_tail(query: QueryGraph, order: list[int], bw_level: np.ndarray) -> tuple[int, bool]:
