@@ -5,6 +5,8 @@
 #
 # Stages (default: tests gh-dense):
 #   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
+#   gpu-tests    only the gpu-marked tests
+#   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
 #                "--max-queries 3"), GH_TIMEOUT bounds each run (seconds, default 300)
@@ -28,6 +30,14 @@ for stage in "${stages[@]}"; do
         tests)
             python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/tests.txt" | tail -25
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        gpu-tests)
+            python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tee "$OUT/gpu-tests.txt" \
+                | tail -15
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        profile-*)
+            query=bench-out/queries/gh_k6_seed0_labels5x0/${stage#profile-}.graph
+            python3 -m benchmarks.phase_profile "$query" --graph "$GRAPH" --backend cuda \
+                --top 25 2>&1 | tee "$OUT/$stage.txt" | head -60 ;;
         gh-*)
             kind=${stage#gh-}
             for backend in cuda ${GH_CPU:+cpu}; do

@@ -46,6 +46,7 @@ class DeviceMirror:
         self.cand: dict[int, cp.ndarray] = {}
         self._host_cand: dict[int, np.ndarray] = {}
         self._plans: dict[int, dict[int, tuple[TaskTypes, tuple]]] = {}
+        self._ranked: tuple | None = None       # (us, vs, ranks) on the device
         self.max_degree = 0
 
     # ---- graph ---------------------------------------------------------
@@ -69,13 +70,23 @@ class DeviceMirror:
             for name in self.POOLS:
                 self.arrays[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
 
-    def set_ranks(self, graph, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
-        """Mirror DynamicGraph.set_ranks (both directions of each edge)."""
-        if len(us) == 0:
-            return
-        positions = np.concatenate([graph.edge_positions(us, vs), graph.edge_positions(vs, us)])
-        values = np.concatenate([ranks, ranks]).astype(np.int32)
-        self.arrays["rank"][cp.asarray(positions)] = cp.asarray(values)
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
+        """DynamicGraph.set_ranks on the device copy (found there, by a kernel); the
+        edges are kept for clear_ranks."""
+        self._ranked = tuple(cp.asarray(np.ascontiguousarray(a, dtype=np.int32))
+                             for a in (us, vs, ranks))
+        self._rank_kernel(clear=False)
+
+    def clear_ranks(self) -> None:
+        """Zero the ranks set_ranks wrote."""
+        if self._ranked is not None:
+            self._rank_kernel(clear=True)
+            self._ranked = None
+
+    def _rank_kernel(self, clear: bool) -> None:
+        a = self.arrays
+        cuda_kernels.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
+                                    a["rank"], *self._ranked, clear=clear)
 
     def check(self, graph, cands: dict[int, np.ndarray]) -> None:
         """Assert the device copies equal the host structures where they are read (tests)."""

@@ -115,6 +115,31 @@ def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
            shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
 
 
+def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp.ndarray,
+                   label: cp.ndarray, rank: cp.ndarray, us: cp.ndarray, vs: cp.ndarray,
+                   ranks: cp.ndarray, clear: bool) -> None:
+    """Launch gpu/kernels/ranks.cu:set_edge_ranks: rank (or 0) on both directions of each
+    edge us[i] - vs[i], all of which must be in the device graph."""
+    for name, dtype, array in (("start", np.int64, start), ("deg", np.int32, deg),
+                               ("nbr", np.int32, nbr), ("nlab", np.int32, nlab),
+                               ("label", np.int32, label), ("rank", np.int32, rank),
+                               ("us", np.int32, us), ("vs", np.int32, vs),
+                               ("ranks", np.int32, ranks)):
+        _check(name, array, dtype, 1)
+    count = us.shape[0]
+    if vs.shape[0] != count or ranks.shape[0] != count:
+        raise ValueError(f"us, vs and ranks differ in length: {count}, {vs.shape[0]}, "
+                         f"{ranks.shape[0]}")
+    if count == 0:
+        return
+    threads = 256
+    blocks = -(-2 * count // threads)
+    module("ranks").get_function("set_edge_ranks")(
+        (blocks,), (threads,),
+        (start, deg, nbr, nlab, label, rank, us, vs, ranks, np.int32(count),
+         np.int32(1 if clear else 0)))
+
+
 _SCRATCH: dict[str, cp.ndarray] = {}
 
 

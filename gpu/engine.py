@@ -75,7 +75,7 @@ class Engine:
         self._next_id += 1
         self.signatures.add_query(qid, query, self.graph)
         plan = build_plan(query, self._plan_stats(qid, query), coalesce=self.coalesce)
-        leaves = LeafCounts(query, self.graph.label.shape[0])
+        leaves = LeafCounts(query, self.graph.label.shape[0], kept=self._device is None)
         leaves.rebuild(self.graph, self.signatures.cand[qid])
         self._queries[qid] = _Standing(plan, leaves)
         if self._device is not None:
@@ -196,11 +196,15 @@ class Engine:
         """Matches using at least one of the edges us-vs, each once (total-order rule)."""
         results = {}
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
-        if len(us) and self._queries:
-            self.graph.set_ranks(us, vs, ranks)
+        ranked = len(us) > 0 and len(self._queries) > 0
+        if ranked:
+            # Each executor reads the ranks (and the CPU one the update index) of its
+            # own copy of the graph only.
             if self._device is not None:
-                self._device.set_ranks(self.graph, us, vs, ranks)
-            self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
+                self._device.set_ranks(us, vs, ranks)
+            else:
+                self.graph.set_ranks(us, vs, ranks)
+                self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
         try:
             for qid, standing in self._queries.items():
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
@@ -209,12 +213,12 @@ class Engine:
                 results[qid] = MatchSet(found.count, self._external(found.rows),
                                         found.truncated)
         finally:
-            if len(us) and self._queries:
-                self.graph.set_ranks(us, vs, np.zeros(len(us), dtype=np.int32))
+            if ranked:
                 if self._device is not None:
-                    self._device.set_ranks(self.graph, us, vs,
-                                           np.zeros(len(us), dtype=np.int32))
-                self._updates.clear()
+                    self._device.clear_ranks()
+                else:
+                    self.graph.set_ranks(us, vs, np.zeros(len(us), dtype=np.int32))
+                    self._updates.clear()
         return results
 
     def _mutate(self, batch: EffectiveBatch) -> None:

@@ -60,10 +60,11 @@ def _full(nc, cand, leaf_q, leaf_elab, start, deg, nbr, elab, alive, n):
 class LeafCounts:
     """nc for the leaves of one query; columns follow `leaf_q`."""
 
-    def __init__(self, query, capacity: int) -> None:
+    def __init__(self, query, capacity: int, kept: bool = True) -> None:
+        """`kept=False`: no counts at all (the CUDA executor does not read them)."""
         degrees = query.degrees
         self.leaf_q = np.flatnonzero(degrees == 1).astype(np.int32) \
-            if query.num_vertices >= 3 else np.empty(0, dtype=np.int32)
+            if query.num_vertices >= 3 and kept else np.empty(0, dtype=np.int32)
         self.leaf_elab = np.array([query.edge_label_matrix[q][query.edge_label_matrix[q] >= 0][0]
                                    for q in self.leaf_q], dtype=np.int32)
         self.column = np.full(query.num_vertices, -1, dtype=np.int32)
