@@ -31,11 +31,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from gpu.cpu_executor import (NO_RANK, _candidates, _leaf_tail, _lower_bound, _pair_tail,
+from gpu.cpu_executor import (NO_RANK, _candidates, _leaf_count, _lower_bound, _pair_tail,
                               _used, new_ranks, new_scratch)
-
-LEAF_TAIL = 0
-PAIR_TAIL = 1
 
 # group = (rank, leaf, leaf_by_id, rank_by_id): plan.LeafGroups' member arrays.
 
@@ -101,15 +98,6 @@ def _group_last(last, mr_p, m, scratch, ranks, collide, group, lo, hi):
 
 
 @nb.njit(cache=True)
-def _tail_value(kind, t, level, cur, graph, cand, plan, leaves, scratch, no_ranks):
-    """The tail's count for one threshold, scanned afresh."""
-    _invalidate(scratch[5], level)
-    if kind == LEAF_TAIL:
-        return _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, no_ranks)
-    return _pair_tail(t, level, cur, graph, cand, plan, scratch, no_ranks)
-
-
-@nb.njit(cache=True)
 def _add_fin(level, ranks, r_min, mr_p, bps, nbp):
     rbuf, fin, nfin = ranks
     for j in range(nfin[level]):
@@ -121,37 +109,7 @@ def _add_fin(level, ranks, r_min, mr_p, bps, nbp):
 
 
 @nb.njit(cache=True)
-def _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks, bps):
-    """Sorted distinct ranks in (r_min, mr_p) of update edges the tail could use."""
-    orders, bw_level, bw_label, tail_head = plan[1], plan[3], plan[4], plan[7]
-    upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab = leaves[2], leaves[3], leaves[4], \
-        leaves[5], leaves[6]
-    m = scratch[0]
-    n = orders.shape[1]
-    _invalidate(scratch[5], level)
-    nbp = 0
-    if kind == LEAF_TAIL:
-        first = level
-        if tail_head[t]:
-            _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
-            nbp = _add_fin(level, ranks, r_min, mr_p, bps, nbp)
-            first = level + 1
-        for lv in range(first, n):
-            # Only update edges that can count for this leaf: its edge label, and the
-            # far end a candidate of it (the hub's other new edges change nothing).
-            y = m[bw_level[t, lv, 0]]
-            el = bw_label[t, lv, 0]
-            bit = np.uint32(1) << np.uint32(orders[t, lv])
-            for k in range(upd_start[y], upd_start[y] + upd_cnt[y]):
-                r = upd_rank[k]
-                if r_min < r < mr_p and upd_elab[k] == el and (cand[upd_nbr[k]] & bit) != 0:
-                    bps[nbp] = r
-                    nbp += 1
-    else:
-        _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
-        _candidates(level + 1, t, r_min, graph, cand, plan, scratch, ranks)
-        nbp = _add_fin(level, ranks, r_min, mr_p, bps, nbp)
-        nbp = _add_fin(level + 1, ranks, r_min, mr_p, bps, nbp)
+def _sort_unique(bps, nbp):
     if nbp > 1:
         bps[:nbp].sort()
         k = 1
@@ -164,26 +122,122 @@ def _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch
 
 
 @nb.njit(cache=True)
-def _group_tail(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks,
-                no_ranks, collide, bps, group, lo, hi):
-    """Weighted count of a leaf-product or pair tail starting at `level`.  The plan
-    groups a type only when no tail vertex has the leaf's label (plan._groupable_leaf),
-    so no tail vertex can take a member's leaf vertex."""
-    m, valid = scratch[0], scratch[5]
+def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks, collide,
+                     bps, alist, alen, base, group, lo, hi):
+    """Weighted count of the counted leaf tail from `level` (head level optional).
+
+    For a threshold x (a member's rank), leaf l at parent y counts base[l] (its
+    count with every update edge ranked below mr_p blocked) plus the update edges
+    alist[l] at y, ranked in [x, mr_p), whose far end is an unused candidate; the
+    head counts its unused candidates whose lowest backward rank is >= x.  Those
+    ranks split (r_min, mr_p) into intervals; each interval's members share one
+    value.  The plan groups a type only when no tail vertex has the leaf's label
+    (plan._groupable_leaf), so no tail vertex can be a member's leaf vertex.
+    """
+    q_label, orders, bw_level, bw_label, tail_head = plan[0], plan[1], plan[3], plan[4], \
+        plan[7]
+    upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab = leaves[2], leaves[3], leaves[4], \
+        leaves[5], leaves[6]
+    m, buf, _, cnt, _, valid, _, _ = scratch
+    rbuf, fin, nfin = ranks
+    n = orders.shape[1]
     if _weight(mr_p, level, m, collide, group, lo, hi) == 0:
         return np.int64(0)
+    nbp = 0
+    first = level
+    heads_plain = np.int64(1)
+    if tail_head[t]:
+        _invalidate(valid, level)
+        _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
+        c = cnt[level]
+        heads_plain = c - nfin[level]       # no update edge: counts at every threshold
+        for k in range(level):
+            if m[k] >= 0:
+                p = _lower_bound(buf[level], 0, c, m[k])
+                if p < c and buf[level, p] == m[k] and rbuf[level, p] == NO_RANK:
+                    heads_plain -= 1
+        for j in range(nfin[level]):
+            p = fin[level, j]
+            if rbuf[level, p] >= mr_p and not _used(m, level, buf[level, p]):
+                heads_plain += 1
+        nbp = _add_fin(level, ranks, r_min, mr_p, bps, nbp)
+        first = level + 1
+    for lv in range(first, n):
+        q = orders[t, lv]
+        parent = bw_level[t, lv, 0]
+        y = m[parent]
+        el = bw_label[t, lv, 0]
+        bit = np.uint32(1) << np.uint32(q)
+        base[lv] = _leaf_count(y, q, el, m, level, mr_p, graph, cand, leaves)
+        for e in range(first, lv):
+            if bw_level[t, e, 0] == parent and q_label[orders[t, e]] == q_label[q] \
+                    and bw_label[t, e, 0] == el:
+                base[lv] -= 1       # leaves sharing parent, label and edge label
+        k = 0
+        for u in range(upd_start[y], upd_start[y] + upd_cnt[y]):    # by rank
+            r = upd_rank[u]
+            if r >= mr_p:
+                break
+            w = upd_nbr[u]
+            if r > r_min and upd_elab[u] == el and (cand[w] & bit) != 0 \
+                    and not _used(m, level, w):
+                alist[lv, k] = r
+                bps[nbp] = r
+                nbp += 1
+                k += 1
+        alen[lv] = k
+    nbp = _sort_unique(bps, nbp)
     total = np.int64(0)
-    nbp = _breakpoints(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks,
-                       bps)
     below, seen = r_min, 0
     for j in range(nbp + 1):
         upper = bps[j] if j < nbp else mr_p
         upto = _weight(upper, level, m, collide, group, lo, hi)
         if upto > seen:
             # Members ranked in [below, upper) block the same tail edges: those <= below.
+            x = below if j == 0 else below + 1
+            value = heads_plain
+            if tail_head[t]:
+                for f in range(nfin[level]):
+                    p = fin[level, f]
+                    r = rbuf[level, p]
+                    if x <= r < mr_p and not _used(m, level, buf[level, p]):
+                        value += 1
+            for lv in range(first, n):
+                if value == 0:
+                    break
+                size = base[lv] + alen[lv] - _lower_bound(alist[lv], 0, alen[lv], x)
+                value = value * size if size > 0 else np.int64(0)
+            total += (upto - seen) * value
+        below, seen = upper, upto
+    _invalidate(valid, level)
+    return total
+
+
+@nb.njit(cache=True)
+def _group_pair_tail(t, level, r_min, mr_p, graph, cand, plan, scratch, ranks, no_ranks,
+                     collide, bps, group, lo, hi):
+    """Weighted count of the non-adjacent last pair: evaluated afresh once per rank
+    interval that holds members (the intervals come from the update edges of the two
+    levels' candidates)."""
+    m, valid = scratch[0], scratch[5]
+    if _weight(mr_p, level, m, collide, group, lo, hi) == 0:
+        return np.int64(0)
+    _invalidate(valid, level)
+    _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
+    _candidates(level + 1, t, r_min, graph, cand, plan, scratch, ranks)
+    nbp = _add_fin(level, ranks, r_min, mr_p, bps, 0)
+    nbp = _add_fin(level + 1, ranks, r_min, mr_p, bps, nbp)
+    nbp = _sort_unique(bps, nbp)
+    total = np.int64(0)
+    below, seen = r_min, 0
+    for j in range(nbp + 1):
+        upper = bps[j] if j < nbp else mr_p
+        upto = _weight(upper, level, m, collide, group, lo, hi)
+        if upto > seen:
             cur = below if j == 0 else below + 1
-            total += (upto - seen) * _tail_value(kind, t, level, cur, graph, cand, plan, leaves,
-                                                 scratch, no_ranks)
+            _invalidate(valid, level)
+            total += (upto - seen) * _pair_tail(t, level, cur, graph, cand, plan, scratch,
+                                                no_ranks)
         below, seen = upper, upto
     _invalidate(valid, level)
     return total
@@ -191,13 +245,14 @@ def _group_tail(kind, t, level, r_min, mr_p, graph, cand, plan, leaves, scratch,
 
 @nb.njit(cache=True)
 def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leaves, scratch,
-                  ranks, no_ranks, mr, collide, bps):
+                  ranks, no_ranks, gscratch):
     """Sum over the group's members of their task's match count, over the level-2
     candidates i with i % parts == part (a group is split to spread a hub's work)."""
     q_label, orders, tail_free, leaf_from, leaf_root = plan[0], plan[1], plan[5], plan[6], \
         plan[10]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     rbuf = ranks[0]
+    mr, collide, bps, alist, alen, base = gscratch
     n = orders.shape[1]
     last = n - 1
     leaf_level = leaf_root[t]
@@ -219,15 +274,16 @@ def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leav
     while True:
         if descend:
             descend = False
-            tail = -1
             if level == leaf_from[t]:
-                tail = LEAF_TAIL
+                total += _group_leaf_tail(t, level, r_min, mr[level - 1], graph, cand, plan,
+                                          leaves, scratch, ranks, collide, bps, alist, alen,
+                                          base, group, lo, hi)
+                level -= 1
+                if level < 2:
+                    return total
             elif level == last - 1 and tail_free[t]:
-                tail = PAIR_TAIL
-            if tail >= 0:
-                total += _group_tail(tail, t, level, r_min, mr[level - 1], graph, cand, plan,
-                                     leaves, scratch, ranks, no_ranks, collide, bps, group,
-                                     lo, hi)
+                total += _group_pair_tail(t, level, r_min, mr[level - 1], graph, cand, plan,
+                                          scratch, ranks, no_ranks, collide, bps, group, lo, hi)
                 level -= 1
                 if level < 2:
                     return total
@@ -279,17 +335,20 @@ def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leave
         scratch = new_scratch(n, width)
         ranks = new_ranks(n, width)
         no_ranks = new_ranks(0, 0)
-        mr = np.empty(n, dtype=np.int32)
-        collide = np.empty(n, dtype=np.bool_)
-        bps = np.empty((n + 2) * width, dtype=np.int32)
+        gscratch = (np.empty(n, dtype=np.int32),              # mr: lowest rank used
+                    np.empty(n, dtype=np.bool_),              # collide: leaf's label
+                    np.empty((n + 2) * width, dtype=np.int32),   # tail breakpoints
+                    np.empty((n, width), dtype=np.int32),     # leaf tail: update ranks
+                    np.zeros(n, dtype=np.int64),              # ... how many per level
+                    np.zeros(n, dtype=np.int64))              # ... base leaf counts
         # Chunk c takes pieces c, c + nchunks, ...: groups come largest first, so every
         # chunk gets a share of the big ones and dynamic scheduling balances the rest.
         for k in range(c, npieces, nchunks):
             g = np.searchsorted(first_piece, k, side="right") - 1
             piece_counts[k] = _search_group(task_type[g], parent[g], lo[g], hi[g],
                                             k - first_piece[g], parts[g], group, graph, cand,
-                                            plan, leaves, scratch, ranks, no_ranks, mr,
-                                            collide, bps)
+                                            plan, leaves, scratch, ranks, no_ranks,
+                                            gscratch)
     counts = np.zeros(ngroups, dtype=np.int64)
     for g in range(ngroups):
         counts[g] = piece_counts[first_piece[g]:first_piece[g + 1]].sum()

@@ -120,7 +120,7 @@ def _fill_index(upd_start, upd_cnt, src, order):
 
 
 class UpdateIndex:
-    """The update edges of the running phase, listed per endpoint (batch-local CSR)."""
+    """The update edges of the running phase, listed per endpoint by rank (batch-local CSR)."""
 
     def __init__(self, capacity: int) -> None:
         self.start = np.zeros(capacity, dtype=np.int64)
@@ -135,9 +135,10 @@ class UpdateIndex:
             self.start = np.zeros(capacity, dtype=np.int64)
             self.count = np.zeros(capacity, dtype=np.int32)
         src = np.concatenate([us, vs]).astype(np.int32)
-        order = np.argsort(src, kind="stable")
+        both = np.concatenate([ranks, ranks]).astype(np.int32)
+        order = np.lexsort((both, src))     # per vertex by rank (grouped search relies on it)
         self.nbr = np.concatenate([vs, us]).astype(np.int32)[order]
-        self.rank = np.concatenate([ranks, ranks]).astype(np.int32)[order]
+        self.rank = both[order]
         self.elab = np.concatenate([labels, labels]).astype(np.int32)[order]
         _fill_index(self.start, self.count, src, order)
         self._touched = src

@@ -30,8 +30,8 @@ PATTERNS = {
     "star3": Pattern([0, 0, 0, 0], [(0, 1), (0, 2), (0, 3)]),
     "paw": Pattern([0, 0, 1, 0], [(0, 1), (1, 2), (0, 2), (2, 3)]),
     "bull": Pattern([0, 1, 0, 0, 1], [(0, 1), (1, 2), (0, 2), (0, 3), (1, 4)]),
-    # leaf 3 roots, q1 (label 1) is a head before the leaf run [4]
-    "head": Pattern([0, 1, 0, 0, 0], [(0, 1), (1, 2), (0, 2), (2, 3), (2, 4)]),
+    # leaf 3 roots (grouped with 3 labels), a head (q0 or q1) before the leaf run [4]
+    "head": Pattern([1, 1, 0, 2, 0], [(0, 1), (1, 2), (0, 2), (2, 3), (2, 4)]),
     # leaf 0 roots; the last two (4, 5) are non-adjacent: the pair tail
     "pair": Pattern([0, 0, 1, 1, 0, 0],
                     [(0, 1), (1, 2), (1, 3), (2, 3), (2, 4), (3, 4), (2, 5), (3, 5)]),
@@ -103,7 +103,7 @@ def group_pieces(request, monkeypatch):
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
-@pytest.mark.parametrize("nlabels,nelabels", [(1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize("nlabels,nelabels", [(1, 1), (2, 1), (2, 2), (3, 1)])
 def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy, group_pieces):
     rng = random.Random(17 * nlabels + nelabels)
     d = hub_data(rng, 13, nlabels, nelabels)
@@ -224,5 +224,9 @@ def test_plan_groups_only_tails_that_cannot_take_a_members_leaf():
     # Each leaf's tail is the other leaf, of another label: both leaf edges, both ways.
     assert grouped(Pattern([1, 0, 0, 0], [(0, 1), (1, 2), (2, 3)])) == \
         {(0, 1): 0, (1, 0): 1, (3, 2): 0, (2, 3): 1}
+    # A head level before the leaf run, neither of the root leaf's label.
+    head = build_plan(PATTERNS["head"].query()).incremental
+    t = [i for i in range(head.count) if head.roots[i].tolist() == [3, 2]][0]
+    assert head.leaf_root[t] == 0 and head.tail_head[t]
     # A counted last level may collide: the weights handle it.
     assert set(grouped(PATTERNS["diamond_leaf"])) == {(0, 1), (1, 0)}
