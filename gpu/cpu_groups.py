@@ -141,7 +141,8 @@ def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, 
     m, buf, _, cnt, _, valid, _, _ = scratch
     rbuf, fin, nfin = ranks
     n = orders.shape[1]
-    if _weight(mr_p, level, m, collide, group, lo, hi) == 0:
+    active = _weight(mr_p, level, m, collide, group, lo, hi)
+    if active == 0:
         return np.int64(0)
     nbp = 0
     first = level
@@ -186,31 +187,61 @@ def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, 
                 nbp += 1
                 k += 1
         alen[lv] = k
-    nbp = _sort_unique(bps, nbp)
     total = np.int64(0)
-    below, seen = r_min, 0
-    for j in range(nbp + 1):
-        upper = bps[j] if j < nbp else mr_p
-        upto = _weight(upper, level, m, collide, group, lo, hi)
-        if upto > seen:
-            # Members ranked in [below, upper) block the same tail edges: those <= below.
-            x = below if j == 0 else below + 1
-            value = heads_plain
-            if tail_head[t]:
-                for f in range(nfin[level]):
-                    p = fin[level, f]
-                    r = rbuf[level, p]
-                    if x <= r < mr_p and not _used(m, level, buf[level, p]):
-                        value += 1
-            for lv in range(first, n):
-                if value == 0:
-                    break
-                size = base[lv] + alen[lv] - _lower_bound(alist[lv], 0, alen[lv], x)
-                value = value * size if size > 0 else np.int64(0)
-            total += (upto - seen) * value
-        below, seen = upper, upto
+    if active <= nbp:
+        # Fewer members than breakpoints: one evaluation per member, no sorting.
+        rank, leaf = group[0], group[1]
+        for i in range(lo, hi):
+            if rank[i] >= mr_p:
+                break
+            if not _in_prefix(leaf[i], level, m, collide):
+                total += _leaf_tail_at(rank[i], t, level, first, mr_p, heads_plain, m, buf,
+                                       ranks, alist, alen, base, plan)
+    else:
+        nbp = _sort_unique(bps, nbp)
+        below, seen = r_min, 0
+        for j in range(nbp + 1):
+            upper = bps[j] if j < nbp else mr_p
+            upto = _weight(upper, level, m, collide, group, lo, hi)
+            if upto > seen:
+                # Members ranked in [below, upper) block the same tail edges: <= below.
+                x = below if j == 0 else below + 1
+                total += (upto - seen) * _leaf_tail_at(x, t, level, first, mr_p, heads_plain,
+                                                       m, buf, ranks, alist, alen, base, plan)
+            below, seen = upper, upto
     _invalidate(valid, level)
     return total
+
+
+@nb.njit(cache=True)
+def _in_prefix(y, level, m, collide):
+    """A member's leaf vertex y is matched at one of m[2:level] (only colliding levels can)."""
+    for k in range(2, level):
+        if collide[k] and m[k] == y:
+            return True
+    return False
+
+
+@nb.njit(cache=True)
+def _leaf_tail_at(x, t, level, first, mr_p, heads_plain, m, buf, ranks, alist, alen, base,
+                  plan):
+    """The leaf tail's value for members whose rank is x (see _group_leaf_tail)."""
+    tail_head = plan[7]
+    n = plan[1].shape[1]
+    rbuf, fin, nfin = ranks
+    value = heads_plain
+    if tail_head[t]:
+        for f in range(nfin[level]):
+            p = fin[level, f]
+            r = rbuf[level, p]
+            if x <= r < mr_p and not _used(m, level, buf[level, p]):
+                value += 1
+    for lv in range(first, n):
+        if value == 0:
+            break
+        size = base[lv] + alen[lv] - _lower_bound(alist[lv], 0, alen[lv], x)
+        value = value * size if size > 0 else np.int64(0)
+    return value
 
 
 @nb.njit(cache=True)
