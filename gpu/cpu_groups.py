@@ -23,7 +23,8 @@ hundred times).  Counted tails:
   member's leaf vertex;
 * leaf product and non-adjacent pair: their value changes only at the ranks of
   the update edges they could use, so they are evaluated once per rank
-  interval that holds members.  (The plan does not group a type whose such tail
+  interval that holds members (or once per member, when fewer), from the
+  ranked buffers and per-leaf update ranks, without rescanning.  (The plan does not group a type whose such tail
   has a vertex with the leaf's label: it would need one evaluation per member.)
 """
 from __future__ import annotations
@@ -31,8 +32,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from gpu.cpu_executor import (NO_RANK, _candidates, _leaf_count, _lower_bound, _pair_tail,
-                              _used, new_ranks, new_scratch)
+from gpu.cpu_executor import (NO_RANK, _candidates, _leaf_count, _lower_bound, _used,
+                              new_ranks, new_scratch)
 
 # group = (rank, leaf, leaf_by_id, rank_by_id): plan.LeafGroups' member arrays.
 
@@ -48,12 +49,6 @@ def _weight(x, level, m, collide, group, lo, hi):
             if p < hi and leaf_by_id[p] == m[k] and rank_by_id[p] < x:
                 w -= 1
     return w
-
-
-@nb.njit(cache=True)
-def _invalidate(valid, level):
-    for k in range(level, valid.shape[0]):
-        valid[k] = False
 
 
 @nb.njit(cache=True)
@@ -148,7 +143,6 @@ def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, 
     first = level
     heads_plain = np.int64(1)
     if tail_head[t]:
-        _invalidate(valid, level)
         _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
         c = cnt[level]
         heads_plain = c - nfin[level]       # no update edge: counts at every threshold
@@ -209,7 +203,6 @@ def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, 
                 total += (upto - seen) * _leaf_tail_at(x, t, level, first, mr_p, heads_plain,
                                                        m, buf, ranks, alist, alen, base, plan)
             below, seen = upper, upto
-    _invalidate(valid, level)
     return total
 
 
@@ -245,38 +238,118 @@ def _leaf_tail_at(x, t, level, first, mr_p, heads_plain, m, buf, ranks, alist, a
 
 
 @nb.njit(cache=True)
-def _group_pair_tail(t, level, r_min, mr_p, graph, cand, plan, scratch, ranks, no_ranks,
-                     collide, bps, group, lo, hi):
-    """Weighted count of the non-adjacent last pair: evaluated afresh once per rank
-    interval that holds members (the intervals come from the update edges of the two
-    levels' candidates)."""
-    m, valid = scratch[0], scratch[5]
-    if _weight(mr_p, level, m, collide, group, lo, hi) == 0:
+def _ranked_unused(level, count_level, m, buf, ranks, out):
+    """The lowest ranks of the unused entries of buf[level] (not among m[:count_level])
+    that are reached by an update edge, into out; returns how many."""
+    rbuf, fin, nfin = ranks
+    k = 0
+    for j in range(nfin[level]):
+        p = fin[level, j]
+        if not _used(m, count_level, buf[level, p]):
+            out[k] = rbuf[level, p]
+            k += 1
+    return k
+
+
+@nb.njit(cache=True)
+def _plain_unused(level, count_level, m, scratch, ranks):
+    """Unused entries of buf[level] reached by no update edge."""
+    _, buf, _, cnt, _, _, _, _ = scratch
+    rbuf, _, nfin = ranks
+    c = cnt[level]
+    plain = np.int64(c - nfin[level])
+    for k in range(count_level):
+        if m[k] >= 0:
+            p = _lower_bound(buf[level], 0, c, m[k])
+            if p < c and buf[level, p] == m[k] and rbuf[level, p] == NO_RANK:
+                plain -= 1
+    return plain
+
+
+@nb.njit(cache=True)
+def _count_ge(values, k, x):
+    n = 0
+    for j in range(k):
+        if values[j] >= x:
+            n += 1
+    return n
+
+
+@nb.njit(cache=True)
+def _group_pair_tail(t, level, r_min, mr_p, graph, cand, plan, scratch, ranks, collide, bps,
+                     alist, group, lo, hi):
+    """Weighted count of the non-adjacent last pair, |A||B| - |A & B| at each member's
+    threshold, from the two levels' ranked buffers (cached like any level's): entries
+    reached by no update edge count at every threshold, the others from their ranks."""
+    m, buf, _, cnt, _, _, _, _ = scratch
+    rbuf = ranks[0]
+    last = level + 1
+    active = _weight(mr_p, level, m, collide, group, lo, hi)
+    if active == 0:
         return np.int64(0)
-    _invalidate(valid, level)
     _candidates(level, t, r_min, graph, cand, plan, scratch, ranks)
-    _candidates(level + 1, t, r_min, graph, cand, plan, scratch, ranks)
-    nbp = _add_fin(level, ranks, r_min, mr_p, bps, 0)
-    nbp = _add_fin(level + 1, ranks, r_min, mr_p, bps, nbp)
-    nbp = _sort_unique(bps, nbp)
+    _candidates(last, t, r_min, graph, cand, plan, scratch, ranks)
+    plain_a = _plain_unused(level, level, m, scratch, ranks)
+    plain_b = _plain_unused(last, level, m, scratch, ranks)
+    fa = _ranked_unused(level, level, m, buf, ranks, alist[0])
+    fb = _ranked_unused(last, level, m, buf, ranks, alist[1])
+    # A & B over unused vertices: those with no update edge on either side, and the
+    # lowest rank on both sides of the others.
+    plain_ab = np.int64(0)
+    fab = 0
+    ca, cb = cnt[level], cnt[last]
+    small, big, cs, cl = level, last, ca, cb
+    if ca > cb:
+        small, big, cs, cl = last, level, cb, ca
+    cursor = 0
+    for i in range(cs):
+        w = buf[small, i]
+        cursor = _lower_bound(buf[big], cursor, cl, w)
+        if cursor >= cl:
+            break
+        if buf[big, cursor] == w and not _used(m, level, w):
+            r = min(rbuf[small, i], rbuf[big, cursor])
+            if r == NO_RANK:
+                plain_ab += 1
+            else:
+                alist[2, fab] = r
+                fab += 1
+    nbp = 0
+    for row, k in ((0, fa), (1, fb), (2, fab)):
+        for j in range(k):
+            r = alist[row, j]
+            if r_min < r < mr_p:
+                bps[nbp] = r
+                nbp += 1
     total = np.int64(0)
-    below, seen = r_min, 0
-    for j in range(nbp + 1):
-        upper = bps[j] if j < nbp else mr_p
-        upto = _weight(upper, level, m, collide, group, lo, hi)
-        if upto > seen:
-            cur = below if j == 0 else below + 1
-            _invalidate(valid, level)
-            total += (upto - seen) * _pair_tail(t, level, cur, graph, cand, plan, scratch,
-                                                no_ranks)
-        below, seen = upper, upto
-    _invalidate(valid, level)
+    if active <= nbp:
+        rank, leaf = group[0], group[1]
+        for i in range(lo, hi):
+            x = rank[i]
+            if x >= mr_p:
+                break
+            if not _in_prefix(leaf[i], level, m, collide):
+                na = plain_a + _count_ge(alist[0], fa, x)
+                nb_ = plain_b + _count_ge(alist[1], fb, x)
+                total += na * nb_ - plain_ab - _count_ge(alist[2], fab, x)
+    else:
+        nbp = _sort_unique(bps, nbp)
+        below, seen = r_min, 0
+        for j in range(nbp + 1):
+            upper = bps[j] if j < nbp else mr_p
+            upto = _weight(upper, level, m, collide, group, lo, hi)
+            if upto > seen:
+                x = below if j == 0 else below + 1
+                na = plain_a + _count_ge(alist[0], fa, x)
+                nb_ = plain_b + _count_ge(alist[1], fb, x)
+                total += (upto - seen) * (na * nb_ - plain_ab - _count_ge(alist[2], fab, x))
+            below, seen = upper, upto
     return total
 
 
 @nb.njit(cache=True)
 def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leaves, scratch,
-                  ranks, no_ranks, gscratch):
+                  ranks, gscratch):
     """Sum over the group's members of their task's match count, over the level-2
     candidates i with i % parts == part (a group is split to spread a hub's work)."""
     q_label, orders, tail_free, leaf_from, leaf_root = plan[0], plan[1], plan[5], plan[6], \
@@ -314,7 +387,7 @@ def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leav
                     return total
             elif level == last - 1 and tail_free[t]:
                 total += _group_pair_tail(t, level, r_min, mr[level - 1], graph, cand, plan,
-                                          scratch, ranks, no_ranks, collide, bps, group, lo, hi)
+                                          scratch, ranks, collide, bps, alist, group, lo, hi)
                 level -= 1
                 if level < 2:
                     return total
@@ -365,7 +438,6 @@ def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leave
     for c in nb.prange(nchunks):
         scratch = new_scratch(n, width)
         ranks = new_ranks(n, width)
-        no_ranks = new_ranks(0, 0)
         gscratch = (np.empty(n, dtype=np.int32),              # mr: lowest rank used
                     np.empty(n, dtype=np.bool_),              # collide: leaf's label
                     np.empty((n + 2) * width, dtype=np.int32),   # tail breakpoints
@@ -378,8 +450,7 @@ def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leave
             g = np.searchsorted(first_piece, k, side="right") - 1
             piece_counts[k] = _search_group(task_type[g], parent[g], lo[g], hi[g],
                                             k - first_piece[g], parts[g], group, graph, cand,
-                                            plan, leaves, scratch, ranks, no_ranks,
-                                            gscratch)
+                                            plan, leaves, scratch, ranks, gscratch)
     counts = np.zeros(ngroups, dtype=np.int64)
     for g in range(ngroups):
         counts[g] = piece_counts[first_piece[g]:first_piece[g + 1]].sum()

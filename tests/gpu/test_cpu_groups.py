@@ -32,8 +32,9 @@ PATTERNS = {
     "bull": Pattern([0, 1, 0, 0, 1], [(0, 1), (1, 2), (0, 2), (0, 3), (1, 4)]),
     # leaf 3 roots (grouped with 3 labels), a head (q0 or q1) before the leaf run [4]
     "head": Pattern([1, 1, 0, 2, 0], [(0, 1), (1, 2), (0, 2), (2, 3), (2, 4)]),
-    # leaf 0 roots; the last two (4, 5) are non-adjacent: the pair tail
-    "pair": Pattern([0, 0, 1, 1, 0, 0],
+    # leaf 0 roots (grouped with 3 labels); the last two (4, 5) are non-adjacent: the
+    # pair tail
+    "pair": Pattern([2, 0, 1, 1, 0, 0],
                     [(0, 1), (1, 2), (1, 3), (2, 3), (2, 4), (3, 4), (2, 5), (3, 5)]),
     # leaf 0 roots; the last level (q3) is not adjacent to the leaf's parent, so its
     # candidates can be members' leaf vertices, and q1 (matched) is among them
@@ -228,5 +229,9 @@ def test_plan_groups_only_tails_that_cannot_take_a_members_leaf():
     head = build_plan(PATTERNS["head"].query()).incremental
     t = [i for i in range(head.count) if head.roots[i].tolist() == [3, 2]][0]
     assert head.leaf_root[t] == 0 and head.tail_head[t]
+    # A pair tail (q4, q5) of other labels than the root leaf's.
+    pair = build_plan(PATTERNS["pair"].query()).incremental
+    t = [i for i in range(pair.count) if pair.roots[i].tolist() == [0, 1]][0]
+    assert pair.leaf_root[t] == 0 and pair.tail_free[t] and pair.leaf_from[t] == 6
     # A counted last level may collide: the weights handle it.
     assert set(grouped(PATTERNS["diamond_leaf"])) == {(0, 1), (1, 0)}
