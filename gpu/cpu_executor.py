@@ -84,7 +84,7 @@ def _rank_or_none(r):
 def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf, out_rank):
     """All candidates of `level` (injectivity not checked) into out_buf; returns how many.
 
-    When out_rank is not empty it receives, per candidate, the lowest rank among the
+    When out_rank is not None it receives, per candidate, the lowest rank among the
     edges to its backward neighbours (NO_RANK when none is an update edge)."""
     start, deg, nbr, nlab, elab, rank, _ = graph
     q_label, orders, bw_count, bw_level, bw_label = plan[0], plan[1], plan[2], plan[3], plan[4]
@@ -103,14 +103,12 @@ def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf, out
             best = hi - lo
             pivot = j
     plab = bw_label[t, level, pivot]
-    ranked = out_rank.shape[0] > 0
     found = 0
     for i in range(cursors[pivot], ends[pivot]):
         w = nbr[i]
         if (cand[w] & bit) == 0 or elab[i] != plab or _blocked(rank[i], cur):
             continue
         ok = True
-        low = _rank_or_none(rank[i])
         for j in range(nb_count):
             if j == pivot:
                 continue
@@ -120,10 +118,14 @@ def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf, out
                     or _blocked(rank[p], cur):
                 ok = False
                 break
-            low = min(low, _rank_or_none(rank[p]))
         if ok:
             out_buf[found] = w
-            if ranked:
+            if out_rank is not None:
+                # Compiled only for the grouped search (None prunes it for the rest).
+                low = _rank_or_none(rank[i])
+                for j in range(nb_count):
+                    if j != pivot:
+                        low = min(low, _rank_or_none(rank[cursors[j]]))
                 out_rank[found] = low
             found += 1
     return found
@@ -222,10 +224,9 @@ def _leaf_product(t, first, used_levels, m, cur, graph, cand, plan, leaves):
 def _candidates(level, t, cur, graph, cand, plan, scratch, ranks):
     """Fill buf[level] unless the cached list for the same backward vertices is still there.
 
-    ranks = (rbuf, fin, nfin): when rbuf is not empty, rbuf[level] gets each candidate's
-    lowest backward rank and fin[level, :nfin[level]] the positions where it is a rank."""
+    ranks = (rbuf, fin, nfin), or None: rbuf[level] gets each candidate's lowest backward
+    rank and fin[level, :nfin[level]] the positions where it is a rank."""
     m, buf, _, cnt, key, valid, cursors, ends = scratch
-    rbuf, fin, nfin = ranks
     bw_count, bw_level = plan[2], plan[3]
     if valid[level]:
         same = True
@@ -237,10 +238,11 @@ def _candidates(level, t, cur, graph, cand, plan, scratch, ranks):
             return
     for j in range(bw_count[t, level]):
         key[level, j] = m[bw_level[t, level, j]]
-    if rbuf.shape[0] == 0:
+    if ranks is None:
         cnt[level] = _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, buf[level],
-                                 rbuf[0:0, 0])
+                                 None)
     else:
+        rbuf, fin, nfin = ranks
         found = _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, buf[level],
                             rbuf[level])
         cnt[level] = found
@@ -253,7 +255,7 @@ def _candidates(level, t, cur, graph, cand, plan, scratch, ranks):
     valid[level] = True
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, ranks):
     """Matches of the counted tail from `level`: head candidates x the leaves' product."""
     tail_head = plan[7]
@@ -271,7 +273,7 @@ def _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, ranks):
     return heads * _leaf_product(t, first, level, m, cur, graph, cand, plan, leaves)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks):
     """Matches of the last two levels when they are not adjacent: with A, B their
     candidates minus the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|."""
@@ -390,7 +392,7 @@ def new_scratch(n, width):
 
 @nb.njit(cache=True)
 def new_ranks(n, width):
-    """(rbuf, fin, nfin) for _candidates; n = 0 turns rank keeping off."""
+    """(rbuf, fin, nfin) for _candidates (None there turns rank keeping off)."""
     return (np.empty((n, width), dtype=np.int32), np.empty((n, width), dtype=np.int32),
             np.zeros(n, dtype=np.int64))
 
@@ -411,7 +413,6 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
     width = max_deg + 1
     for c in nb.prange(nchunks):
         scratch = new_scratch(n, width)
-        no_ranks = new_ranks(0, 0)
         for i in range(c * chunk, min(ntasks, (c + 1) * chunk)):
             pos = np.int64(0)
             if listing:
@@ -419,5 +420,5 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
                 if pos >= limit:
                     continue
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
-                                plan, leaves, scratch, no_ranks, out, pos, limit, listing)
+                                plan, leaves, scratch, None, out, pos, limit, listing)
     return counts
