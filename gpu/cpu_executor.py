@@ -256,24 +256,6 @@ def _candidates(level, t, cur, graph, cand, plan, scratch, ranks):
 
 
 @nb.njit(cache=True, inline="always")
-def _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, ranks):
-    """Matches of the counted tail from `level`: head candidates x the leaves' product."""
-    tail_head = plan[7]
-    m, buf, _, cnt, _, _, _, _ = scratch
-    heads = np.int64(1)
-    first = level
-    if tail_head[t]:
-        # The head's candidates are disjoint from the leaves' and feed none of
-        # them: every unused one extends every leaf assignment.
-        _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
-        heads = _unused_size(buf[level], cnt[level], m, level)
-        first = level + 1
-    if heads == 0:
-        return np.int64(0)
-    return heads * _leaf_product(t, first, level, m, cur, graph, cand, plan, leaves)
-
-
-@nb.njit(cache=True, inline="always")
 def _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks):
     """Matches of the last two levels when they are not adjacent: with A, B their
     candidates minus the matched vertices, the pairs (a, b), a != b, number |A||B| - |A & B|."""
@@ -298,7 +280,7 @@ def _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks):
 def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_pos, limit,
             listing):
     """Matches of one task.  Returns the count; writes rows from out_pos when listing."""
-    orders, tail_free, leaf_from = plan[1], plan[5], plan[6]
+    orders, tail_free, leaf_from, tail_head = plan[1], plan[5], plan[6], plan[7]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     n = orders.shape[1]
     last = n - 1
@@ -318,7 +300,17 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
         if descend:
             descend = False
             if level == leaf_from[t] and not listing:
-                total += _leaf_tail(t, level, cur, graph, cand, plan, leaves, scratch, ranks)
+                heads = np.int64(1)
+                first = level
+                if tail_head[t]:
+                    # The head's candidates are disjoint from the leaves' and feed none of
+                    # them: every unused one extends every leaf assignment.
+                    _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
+                    heads = _unused_size(buf[level], cnt[level], m, level)
+                    first = level + 1
+                if heads > 0:
+                    total += heads * _leaf_product(t, first, level, m, cur, graph, cand, plan,
+                                                   leaves)
                 level -= 1
                 if level < 2:
                     return total
