@@ -117,8 +117,42 @@ def _sort_unique(bps, nbp):
 
 
 @nb.njit(cache=True)
+def _thresholds(active, nbp, bps, r_min, mr_p, level, m, collide, group, lo, hi, xs, ws):
+    """The thresholds at which a tail must be evaluated, into xs, and how many members
+    each one stands for, into ws; returns how many.
+
+    bps[:nbp] are the ranks in (r_min, mr_p) of the update edges the tail could use.
+    With no more active members than that, one threshold per member (its rank);
+    otherwise one per rank interval holding members: those ranked in [below, upper)
+    block the same tail edges, the ones ranked <= below.
+    """
+    k = 0
+    if active <= nbp:
+        rank, leaf = group[0], group[1]
+        for i in range(lo, hi):
+            if rank[i] >= mr_p:
+                break
+            if not _in_prefix(leaf[i], level, m, collide):
+                xs[k] = rank[i]
+                ws[k] = 1
+                k += 1
+        return k
+    nbp = _sort_unique(bps, nbp)
+    below, seen = r_min, 0
+    for j in range(nbp + 1):
+        upper = bps[j] if j < nbp else mr_p
+        upto = _weight(upper, level, m, collide, group, lo, hi)
+        if upto > seen:
+            xs[k] = below if j == 0 else below + 1
+            ws[k] = upto - seen
+            k += 1
+        below, seen = upper, upto
+    return k
+
+
+@nb.njit(cache=True)
 def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, ranks, collide,
-                     bps, alist, alen, base, group, lo, hi):
+                     bps, xs, ws, alist, alen, base, group, lo, hi):
     """Weighted count of the counted leaf tail from `level` (head level optional).
 
     For a threshold x (a member's rank), leaf l at parent y counts base[l] (its
@@ -133,7 +167,7 @@ def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, 
         plan[7]
     upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab = leaves[2], leaves[3], leaves[4], \
         leaves[5], leaves[6]
-    m, buf, _, cnt, _, valid, _, _ = scratch
+    m, buf, _, cnt, _, _, _, _ = scratch
     rbuf, fin, nfin = ranks
     n = orders.shape[1]
     active = _weight(mr_p, level, m, collide, group, lo, hi)
@@ -182,27 +216,10 @@ def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, 
                 k += 1
         alen[lv] = k
     total = np.int64(0)
-    if active <= nbp:
-        # Fewer members than breakpoints: one evaluation per member, no sorting.
-        rank, leaf = group[0], group[1]
-        for i in range(lo, hi):
-            if rank[i] >= mr_p:
-                break
-            if not _in_prefix(leaf[i], level, m, collide):
-                total += _leaf_tail_at(rank[i], t, level, first, mr_p, heads_plain, m, buf,
+    for j in range(_thresholds(active, nbp, bps, r_min, mr_p, level, m, collide, group, lo,
+                               hi, xs, ws)):
+        total += ws[j] * _leaf_tail_at(xs[j], t, level, first, mr_p, heads_plain, m, buf,
                                        ranks, alist, alen, base, plan)
-    else:
-        nbp = _sort_unique(bps, nbp)
-        below, seen = r_min, 0
-        for j in range(nbp + 1):
-            upper = bps[j] if j < nbp else mr_p
-            upto = _weight(upper, level, m, collide, group, lo, hi)
-            if upto > seen:
-                # Members ranked in [below, upper) block the same tail edges: <= below.
-                x = below if j == 0 else below + 1
-                total += (upto - seen) * _leaf_tail_at(x, t, level, first, mr_p, heads_plain,
-                                                       m, buf, ranks, alist, alen, base, plan)
-            below, seen = upper, upto
     return total
 
 
@@ -277,7 +294,7 @@ def _count_ge(values, k, x):
 
 @nb.njit(cache=True)
 def _group_pair_tail(t, level, r_min, mr_p, graph, cand, plan, scratch, ranks, collide, bps,
-                     alist, group, lo, hi):
+                     xs, ws, alist, group, lo, hi):
     """Weighted count of the non-adjacent last pair, |A||B| - |A & B| at each member's
     threshold, from the two levels' ranked buffers (cached like any level's): entries
     reached by no update edge count at every threshold, the others from their ranks."""
@@ -322,28 +339,12 @@ def _group_pair_tail(t, level, r_min, mr_p, graph, cand, plan, scratch, ranks, c
                 bps[nbp] = r
                 nbp += 1
     total = np.int64(0)
-    if active <= nbp:
-        rank, leaf = group[0], group[1]
-        for i in range(lo, hi):
-            x = rank[i]
-            if x >= mr_p:
-                break
-            if not _in_prefix(leaf[i], level, m, collide):
-                na = plain_a + _count_ge(alist[0], fa, x)
-                nb_ = plain_b + _count_ge(alist[1], fb, x)
-                total += na * nb_ - plain_ab - _count_ge(alist[2], fab, x)
-    else:
-        nbp = _sort_unique(bps, nbp)
-        below, seen = r_min, 0
-        for j in range(nbp + 1):
-            upper = bps[j] if j < nbp else mr_p
-            upto = _weight(upper, level, m, collide, group, lo, hi)
-            if upto > seen:
-                x = below if j == 0 else below + 1
-                na = plain_a + _count_ge(alist[0], fa, x)
-                nb_ = plain_b + _count_ge(alist[1], fb, x)
-                total += (upto - seen) * (na * nb_ - plain_ab - _count_ge(alist[2], fab, x))
-            below, seen = upper, upto
+    for j in range(_thresholds(active, nbp, bps, r_min, mr_p, level, m, collide, group, lo,
+                               hi, xs, ws)):
+        x = xs[j]
+        na = plain_a + _count_ge(alist[0], fa, x)
+        nb_ = plain_b + _count_ge(alist[1], fb, x)
+        total += ws[j] * (na * nb_ - plain_ab - _count_ge(alist[2], fab, x))
     return total
 
 
@@ -356,7 +357,7 @@ def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leav
         plan[10]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     rbuf = ranks[0]
-    mr, collide, bps, alist, alen, base = gscratch
+    mr, collide, bps, xs, ws, alist, alen, base = gscratch
     n = orders.shape[1]
     last = n - 1
     leaf_level = leaf_root[t]
@@ -380,14 +381,15 @@ def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leav
             descend = False
             if level == leaf_from[t]:
                 total += _group_leaf_tail(t, level, r_min, mr[level - 1], graph, cand, plan,
-                                          leaves, scratch, ranks, collide, bps, alist, alen,
-                                          base, group, lo, hi)
+                                          leaves, scratch, ranks, collide, bps, xs, ws,
+                                          alist, alen, base, group, lo, hi)
                 level -= 1
                 if level < 2:
                     return total
             elif level == last - 1 and tail_free[t]:
                 total += _group_pair_tail(t, level, r_min, mr[level - 1], graph, cand, plan,
-                                          scratch, ranks, collide, bps, alist, group, lo, hi)
+                                          scratch, ranks, collide, bps, xs, ws, alist, group,
+                                          lo, hi)
                 level -= 1
                 if level < 2:
                     return total
@@ -441,6 +443,8 @@ def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leave
         gscratch = (np.empty(n, dtype=np.int32),              # mr: lowest rank used
                     np.empty(n, dtype=np.bool_),              # collide: leaf's label
                     np.empty((n + 2) * width, dtype=np.int32),   # tail breakpoints
+                    np.empty((n + 2) * width + 1, dtype=np.int32),   # tail thresholds
+                    np.empty((n + 2) * width + 1, dtype=np.int64),   # ... members each
                     np.empty((n, width), dtype=np.int32),     # leaf tail: update ranks
                     np.zeros(n, dtype=np.int64),              # ... how many per level
                     np.zeros(n, dtype=np.int64))              # ... base leaf counts
