@@ -1,0 +1,235 @@
+"""Owns the result-subscription endpoints of a standing query: Server-Sent Events, WebSocket
+and polling.
+
+All three serve the same events, one per batch that touched the query (plus its backfill event,
+which carries the batch seq at registration), with `id` = the batch seq, and take the same
+cursor: the events with seq > `after`; without a cursor, every event still retained. A cursor
+older than the result retention is answered with `gone` (410 when polling) and the earliest
+cursor still served.
+"""
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import AsyncIterable
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, WebSocket
+from fastapi.responses import JSONResponse, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from starlette import status
+from starlette.concurrency import run_in_threadpool
+from starlette.websockets import WebSocketDisconnect
+
+from service.deps import StateDep, key_accepted, presented_key
+from service.hub import (
+    Subscription,
+    SubscriptionEnded,
+    SubscriptionGone,
+    retained_events,
+)
+from service.schemas_events import ResultsGonePublic, ResultsPublic
+from storage import EventRecord, ResultsPruned
+
+router = APIRouter(prefix="/v1/queries", tags=["events"])
+
+MAX_PAGE = 10_000
+
+# WebSocket close codes besides the standard ones (1000 deleted, 1001 shutdown, 1008 API key).
+WS_NOT_FOUND = 4404
+WS_GONE = 4410
+WS_BAD_CURSOR = 4422
+
+AfterQuery = Annotated[int | None, Query(
+    ge=0, description="Resume cursor: only events with id > after. Default: every event still "
+                      "retained.")]
+
+
+async def require_query(query_id: int, state: StateDep) -> None:
+    """404 unless the query exists (a blocking store read, so off the event loop)."""
+    if await run_in_threadpool(state.store.query, query_id) is None:
+        raise HTTPException(404, f"query {query_id} not found")
+
+
+NOT_FOUND = {404: {"description": "No such query"}}
+
+
+@router.get("/{query_id}/events", response_class=EventSourceResponse,
+            dependencies=[Depends(require_query)], responses=NOT_FOUND)
+async def stream_events(
+    query_id: int,
+    state: StateDep,
+    after: AfterQuery = None,
+    last_event_id: Annotated[int | None, Header(
+        ge=0, description="Sent by EventSource on reconnection; wins over `after`.")] = None,
+) -> AsyncIterable[ServerSentEvent]:
+    """Server-Sent Events of the query's results, as they are committed.
+
+    Each batch that touched the query is an `event: batch` whose `id` is the batch seq and
+    whose `data` is the result JSON. The stream starts after `Last-Event-ID`, else after
+    `?after=`, else with every event still retained (the backfill event first). It ends with
+    one last event: `gone` (data `{"earliest": N}`: the cursor is older than the retention;
+    reconnect with `after=N` or later, and do not let EventSource retry as is), `deleted` (the
+    query was deleted) or `shutdown` (the server is stopping; reconnecting resumes). A `: ping`
+    comment is sent when nothing else was for `sse_ping_seconds`.
+    """
+    cursor = last_event_id if last_event_id is not None else after
+    async with state.hub.subscribe(query_id, cursor) as subscription:
+        try:
+            while True:
+                record = await subscription.next(timeout=state.settings.sse_ping_seconds)
+                if record is not None:
+                    yield ServerSentEvent(id=str(record.seq), event="batch",
+                                          raw_data=record.payload)
+                elif subscription.ended is None:
+                    # Our own keep-alive: FastAPI's interval is a module constant, not a setting.
+                    yield ServerSentEvent(comment="ping")
+                else:
+                    break
+        except SubscriptionGone as gone:
+            yield ServerSentEvent(event="gone", data={"earliest": gone.earliest})
+            return
+    yield ServerSentEvent(event=_ended(subscription).value, data={"query": query_id})
+
+
+@router.get("/{query_id}/results", response_model=ResultsPublic,
+            dependencies=[Depends(require_query)],
+            responses={**NOT_FOUND, 410: {"model": ResultsGonePublic,
+                                          "description": "The cursor is older than the "
+                                                         "result retention"}})
+async def poll_results(
+    query_id: int,
+    state: StateDep,
+    after: AfterQuery = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> Response:
+    """A page of the query's events: those with id > `after` (default: every event still
+    retained), oldest first. Pass `next` as `after` to get the following page."""
+    def read() -> tuple[int, list[EventRecord], int]:
+        start, events = retained_events(state.store, query_id, after, limit)
+        return start, events, state.store.last_seq()  # read last: no event is past it
+
+    try:
+        start, events, last_batch = await run_in_threadpool(read)
+    except ResultsPruned as exc:
+        gone = SubscriptionGone(query_id, exc.after, exc.earliest)
+        return JSONResponse(ResultsGonePublic(detail=str(gone), earliest=gone.earliest)
+                            .model_dump(), status_code=410)
+    next_after = events[-1].seq if events else max(start, 0)
+    # The payloads are JSON text already: embedded as they are, not parsed and re-encoded.
+    body = (f'{{"query": {query_id}, "events": [{", ".join(map(_event_json, events))}], '
+            f'"next": {next_after}, "last_batch": {last_batch}}}')
+    return Response(body, media_type="application/json")
+
+
+@router.websocket("/{query_id}/ws")
+async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) -> None:
+    """The SSE stream's events as WebSocket text messages.
+
+    `?after=N` as for SSE. Each message is `{"id": seq, "event": "batch", "data": {...}}`; the
+    last one is `{"event": "gone" | "deleted" | "shutdown", "data": {...}}`, then the socket
+    closes with 4410, 1000 or 1001. Refused with 1008 without the API key (`Authorization`
+    header or `?access_token=`); closed with 4404 for an unknown query and 4422 for a bad
+    `after`. Messages from the client are ignored.
+    """
+    socket = _EventSocket(websocket)
+    # Accepted first, even without the key: a close code reaches the client only on an open
+    # socket (refusing the handshake is a bare HTTP 403). Nothing else is sent before the check.
+    await socket.accept()
+    if not key_accepted(state.settings, presented_key(websocket)):
+        await socket.close(status.WS_1008_POLICY_VIOLATION, "missing or wrong API key")
+        return
+    raw_after = websocket.query_params.get("after")
+    after = _cursor(raw_after)
+    if raw_after is not None and after is None:
+        await socket.close(WS_BAD_CURSOR, "after: must be a non-negative integer")
+        return
+    if await run_in_threadpool(state.store.query, query_id) is None:
+        await socket.close(WS_NOT_FOUND, f"query {query_id} not found")
+        return
+    async with state.hub.subscribe(query_id, after) as subscription, \
+            anyio.create_task_group() as tasks:
+        tasks.start_soon(socket.watch_peer, tasks.cancel_scope)
+        await socket.stream(subscription)
+        tasks.cancel_scope.cancel()
+
+
+class _Phase(enum.Enum):
+    CONNECTING = "connecting"  # handshake received, not answered yet
+    OPEN = "open"  # accepted: events may be sent
+    CLOSED = "closed"  # we sent the close or the peer left: nothing more is sent
+
+
+class _EventSocket:
+    """One WebSocket subscriber as a state machine: CONNECTING -> OPEN -> CLOSED. Sends only
+    while OPEN; a peer that went away makes it CLOSED."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.websocket = websocket
+        self.phase = _Phase.CONNECTING
+
+    async def accept(self) -> None:
+        await self.websocket.accept()
+        self.phase = _Phase.OPEN
+
+    async def send(self, text: str) -> None:
+        if self.phase is not _Phase.OPEN:
+            return
+        try:
+            await self.websocket.send_text(text)
+        except WebSocketDisconnect:
+            self.phase = _Phase.CLOSED
+
+    async def close(self, code: int, reason: str = "") -> None:
+        if self.phase is _Phase.CLOSED:
+            return
+        self.phase = _Phase.CLOSED
+        try:
+            await self.websocket.close(code, reason)
+        except WebSocketDisconnect:
+            pass
+
+    async def watch_peer(self, stream: anyio.CancelScope) -> None:
+        """Read (and drop) what the client sends; when it leaves, stop `stream`."""
+        while self.phase is _Phase.OPEN:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                self.phase = _Phase.CLOSED
+                stream.cancel()
+
+    async def stream(self, subscription: Subscription) -> None:
+        """Send the subscription's events, then its last message, then close."""
+        try:
+            async for record in subscription:
+                await self.send(_event_json(record, event="batch"))
+                if self.phase is not _Phase.OPEN:
+                    return
+        except SubscriptionGone as gone:
+            await self.send(json.dumps({"event": "gone", "data": {"earliest": gone.earliest}}))
+            await self.close(WS_GONE, "events pruned")
+            return
+        ended = _ended(subscription)
+        await self.send(json.dumps({"event": ended.value,
+                                    "data": {"query": subscription.query_id}}))
+        await self.close(status.WS_1000_NORMAL_CLOSURE if ended is SubscriptionEnded.DELETED
+                         else status.WS_1001_GOING_AWAY, ended.value)
+
+
+def _ended(subscription: Subscription) -> SubscriptionEnded:
+    if subscription.ended is None:  # only its owner closes it, and the routes do not
+        raise RuntimeError("the subscription stopped without a reason")
+    return subscription.ended
+
+
+def _cursor(text: str | None) -> int | None:
+    """`after` as the WebSocket query string gives it: None when absent or not an int >= 0."""
+    if text is None or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
+def _event_json(record: EventRecord, event: str | None = None) -> str:
+    """An event as JSON text with its stored payload embedded verbatim."""
+    kind = "" if event is None else f', "event": {json.dumps(event)}'
+    return f'{{"id": {record.seq}{kind}, "data": {record.payload}}}'

@@ -1,0 +1,26 @@
+"""Owns the response schemas of the result-subscription endpoints."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ResultEventPublic(BaseModel):
+    # One query's result for one batch; `id` is the batch seq and the resume cursor.
+    id: int
+    data: dict[str, Any] = Field(description="The stored event payload, verbatim")
+
+
+class ResultsPublic(BaseModel):
+    # A page of a query's events (GET /v1/queries/{id}/results).
+    query: int
+    events: list[ResultEventPublic]
+    next: int = Field(description="Pass as `after` to get the events that follow")
+    last_batch: int = Field(description="The last batch committed when the page was read")
+
+
+class ResultsGonePublic(BaseModel):
+    # 410: the events after the cursor were pruned by the result retention.
+    detail: str
+    earliest: int = Field(description="The earliest cursor still served")
