@@ -24,7 +24,7 @@ import asyncio
 import enum
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -132,19 +132,15 @@ class Hub:
         with self.lock:
             self._deleted.add(query_id)
             ending = self._subscriptions.pop(query_id, set())
-            woken = [s for s in ending if s._end(SubscriptionEnded.DELETED)]
-        for subscription in woken:
-            self._wake(subscription)
+        self._end(ending, SubscriptionEnded.DELETED)
 
     async def close(self) -> None:
         """End every subscription (reason SHUTDOWN); later ones end at once. Safe to call twice."""
         with self.lock:
             self._closed = True
-            ending = [s for subscriptions in self._subscriptions.values() for s in subscriptions]
+            ending = [s for group in self._subscriptions.values() for s in group]
             self._subscriptions.clear()
-            woken = [s for s in ending if s._end(SubscriptionEnded.SHUTDOWN)]
-        for subscription in woken:
-            self._wake(subscription)
+        self._end(ending, SubscriptionEnded.SHUTDOWN)
 
     def subscribe(self, query_id: int, after: int | None) -> Subscription:
         """Events of `query_id` with seq > `after` (None: every event still retained); use as
@@ -168,6 +164,7 @@ class Hub:
         return subscription
 
     def stats(self, query_id: int) -> SubscriberStats:
+        """The query's open subscriptions and the lag of its slowest."""
         with self.lock:
             return self._stats(self._subscriptions.get(query_id, ()))
 
@@ -176,7 +173,7 @@ class Hub:
         with self.lock:
             return self._stats([s for group in self._subscriptions.values() for s in group])
 
-    def _stats(self, subscriptions) -> SubscriberStats:
+    def _stats(self, subscriptions: Iterable[Subscription]) -> SubscriberStats:
         last = self._last_seq
         lags = [max(0, last - max(0, s._position(last))) for s in subscriptions]
         return SubscriberStats(subscribers=len(lags), max_lag=max(lags, default=0))
@@ -188,6 +185,12 @@ class Hub:
                 group.discard(subscription)
                 if not group:
                     del self._subscriptions[subscription.query_id]
+
+    def _end(self, subscriptions: Iterable[Subscription], reason: SubscriptionEnded) -> None:
+        with self.lock:
+            woken = [s for s in subscriptions if s._end(reason)]
+        for subscription in woken:
+            self._wake(subscription)
 
     def _wake(self, subscription: Subscription) -> None:
         try:

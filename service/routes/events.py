@@ -23,12 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
 from service.deps import StateDep, key_accepted, presented_key
-from service.hub import (
-    Subscription,
-    SubscriptionEnded,
-    SubscriptionGone,
-    retained_events,
-)
+from service.hub import Subscription, SubscriptionGone, retained_events
 from service.schemas_events import ResultsGonePublic, ResultsPublic
 from storage import EventRecord, ResultsPruned
 
@@ -36,9 +31,10 @@ router = APIRouter(prefix="/v1/queries", tags=["events"])
 
 MAX_PAGE = 10_000
 
-# WebSocket close codes besides the standard ones (1000 deleted, 1001 shutdown, 1008 API key).
+# WebSocket close codes besides 1008 (no API key): after a stream's last event, and refusals.
+WS_LAST_EVENT_CLOSE = {"deleted": status.WS_1000_NORMAL_CLOSURE,
+                       "shutdown": status.WS_1001_GOING_AWAY, "gone": 4410}
 WS_NOT_FOUND = 4404
-WS_GONE = 4410
 WS_BAD_CURSOR = 4422
 
 AfterQuery = Annotated[int | None, Query(
@@ -46,17 +42,25 @@ AfterQuery = Annotated[int | None, Query(
                       "retained.")]
 
 
+async def _query_exists(state: StateDep, query_id: int) -> bool:
+    return await run_in_threadpool(state.store.query, query_id) is not None  # a blocking read
+
+
+def _not_found(query_id: int) -> str:
+    return f"query {query_id} not found"
+
+
 async def require_query(query_id: int, state: StateDep) -> None:
-    """404 unless the query exists (a blocking store read, so off the event loop)."""
-    if await run_in_threadpool(state.store.query, query_id) is None:
-        raise HTTPException(404, f"query {query_id} not found")
+    """404 unless the query exists."""
+    if not await _query_exists(state, query_id):
+        raise HTTPException(404, _not_found(query_id))
 
 
-NOT_FOUND = {404: {"description": "No such query"}}
+NOT_FOUND_RESPONSE = {404: {"description": "No such query"}}
 
 
 @router.get("/{query_id}/events", response_class=EventSourceResponse,
-            dependencies=[Depends(require_query)], responses=NOT_FOUND)
+            dependencies=[Depends(require_query)], responses=NOT_FOUND_RESPONSE)
 async def stream_events(
     query_id: int,
     state: StateDep,
@@ -75,6 +79,7 @@ async def stream_events(
     comment is sent when nothing else was for `sse_ping_seconds`.
     """
     cursor = last_event_id if last_event_id is not None else after
+    gone = None
     async with state.hub.subscribe(query_id, cursor) as subscription:
         try:
             while True:
@@ -87,15 +92,15 @@ async def stream_events(
                     yield ServerSentEvent(comment="ping")
                 else:
                     break
-        except SubscriptionGone as gone:
-            yield ServerSentEvent(event="gone", data={"earliest": gone.earliest})
-            return
-    yield ServerSentEvent(event=_ended(subscription).value, data={"query": query_id})
+        except SubscriptionGone as exc:
+            gone = exc
+    event, data = _last_event(subscription, gone)
+    yield ServerSentEvent(event=event, data=data)
 
 
 @router.get("/{query_id}/results", response_model=ResultsPublic,
             dependencies=[Depends(require_query)],
-            responses={**NOT_FOUND, 410: {"model": ResultsGonePublic,
+            responses={**NOT_FOUND_RESPONSE, 410: {"model": ResultsGonePublic,
                                           "description": "The cursor is older than the "
                                                          "result retention"}})
 async def poll_results(
@@ -145,8 +150,8 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
     if raw_after is not None and after is None:
         await socket.close(WS_BAD_CURSOR, "after: must be a non-negative integer")
         return
-    if await run_in_threadpool(state.store.query, query_id) is None:
-        await socket.close(WS_NOT_FOUND, f"query {query_id} not found")
+    if not await _query_exists(state, query_id):
+        await socket.close(WS_NOT_FOUND, _not_found(query_id))
         return
     async with state.hub.subscribe(query_id, after) as subscription, \
             anyio.create_task_group() as tasks:
@@ -199,27 +204,28 @@ class _EventSocket:
                 stream.cancel()
 
     async def stream(self, subscription: Subscription) -> None:
-        """Send the subscription's events, then its last message, then close."""
+        """Send the subscription's events, then its last event, then close."""
+        gone = None
         try:
             async for record in subscription:
                 await self.send(_event_json(record, event="batch"))
                 if self.phase is not _Phase.OPEN:
                     return
-        except SubscriptionGone as gone:
-            await self.send(json.dumps({"event": "gone", "data": {"earliest": gone.earliest}}))
-            await self.close(WS_GONE, "events pruned")
-            return
-        ended = _ended(subscription)
-        await self.send(json.dumps({"event": ended.value,
-                                    "data": {"query": subscription.query_id}}))
-        await self.close(status.WS_1000_NORMAL_CLOSURE if ended is SubscriptionEnded.DELETED
-                         else status.WS_1001_GOING_AWAY, ended.value)
+        except SubscriptionGone as exc:
+            gone = exc
+        event, data = _last_event(subscription, gone)
+        await self.send(json.dumps({"event": event, "data": data}))
+        await self.close(WS_LAST_EVENT_CLOSE[event], event)
 
 
-def _ended(subscription: Subscription) -> SubscriptionEnded:
+def _last_event(subscription: Subscription,
+                gone: SubscriptionGone | None) -> tuple[str, dict[str, int]]:
+    """The name and data of a stream's last event, once its subscription stopped."""
+    if gone is not None:
+        return "gone", {"earliest": gone.earliest}
     if subscription.ended is None:  # only its owner closes it, and the routes do not
         raise RuntimeError("the subscription stopped without a reason")
-    return subscription.ended
+    return subscription.ended.value, {"query": subscription.query_id}
 
 
 def _cursor(text: str | None) -> int | None:

@@ -272,6 +272,16 @@ def test_ws_unknown_query_or_bad_cursor_closes(service, path, code, reason):
     assert (closed.value.code, closed.value.reason) == (code, reason)
 
 
+def test_openapi_documents_the_http_routes(service):
+    paths = service.client.get("/openapi.json").json()["paths"]
+    stream = paths["/v1/queries/{query_id}/events"]["get"]
+    assert "text/event-stream" in stream["responses"]["200"]["content"]
+    assert {p["name"] for p in stream["parameters"]} == {"query_id", "after", "last-event-id"}
+    assert "every event still retained" in stream["description"]
+    poll = paths["/v1/queries/{query_id}/results"]["get"]
+    assert set(poll["responses"]) == {"200", "404", "410", "422"}
+
+
 # ---- polling ---------------------------------------------------------------------------
 @asynccontextmanager
 async def polling_client(store: FakeStore):
