@@ -48,3 +48,11 @@ def resolve_backend(requested: str) -> str:
         raise NoCudaDevice("backend 'cuda' requested but this build has no CUDA executor yet; "
                            "use --backend cpu or auto")
     return requested
+
+
+def device_memory_bytes() -> int | None:
+    """Bytes CuPy's default memory pool holds on the device, or None without a device."""
+    if not cuda_available():
+        return None
+    import cupy
+    return int(cupy.get_default_memory_pool().total_bytes())

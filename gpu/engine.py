@@ -162,14 +162,14 @@ class Engine:
         # Leaf counts leave out each phase's update edges (see gpu/leafcount.py).  The
         # deleted edges' contributions go for good: the edges leave the graph next.
         self._leaf_edges(batch.delete_u, batch.delete_v, batch.delete_labels, -1)
-        negative = self._incremental(batch.delete_u, batch.delete_v, batch.delete_labels,
-                                     list_limit)
+        negative, neg_seconds = self._incremental(batch.delete_u, batch.delete_v,
+                                                  batch.delete_labels, list_limit)
         t2 = time.perf_counter()
         self._mutate(batch)
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, -1)
         t3 = time.perf_counter()
-        positive = self._incremental(batch.insert_u, batch.insert_v, batch.insert_labels,
-                                     list_limit)
+        positive, pos_seconds = self._incremental(batch.insert_u, batch.insert_v,
+                                                  batch.insert_labels, list_limit)
         t4 = time.perf_counter()
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
         t5 = time.perf_counter()
@@ -177,7 +177,8 @@ class Engine:
         deltas = {}
         for qid in self._queries:
             pos, neg = positive[qid], negative[qid]
-            delta = QueryDelta(positive=pos.count, negative=neg.count)
+            delta = QueryDelta(positive=pos.count, negative=neg.count,
+                               seconds=pos_seconds[qid] + neg_seconds[qid])
             if list_limit > 0:
                 delta.added = pos.rows
                 delta.removed = neg.rows
@@ -192,9 +193,17 @@ class Engine:
         for qid, standing in self._queries.items():
             standing.leaves.edges(self.signatures.cand[qid], us, vs, labels, sign)
 
-    def _incremental(self, us, vs, labels, list_limit: int) -> dict[int, MatchSet]:
-        """Matches using at least one of the edges us-vs, each once (total-order rule)."""
-        results = {}
+    def _incremental(self, us, vs, labels, list_limit: int
+                     ) -> tuple[dict[int, MatchSet], dict[int, float]]:
+        """Matches using at least one of the edges us-vs, each once (total-order rule),
+        and each query's matching seconds."""
+        results, seconds = {}, {}
+        if len(us) == 0:    # nothing can match: skip the per-query work
+            for qid, standing in self._queries.items():
+                n = standing.plan.query.num_vertices
+                results[qid] = MatchSet(0, np.empty((0, n), dtype=np.int64), False)
+                seconds[qid] = 0.0
+            return results, seconds
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         ranked = len(us) > 0 and len(self._queries) > 0
         if ranked:
@@ -207,8 +216,10 @@ class Engine:
                 self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
         try:
             for qid, standing in self._queries.items():
+                t0 = time.perf_counter()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
                                   list_limit)
+                seconds[qid] = time.perf_counter() - t0
                 # Rows are converted now: slots of deleted vertices may be reused later.
                 results[qid] = MatchSet(found.count, self._external(found.rows),
                                         found.truncated)
@@ -219,7 +230,7 @@ class Engine:
                 else:
                     self.graph.set_ranks(us, vs, np.zeros(len(us), dtype=np.int32))
                     self._updates.clear()
-        return results
+        return results, seconds
 
     def _mutate(self, batch: EffectiveBatch) -> None:
         g, sig = self.graph, self.signatures

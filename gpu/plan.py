@@ -305,19 +305,16 @@ def make_tasks(types: TaskTypes, cand: np.ndarray, us: np.ndarray, vs: np.ndarra
     The candidate bits of u and v and the edge label are checked here, on the
     host and vectorised, so the executors only receive tasks that can match.
     """
-    parts = []
-    cu, cv = cand[us], cand[vs]
-    for t in range(types.count):
-        a, b = types.roots[t]
-        ok = (((cu >> np.uint32(a)) & (cv >> np.uint32(b)) & np.uint32(1)) != 0) \
-            & (labels == types.root_labels[t])
-        hit = np.flatnonzero(ok)
-        parts.append((us[hit], vs[hit], ranks[hit], np.full(len(hit), t, dtype=np.int32)))
-    if not parts:
-        empty = np.empty(0, dtype=np.int32)
-        return empty, empty, empty, empty
-    return tuple(np.ascontiguousarray(np.concatenate(col), dtype=np.int32)
-                 for col in zip(*parts))
+    # One (types x edges) mask in a few array operations: a per-type loop costs more in
+    # interpreter overhead than the test itself for the small batches a service sees.
+    roots = types.roots.astype(np.uint32)
+    cu, cv = cand[us][None, :], cand[vs][None, :]
+    ok = ((cu >> roots[:, :1]) & (cv >> roots[:, 1:]) & np.uint32(1)).astype(bool)
+    ok &= labels[None, :] == types.root_labels[:, None]
+    tt, hit = np.nonzero(ok)    # by type, then by edge
+    return (np.ascontiguousarray(us[hit], dtype=np.int32),
+            np.ascontiguousarray(vs[hit], dtype=np.int32),
+            np.ascontiguousarray(ranks[hit], dtype=np.int32), tt.astype(np.int32))
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,6 +30,7 @@ class QueryDelta:
     added: np.ndarray | None = None     # int64 [k, n] external ids, when listed
     removed: np.ndarray | None = None
     truncated: bool = False
+    seconds: float = 0.0                # this query's matching time in the batch (both phases)
 
     def to_json(self) -> dict:
         out = {"positive": self.positive, "negative": self.negative}
