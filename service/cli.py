@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version and usage errors: argparse already printed
         return int(exc.code or 0)
-    progress = Progress(sys.stderr, enabled=not args.quiet and sys.stderr.isatty())
+    quiet = getattr(args, "quiet", True)
+    progress = Progress(sys.stderr, enabled=not quiet and sys.stderr.isatty())
     try:
         return args.command(args, progress)
     except KeyboardInterrupt:
@@ -106,6 +107,31 @@ def _parser() -> argparse.ArgumentParser:
         description="Print one JSON line per query with its number of matches in the graph.")
     _add_inputs(count)
     count.set_defaults(command=_count)
+
+    serve = commands.add_parser(
+        "serve", help="run the HTTP service (standing queries, batches, result streams)",
+        description="Serve the REST API on HOST:PORT with durable state under --data-dir. "
+                    "Every flag can also be set as MOTIFSTREAM_<FLAG> in the environment "
+                    "(flags win); MOTIFSTREAM_API_KEY turns on bearer-token auth.")
+    serve.add_argument("--data-dir", metavar="DIR", help="store and snapshots "
+                       "(default ./motifstream-data)")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8080)")
+    serve.add_argument("--backend", choices=BACKENDS, help="executor (default auto)")
+    serve.add_argument("--graph", metavar="FILE",
+                       help="bulk-load this graph when the store is empty")
+    serve_labels = serve.add_mutually_exclusive_group()
+    serve_labels.add_argument("--labels", metavar="FILE", help="labels for an edge-list --graph")
+    serve_labels.add_argument("--num-labels", type=_positive_int, metavar="K",
+                              help="random labels for an edge-list --graph")
+    serve.add_argument("--label-seed", type=int, metavar="S", help="seed for --num-labels")
+    serve.add_argument("--synchronous", choices=("full", "normal"),
+                       help="full (default): each batch is fsynced (survives power loss); "
+                            "normal: survives process crashes")
+    serve.add_argument("--snapshot-every", type=int, metavar="N",
+                       help="graph snapshot every N batches (default 10000; 0: off)")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    serve.set_defaults(command=_serve)
     return parser
 
 
@@ -245,6 +271,32 @@ def _match(args, progress: Progress) -> int:
         print(f"{PROG}: warning: {truncated} (batch, query) match lists in {args.list} were "
               f"truncated at --list-limit {args.list_limit}; the counts are exact",
               file=sys.stderr)
+    return 0
+
+
+_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "graph", "labels", "num_labels",
+                "label_seed", "synchronous", "snapshot_every", "log_level")
+
+
+def _serve(args, progress: Progress) -> int:
+    import logging
+
+    from pydantic import ValidationError
+
+    from service.main import serve
+    from service.settings import Settings
+
+    given = {name: getattr(args, name) for name in _SERVE_FLAGS
+             if getattr(args, name) is not None}
+    try:
+        settings = Settings(**given)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ValueError(f"bad settings: {problems}") from None
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(settings)
     return 0
 
 

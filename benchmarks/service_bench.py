@@ -1,0 +1,280 @@
+"""Sustained ingest through the real HTTP service: batches/s and latency per batch size.
+
+Starts `motifstream serve` on the GH graph (5 random labels, 10% of the edges held out),
+registers the dense 6-vertex query set (as `benchmarks.gh_table`), opens SSE subscribers,
+then posts batches of each size for a fixed time from a few keep-alive client connections.
+The update stream cycles through the held-out edges: all inserted, then all deleted, then
+inserted again, so every batch is valid and changes the graph.  Latency is measured at the
+client, from sending the request to reading the acknowledgement (durable, fsynced unless
+--synchronous normal).  Bulk ingest posts NumPy .npy batches with no query standing.
+
+    python -m benchmarks.service_bench [--sizes 1 100 10000] [--seconds 20] [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.client
+import io
+import json
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
+from benchmarks.querygen import QueryGenerator, write_query_set
+from gpu.formats import load_graph, split_stream, write_graph
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.service_bench",
+                                description=__doc__.split("\n", 1)[0])
+    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
+    p.add_argument("--queries", type=int, default=10, help="dense 6-vertex queries (default 10)")
+    p.add_argument("--queries-dir", type=Path,
+                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 10_000])
+    p.add_argument("--seconds", type=float, default=20.0, help="per batch size")
+    p.add_argument("--max-batches", type=int, default=100_000, help="per batch size")
+    p.add_argument("--clients", type=int, default=4, help="concurrent client connections")
+    p.add_argument("--subscribers", type=int, default=3, help="SSE subscribers")
+    p.add_argument("--bulk-size", type=int, default=28_900,
+                   help="records per bulk .npy batch (no query standing); 0: skip")
+    p.add_argument("--bulk-batches", type=int, default=6)
+    p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"))
+    p.add_argument("--synchronous", default="full", choices=("full", "normal"))
+    p.add_argument("--port", type=int, default=18080)
+    p.add_argument("--json", type=Path, help="append one JSON line per measurement")
+    return p.parse_args(argv)
+
+
+class EdgeCycle:
+    """An endless valid update stream: insert every held-out edge, delete them all, repeat."""
+
+    def __init__(self, us: np.ndarray, vs: np.ndarray) -> None:
+        self.us, self.vs = us, vs
+        self.position = 0
+        self.lock = threading.Lock()
+
+    def take(self, size: int) -> np.ndarray:
+        """(size, 4) int64 rows: kind, a, b, label."""
+        with self.lock:
+            n = len(self.us)
+            steps = np.arange(self.position, self.position + size)
+            self.position += size
+        index = steps % n
+        inserting = (steps // n) % 2 == 0
+        rows = np.empty((size, 4), dtype=np.int64)
+        rows[:, 0] = np.where(inserting, 2, 3)
+        rows[:, 1], rows[:, 2] = self.us[index], self.vs[index]
+        rows[:, 3] = np.where(inserting, 0, -1)
+        return rows
+
+
+def _json_body(rows: np.ndarray) -> tuple[bytes, str]:
+    ins = rows[rows[:, 0] == 2][:, 1:3].tolist()
+    dels = rows[rows[:, 0] == 3][:, 1:3].tolist()
+    return json.dumps({"insert_edges": ins, "delete_edges": dels}).encode(), "application/json"
+
+
+def _npy_body(rows: np.ndarray) -> tuple[bytes, str]:
+    buf = io.BytesIO()
+    np.save(buf, rows)
+    return buf.getvalue(), "application/x-npy"
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection (http.client: the lightest client at hand)."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                content_type: str = "application/json") -> tuple[int, bytes]:
+        headers = {"Content-Type": content_type} if body is not None else {}
+        self.conn.request(method, path, body=body, headers=headers)
+        response = self.conn.getresponse()
+        return response.status, response.read()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class SseSubscriber(threading.Thread):
+    """Reads one query's event stream and counts events."""
+
+    def __init__(self, port: int, query_id: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.query_id = port, query_id
+        self.events = 0
+        self.last_id = 0
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port)
+        conn.request("GET", f"/v1/queries/{self.query_id}/events")
+        response = conn.getresponse()
+        for line in response:
+            if line.startswith(b"id:"):
+                self.last_id = int(line[3:])
+                self.events += 1
+
+
+def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
+    command = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir),
+               "--port", str(args.port), "--backend", args.backend, "--graph", str(graph_file),
+               "--synchronous", args.synchronous, "--log-level", "warning"]
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            status, _ = Client(args.port).request("GET", "/readyz")
+            if status == 200:
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("server not ready in 600 s")
+
+
+def _query_texts(args, initial) -> list[tuple[str, str]]:
+    paths = [args.queries_dir / f"dense_{i}.graph" for i in range(args.queries)]
+    if not all(p.exists() for p in paths):
+        queries = QueryGenerator(initial).generate("dense", 6, args.queries, 0)
+        paths = write_query_set(queries, args.queries_dir, {"kind": "dense", "size": 6,
+                                                            "seed": 0})
+    return [(p.stem, p.read_text()) for p in paths]
+
+
+def _run_size(args, cycle: EdgeCycle, size: int, encode) -> dict:
+    """Post batches of `size` from args.clients connections for args.seconds."""
+    latencies: list[float] = []
+    server_seconds: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + args.seconds
+    budget = [args.max_batches]
+
+    def worker():
+        client = Client(args.port)
+        try:
+            while time.perf_counter() < stop_at:
+                with lock:
+                    if budget[0] <= 0:
+                        return
+                    budget[0] -= 1
+                body, media = encode(cycle.take(size))
+                t0 = time.perf_counter()
+                status, reply = client.request("POST", "/v1/batches", body, media)
+                elapsed = time.perf_counter() - t0
+                if status != 200:
+                    failures.append(f"{status}: {reply[:200]!r}")
+                    return
+                with lock:
+                    latencies.append(elapsed)
+                    server_seconds.append(json.loads(reply)["timings"]["engine"])
+        finally:
+            client.close()
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if failures:
+        raise SystemExit(f"batch of {size} failed: {failures[0]}")
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
+    return {"batch_size": size, "batches": len(latencies), "seconds": wall,
+            "batches_per_s": len(latencies) / wall, "edges_per_s": len(latencies) * size / wall,
+            "p50_ms": statistics.median(latencies) * 1e3, "p99_ms": q[98] * 1e3,
+            "max_ms": max(latencies) * 1e3,
+            "engine_p50_ms": statistics.median(server_seconds) * 1e3}
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    graph = load_graph(args.graph, num_labels=5, seed=0)
+    initial, held_out = split_stream(graph, INSERT_FRACTION, 0)
+    cycle = EdgeCycle(held_out.a, held_out.b)
+    header = {"date": started, "command": "python -m benchmarks.service_bench " +
+              shlex.join(argv if argv is not None else sys.argv[1:]),
+              "machine": f"{platform.node()}, {platform.processor() or platform.machine()}, "
+                         f"Python {platform.python_version()}",
+              "backend": args.backend, "synchronous": args.synchronous,
+              "clients": args.clients, "subscribers": args.subscribers,
+              "graph": f"{args.graph.name}: {initial.num_vertices} vertices, "
+                       f"{initial.num_edges} edges (+{len(held_out)} cycled)"}
+    for key, value in header.items():
+        print(f"{key}: {value}")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="motifstream-bench-") as tmp:
+        graph_file = Path(tmp) / "initial.graph"
+        write_graph(initial, graph_file)
+        log = open(Path(tmp) / "server.log", "wb")
+        proc = _server(args, graph_file, Path(tmp) / "data", log)
+        try:
+            client = Client(args.port)
+            ids = []
+            for name, text in _query_texts(args, initial):
+                status, reply = client.request("POST", f"/v1/queries?name={name}",
+                                               text.encode(), "text/plain")
+                assert status == 201, reply
+                ids.append(json.loads(reply)["id"])
+            subscribers = [SseSubscriber(args.port, qid) for qid in ids[: args.subscribers]]
+            for s in subscribers:
+                s.start()
+            for size in args.sizes:
+                encode = _json_body if size <= 1000 else _npy_body
+                row = _run_size(args, cycle, size, encode)
+                row["queries"] = len(ids)
+                results.append(row)
+                print(json.dumps(row), flush=True)
+            stats = [json.loads(client.request("GET", f"/v1/queries/{qid}")[1])["stats"]
+                     for qid in ids[: args.subscribers]]
+            print(json.dumps({"subscriber_events": [s.events for s in subscribers],
+                              "subscriber_max_lag": [s["max_lag"] for s in stats]}))
+            if args.bulk_size:
+                for qid in ids:
+                    client.request("DELETE", f"/v1/queries/{qid}")
+                bulk = argparse.Namespace(**{**vars(args), "seconds": 1e9,
+                                             "max_batches": args.bulk_batches, "clients": 1})
+                row = _run_size(bulk, cycle, args.bulk_size, _npy_body)
+                row["queries"] = 0
+                results.append(row)
+                print(json.dumps(row), flush=True)
+            client.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+            log.close()
+    print()
+    print("| batch size | queries | batches | batches/s | edges/s | p50 ms | p99 ms | "
+          "engine p50 ms |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['batch_size']} | {r['queries']} | {r['batches']} | "
+              f"{r['batches_per_s']:.0f} | {r['edges_per_s']:.3g} | {r['p50_ms']:.2f} | "
+              f"{r['p99_ms']:.2f} | {r['engine_p50_ms']:.2f} |")
+    if args.json:
+        with args.json.open("a") as f:
+            for r in results:
+                f.write(json.dumps({**header, **r}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

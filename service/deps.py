@@ -1,0 +1,44 @@
+"""Owns the typed dependencies route handlers ask for: the service state and the API-key check."""
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, HTTPException
+from starlette.requests import HTTPConnection
+
+from service.settings import Settings
+from service.state import ServiceState
+
+
+def get_state(conn: HTTPConnection) -> ServiceState:
+    return conn.app.state.motifstream
+
+
+StateDep = Annotated[ServiceState, Depends(get_state)]
+
+
+def key_accepted(settings: Settings, presented: str | None) -> bool:
+    """True when no key is configured or `presented` equals it (constant-time)."""
+    if settings.api_key is None:
+        return True
+    if presented is None:
+        return False
+    return hmac.compare_digest(presented.encode(), settings.api_key.get_secret_value().encode())
+
+
+def presented_key(conn: HTTPConnection) -> str | None:
+    """The bearer token of the Authorization header, or the `access_token` query parameter
+    (browsers cannot set headers on a WebSocket)."""
+    header = conn.headers.get("authorization")
+    if header:
+        scheme, _, token = header.partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else None
+    return conn.query_params.get("access_token")
+
+
+def require_api_key(conn: HTTPConnection) -> None:
+    """Router dependency: 401 unless the request carries the configured API key."""
+    if not key_accepted(get_state(conn).settings, presented_key(conn)):
+        raise HTTPException(401, "missing or wrong API key (Authorization: Bearer <key>)",
+                            headers={"WWW-Authenticate": "Bearer"})

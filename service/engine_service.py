@@ -1,0 +1,433 @@
+"""Owns the engine thread: every engine call in one total order, durability before
+acknowledgement, and recovery from the store.
+
+All engine state (the Engine, the label dictionary, the standing queries, the batch
+sequence) is touched only on the one worker thread; async handlers submit work with
+`call` and await it.  A batch is applied to the in-memory engine, then its updates,
+results and idempotency key are committed in one store transaction, and only then is
+it acknowledged and published to subscribers.  If the commit fails the engine is
+rebuilt from the durable state (latest snapshot + batch log), so nothing stays
+half-applied, and the client gets a 503.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+
+from gpu.batch import BatchRejected
+from gpu.device import device_memory_bytes
+from gpu.engine import Engine
+from gpu.formats import LabeledGraph, UpdateStream, load_graph
+from gpu.query import MAX_QUERY_VERTICES, QueryGraph
+from service.ingest import BatchInput, InputError
+from service.labels import LabelDictionary, StagedLabels
+from service.patterns import pattern_of, to_query
+from service.schemas import (
+    GraphPublic,
+    Pattern,
+    QueryCreate,
+    QueryPublic,
+    QueryStats,
+    QueryValidation,
+)
+from service.settings import Settings
+from storage import BatchRecord, EventRecord, QueryRecord
+
+log = logging.getLogger("motifstream.engine")
+
+# Per-query latencies kept for the p99 (since the server started).
+LATENCY_WINDOW = 1024
+
+
+class ServiceUnavailable(RuntimeError):
+    """The request could not be made durable; nothing of it was applied (HTTP 503)."""
+
+
+class Conflict(RuntimeError):
+    """The request conflicts with the service's state (HTTP 409)."""
+
+
+class QueryNotFound(KeyError):
+    """No standing query has this id (HTTP 404)."""
+
+    def __str__(self) -> str:
+        return f"query {self.args[0]} not found"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Standing:
+    """A registered query as the engine thread tracks it."""
+    id: int
+    name: str
+    pattern: Pattern
+    deliver: str
+    max_matches: int | None
+    backfill: bool
+    created_seq: int
+    created_at: str
+    engine_qid: int
+    query: QueryGraph
+    batches_seen: int = 0
+    total_positive: int = 0
+    total_negative: int = 0
+    last_seq: int = 0
+    latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+
+    def options_json(self) -> str:
+        return json.dumps({"deliver": self.deliver, "max_matches_per_batch": self.max_matches,
+                           "backfill": self.backfill})
+
+    def public(self, stats: QueryStats | None = None) -> QueryPublic:
+        return QueryPublic(id=self.id, name=self.name, pattern=self.pattern,
+                           deliver=self.deliver, max_matches_per_batch=self.max_matches,
+                           backfill=self.backfill, created_batch=self.created_seq,
+                           created_at=self.created_at, vertices=self.query.num_vertices,
+                           edges=self.query.num_edges, stats=stats)
+
+
+@dataclass
+class IngestResult:
+    """What POST /v1/batches answers: the stored response JSON, and whether it is a replay."""
+    response: str
+    replayed: bool
+
+
+class EngineService:
+    """The engine, its standing queries and the store, driven from one worker thread."""
+
+    def __init__(self, settings: Settings, store, hub, metrics) -> None:
+        self.settings = settings
+        self.store = store
+        self.hub = hub
+        self.metrics = metrics
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="motifstream-engine")
+        self._snapshots = ThreadPoolExecutor(1, thread_name_prefix="motifstream-snapshot")
+        self.engine: Engine | None = None
+        self.backend = "cpu"
+        self.labels = LabelDictionary()
+        self.queries: dict[int, Standing] = {}
+        self.seq = 0
+        self._next_query_id = 1
+        self.failure: str | None = None   # why start-up or a rebuild failed
+
+    async def call(self, fn, *args):
+        """Run `fn(*args)` on the engine thread and await its result."""
+        return await asyncio.wrap_future(self._pool.submit(self._guarded, fn, *args))
+
+    def _guarded(self, fn, *args):
+        if self.failure is not None:
+            raise ServiceUnavailable(f"the engine is not available: {self.failure}")
+        return fn(*args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._snapshots.shutdown(wait=True)
+
+    # ---- start-up (engine thread) -----------------------------------------------
+    def start(self) -> None:
+        """Recover from the store, bulk-load --graph into an empty store, warm the kernels."""
+        self.recover()
+        if self.settings.graph is not None:
+            if self._is_empty():
+                log.info("loading graph %s", self.settings.graph)
+                graph = load_graph(self.settings.graph, labels_path=self.settings.labels,
+                                   num_labels=self.settings.num_labels,
+                                   seed=self.settings.label_seed)
+                self.load_graph(graph, self.labels.stage())
+            else:
+                log.warning("the store already holds a graph; --graph %s is ignored",
+                            self.settings.graph)
+        self.warm_up()
+
+    def recover(self) -> None:
+        """(Re)build every in-memory structure from the durable state."""
+        t0 = time.perf_counter()
+        store = self.store
+        snapshot = store.latest_snapshot()
+        graph = store.read_snapshot(snapshot) if snapshot is not None else None
+        engine = Engine(graph, backend=self.settings.backend)
+        seq = snapshot.seq if snapshot is not None else 0
+        replayed = 0
+        # Replayed with no query standing: only the graph is rebuilt, the results are
+        # already in the store.
+        for batch_seq, stream in store.batches_after(seq):
+            if batch_seq != seq + 1:
+                raise RuntimeError(f"batch log has a gap: batch {batch_seq} after {seq}")
+            engine.apply(stream)
+            seq = batch_seq
+            replayed += 1
+        if seq != store.last_seq():
+            raise RuntimeError(f"batch log ends at {seq} but the store says {store.last_seq()}")
+        labels = LabelDictionary(store.labels())
+        queries = {}
+        for record in store.queries():
+            queries[record.id] = self._restore_query(engine, labels, record)
+        self.engine, self.backend, self.labels, self.queries = engine, engine.backend, labels, \
+            queries
+        self.seq = seq
+        self._next_query_id = store.next_query_id()
+        log.info("recovered batch %d (snapshot %s, %d batches replayed), %d vertices, %d edges, "
+                 "%d queries, backend %s, in %.2f s", seq,
+                 snapshot.seq if snapshot is not None else "none", replayed,
+                 engine.graph.num_vertices, engine.graph.num_edges, len(queries), self.backend,
+                 time.perf_counter() - t0)
+
+    def _restore_query(self, engine: Engine, labels: LabelDictionary,
+                       record: QueryRecord) -> Standing:
+        pattern = Pattern.model_validate_json(record.pattern)
+        options = json.loads(record.options)
+        query = to_query(pattern, record.name, labels.stage(), MAX_QUERY_VERTICES)
+        return Standing(id=record.id, name=record.name, pattern=pattern,
+                        deliver=options["deliver"],
+                        max_matches=options["max_matches_per_batch"],
+                        backfill=options["backfill"], created_seq=record.created_seq,
+                        created_at=record.created_at, engine_qid=engine.add_query(query),
+                        query=query, batches_seen=record.batches_seen,
+                        total_positive=record.total_positive,
+                        total_negative=record.total_negative, last_seq=record.last_seq)
+
+    def warm_up(self) -> None:
+        """Compile (or load from cache) every kernel a batch uses, on a throw-away engine."""
+        t0 = time.perf_counter()
+        graph = LabeledGraph(np.arange(4), np.zeros(4), np.array([0, 1]), np.array([1, 2]),
+                             np.zeros(2))
+        engine = Engine(graph, backend=self.backend)
+        qid = engine.add_query(QueryGraph.build("warm-up", [0, 1, 2], [0, 0, 0],
+                                                [(0, 1), (1, 2), (0, 2)]))
+        engine.apply(UpdateStream.from_records([(2, 0, 2, 0), (2, 2, 3, 0), (3, 0, 1, -1)]),
+                     list_limit=4)
+        engine.count(qid)
+        log.info("kernels warm in %.2f s", time.perf_counter() - t0)
+
+    def _is_empty(self) -> bool:
+        return (self.seq == 0 and self.engine.graph.num_vertices == 0
+                and self.store.latest_snapshot() is None)
+
+    # ---- batches (engine thread) ----------------------------------------------------
+    def ingest(self, batch: BatchInput, idempotency: tuple[str, str] | None) -> IngestResult:
+        """Apply, persist, publish one batch; raises InputError/Conflict/ServiceUnavailable."""
+        t0 = time.perf_counter()
+        if idempotency is not None:
+            stored = self.store.idempotent(idempotency[0])
+            if stored is not None:
+                _, request_hash, response = stored
+                if request_hash != idempotency[1]:
+                    raise Conflict(f"Idempotency-Key {idempotency[0]!r} was used for a "
+                                   "different request")
+                return IngestResult(response, replayed=True)
+        staged = self.labels.stage()
+        stream = batch.to_stream(staged)
+        listing = [s.max_matches for s in self.queries.values() if s.deliver == "matches"]
+        try:
+            result = self.engine.apply(stream, list_limit=max(listing, default=0))
+        except BatchRejected as exc:
+            self.metrics.rejected()
+            raise InputError(f"{batch.where(exc.line)}: {exc.reason}") from None
+        except BaseException:
+            self._rebuild("a batch failed inside the engine")
+            raise
+        seq = self.seq + 1
+        events, stats, results = [], {}, {}
+        for standing in self.queries.values():
+            delta = result.queries[standing.engine_qid]
+            stats[standing.id] = (delta.positive, delta.negative)
+            results[str(standing.id)] = {"positive": delta.positive,
+                                         "negative": delta.negative}
+            if delta.positive or delta.negative:
+                events.append(EventRecord(standing.id, seq, self._payload(standing, seq, delta)))
+        timings = {k: round(v, 6) for k, v in result.timings.items()}
+        timings["engine"] = round(time.perf_counter() - t0, 6)
+        response_json = json.dumps({"batch": seq, "applied": result.applied,
+                                    "ignored": result.ignored, "results": results,
+                                    "timings": timings})
+        record = BatchRecord(seq=seq, updates=stream, applied=result.applied,
+                             ignored=result.ignored, created_at=utc_now(), events=tuple(events),
+                             query_stats=stats, new_labels=staged.new,
+                             idempotency=None if idempotency is None else
+                             (idempotency[0], idempotency[1], response_json))
+        try:
+            self.store.append_batch(record)
+        except BaseException as exc:
+            self._rebuild(f"batch {seq} could not be persisted")
+            raise ServiceUnavailable(f"batch {seq} could not be persisted ({exc}); it was not "
+                                     "applied") from exc
+        seconds = time.perf_counter() - t0
+        self.seq = seq
+        self.labels.commit(staged)
+        for standing in self.queries.values():
+            delta = result.queries[standing.engine_qid]
+            standing.batches_seen += 1
+            standing.total_positive += delta.positive
+            standing.total_negative += delta.negative
+            standing.latencies.append(seconds)
+            if delta.positive or delta.negative:
+                standing.last_seq = seq
+        self.hub.publish(seq, events)
+        self.metrics.batch(len(stream), result, seconds)
+        self._maybe_snapshot()
+        return IngestResult(response_json, replayed=False)
+
+    @staticmethod
+    def _payload(standing: Standing, seq: int, delta) -> str:
+        event = {"batch": seq, "positive": delta.positive, "negative": delta.negative}
+        if standing.deliver == "matches":
+            limit = standing.max_matches
+            added, removed = delta.added[:limit], delta.removed[:limit]
+            event["added"] = added.tolist()
+            event["removed"] = removed.tolist()
+            event["truncated"] = len(added) < delta.positive or len(removed) < delta.negative
+        return json.dumps(event)
+
+    def _maybe_snapshot(self) -> None:
+        every = self.settings.snapshot_every
+        if every and self.seq % every == 0:
+            graph, seq = self.engine.to_labeled(), self.seq
+            self._snapshots.submit(self._snapshot, seq, graph)
+
+    def _snapshot(self, seq: int, graph: LabeledGraph) -> None:
+        try:
+            t0 = time.perf_counter()
+            self.store.record_snapshot(seq, graph)
+            log.info("snapshot after batch %d (%d vertices, %d edges) in %.2f s", seq,
+                     graph.num_vertices, graph.num_edges, time.perf_counter() - t0)
+        except Exception:  # the batch log still holds everything; the next one may succeed
+            log.exception("snapshot after batch %d failed", seq)
+
+    def _rebuild(self, why: str) -> None:
+        log.error("%s; rebuilding the engine from the store", why)
+        try:
+            self.recover()
+        except BaseException as exc:
+            self.failure = f"rebuild after '{why}' failed: {exc}"
+            log.exception("rebuild failed; the service stops taking requests")
+            raise
+
+    # ---- queries (engine thread) ----------------------------------------------------
+    def register(self, create: QueryCreate, dry_run: bool) -> QueryPublic | QueryValidation:
+        pattern = pattern_of(create.pattern)
+        staged = self.labels.stage()
+        qid = self._next_query_id
+        name = create.name or f"query-{qid}"
+        query = to_query(pattern, name, staged, self.settings.max_query_vertices)
+        if dry_run:
+            return QueryValidation(pattern=pattern, vertices=query.num_vertices,
+                                   edges=query.num_edges)
+        max_matches = None
+        if create.deliver == "matches":
+            cap = self.settings.max_matches_per_batch
+            max_matches = create.max_matches_per_batch or cap
+            if max_matches > cap:
+                raise InputError(f"max_matches_per_batch: {max_matches} is above the server's "
+                                 f"limit {cap}")
+        elif create.max_matches_per_batch is not None:
+            raise InputError("max_matches_per_batch: only for deliver=matches")
+        standing = Standing(id=qid, name=name, pattern=pattern, deliver=create.deliver,
+                            max_matches=max_matches, backfill=create.backfill,
+                            created_seq=self.seq, created_at=utc_now(),
+                            engine_qid=self.engine.add_query(query), query=query)
+        try:
+            backfill = self._backfill(standing) if create.backfill else None
+            record = QueryRecord(id=qid, name=name, pattern=pattern.model_dump_json(),
+                                 options=standing.options_json(), created_seq=self.seq,
+                                 created_at=standing.created_at)
+            self.store.register_query(record, staged.new, backfill)
+        except BaseException as exc:
+            self.engine.remove_query(standing.engine_qid)
+            raise ServiceUnavailable(f"query could not be persisted ({exc}); it was not "
+                                     "registered") from exc
+        self.labels.commit(staged)
+        self._next_query_id = qid + 1
+        self.queries[qid] = standing
+        log.info("registered query %d %r (%d vertices, %d edges)", qid, name,
+                 query.num_vertices, query.num_edges)
+        return standing.public()
+
+    def _backfill(self, standing: Standing) -> EventRecord:
+        event = {"batch": self.seq, "backfill": True}
+        if standing.deliver == "matches":
+            found = self.engine.matches(standing.engine_qid, limit=standing.max_matches)
+            event.update(positive=found.count, negative=0, added=found.rows.tolist(),
+                         removed=[], truncated=found.truncated)
+        else:
+            event.update(positive=self.engine.count(standing.engine_qid), negative=0)
+        return EventRecord(standing.id, self.seq, json.dumps(event))
+
+    def delete(self, qid: int) -> None:
+        standing = self._standing(qid)
+        self.store.delete_query(qid)
+        self.engine.remove_query(standing.engine_qid)
+        del self.queries[qid]
+        self.hub.query_deleted(qid)
+        log.info("deleted query %d %r", qid, standing.name)
+
+    def _standing(self, qid: int) -> Standing:
+        try:
+            return self.queries[qid]
+        except KeyError:
+            raise QueryNotFound(qid) from None
+
+    def describe(self, qid: int) -> QueryPublic:
+        standing = self._standing(qid)
+        return standing.public(self._stats(standing))
+
+    def list_queries(self) -> list[QueryPublic]:
+        return [s.public(self._stats(s)) for s in self.queries.values()]
+
+    def _stats(self, standing: Standing) -> QueryStats:
+        latencies = np.array(standing.latencies) * 1e3
+        subscribers = self.hub.stats(standing.id)
+        return QueryStats(batches_seen=standing.batches_seen,
+                          total_positive=standing.total_positive,
+                          total_negative=standing.total_negative, last_batch=standing.last_seq,
+                          last_latency_ms=float(latencies[-1]) if len(latencies) else None,
+                          p99_latency_ms=float(np.percentile(latencies, 99))
+                          if len(latencies) else None,
+                          subscribers=subscribers.subscribers, max_lag=subscribers.max_lag)
+
+    # ---- graph (engine thread) --------------------------------------------------------
+    def graph_info(self) -> GraphPublic:
+        g = self.engine.graph
+        return GraphPublic(vertices=g.num_vertices, edges=g.num_edges,
+                           labels=self.labels.names(), batches=self.seq, backend=self.backend,
+                           queries=len(self.queries), device_memory_bytes=device_memory_bytes(),
+                           store_bytes=self.store.size_bytes())
+
+    def load_graph(self, graph: LabeledGraph, staged: StagedLabels) -> GraphPublic:
+        """Bulk-load `graph` into the empty service (snapshot 0)."""
+        if not self._is_empty():
+            raise Conflict("the graph can be bulk-loaded only while it is empty and no batch "
+                           "has been applied; use POST /v1/batches")
+        t0 = time.perf_counter()
+        old = self.engine
+        engine = Engine(graph, backend=self.backend)
+        queries = dict(self.queries)
+        for standing in queries.values():
+            standing.engine_qid = engine.add_query(standing.query)
+        self.engine = engine
+        try:
+            if staged.new:
+                self.store.add_labels(staged.new)
+            self.store.record_snapshot(0, graph)
+        except BaseException as exc:
+            self.engine = old
+            self._rebuild("the bulk load could not be persisted")
+            raise ServiceUnavailable(f"the graph could not be persisted ({exc})") from exc
+        self.labels.commit(staged)
+        log.info("bulk-loaded %d vertices, %d edges in %.2f s", graph.num_vertices,
+                 graph.num_edges, time.perf_counter() - t0)
+        return self.graph_info()
+
+
+__all__ = ["Conflict", "EngineService", "IngestResult", "QueryNotFound", "ServiceUnavailable"]

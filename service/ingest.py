@@ -1,0 +1,250 @@
+"""Owns the batch bodies the API accepts (JSON, update-stream text, NumPy .npy) and their
+conversion to the engine's UpdateStream, with errors that name the field, index or line.
+
+Structure is checked where the request arrives; labels are resolved on the engine
+thread (`to_stream`), because the label dictionary changes as batches commit.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu.formats import (
+    ADD_VERTEX,
+    DELETE_EDGE,
+    DELETE_VERTEX,
+    INSERT_EDGE,
+    MAX_ID,
+    NO_LABEL,
+    FormatError,
+    LabeledGraph,
+    UpdateStream,
+    parse_graph_text,
+    parse_updates_text,
+)
+from service.labels import STRING_LABEL_BASE, StagedLabels
+from service.schemas import BatchCreate, GraphLoad
+
+JSON = "application/json"
+TEXT = "text/plain"
+NPY = "application/x-npy"
+MEDIA_TYPES = (JSON, TEXT, NPY)
+
+# Record order of a JSON batch; a record's line number maps back to (field, index).
+_JSON_FIELDS = (("insert_vertices", ADD_VERTEX), ("delete_vertices", DELETE_VERTEX),
+                ("insert_edges", INSERT_EDGE), ("delete_edges", DELETE_EDGE))
+
+
+class InputError(ValueError):
+    """A request body is malformed; the message names the field, index or line."""
+
+
+@dataclass
+class BatchInput:
+    """One batch body, checked for structure; `to_stream` finishes it on the engine thread."""
+    media_type: str
+    size: int
+    _json: BatchCreate | None = None
+    _stream: UpdateStream | None = None
+
+    def to_stream(self, staged: StagedLabels) -> UpdateStream:
+        if self._stream is not None:
+            return self._stream
+        return _json_stream(self._json, staged)
+
+    def where(self, line: int) -> str:
+        """Where record `line` (1-based) came from, for error messages."""
+        if self.media_type == JSON:
+            for name, _ in _JSON_FIELDS:
+                n = len(getattr(self._json, name))
+                if line <= n:
+                    return f"{name}[{line - 1}]"
+                line -= n
+            return f"record {line}"
+        if self.media_type == NPY:
+            return f"row {line - 1}"
+        return f"line {line}"
+
+
+def parse_batch(body: bytes, media_type: str, max_updates: int) -> BatchInput:
+    """Check a batch body's structure; raises InputError, FormatError or pydantic's
+    ValidationError."""
+    if media_type == JSON:
+        batch = BatchCreate.model_validate_json(body)
+        size = sum(len(getattr(batch, name)) for name, _ in _JSON_FIELDS)
+        _check_size(size, max_updates)
+        return BatchInput(JSON, size, _json=batch)
+    if media_type == TEXT:
+        stream = parse_updates_text(body, source="body")
+        _check_size(len(stream), max_updates)
+        bad = np.flatnonzero(stream.label >= STRING_LABEL_BASE)
+        if len(bad):
+            raise FormatError("body", int(stream.line[bad[0]]),
+                              f"label {int(stream.label[bad[0]])} out of range "
+                              f"[0, {STRING_LABEL_BASE})")
+        return BatchInput(TEXT, len(stream), _stream=stream)
+    if media_type == NPY:
+        stream = _npy_stream(body, max_updates)
+        return BatchInput(NPY, len(stream), _stream=stream)
+    raise UnsupportedMediaType(f"Content-Type {media_type!r} is not a batch format; "
+                     f"use one of {', '.join(MEDIA_TYPES)}")
+
+
+def _check_size(size: int, max_updates: int) -> None:
+    if size > max_updates:
+        raise InputError(f"the batch has {size} updates; the limit is {max_updates} "
+                         "(max_batch_updates)")
+
+
+# ---- JSON -------------------------------------------------------------------------
+
+
+def _vertex_id(value, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ID:
+        raise InputError(f"{where}: vertex id must be an integer in [0, 2**63), got {value!r}")
+    return value
+
+
+def _json_stream(batch: BatchCreate, staged: StagedLabels) -> UpdateStream:
+    kinds, a, b, labels = [], [], [], []
+    for name, kind in _JSON_FIELDS:
+        items = getattr(batch, name)
+        for i, item in enumerate(items):
+            where = f"{name}[{i}]"
+            if kind == DELETE_VERTEX:
+                a.append(item)
+                b.append(0)
+                labels.append(NO_LABEL)
+            elif kind == ADD_VERTEX:
+                a.append(_vertex_id(item[0], f"{where}[0]"))
+                b.append(0)
+                labels.append(staged.resolve(item[1], f"{where}[1]"))
+            else:
+                a.append(_vertex_id(item[0], f"{where}[0]"))
+                b.append(_vertex_id(item[1], f"{where}[1]"))
+                if len(item) == 3:
+                    labels.append(staged.resolve(item[2], f"{where}[2]"))
+                else:
+                    labels.append(0 if kind == INSERT_EDGE else NO_LABEL)
+                if a[-1] == b[-1]:
+                    raise InputError(f"{where}: self-loop on vertex {a[-1]}")
+        kinds.extend([kind] * len(items))
+    n = len(kinds)
+    return UpdateStream(np.array(kinds, np.int8), np.array(a, np.int64),
+                        np.array(b, np.int64), np.array(labels, np.int64),
+                        np.arange(1, n + 1), "body")
+
+
+# ---- .npy -------------------------------------------------------------------------
+
+
+def _npy_stream(body: bytes, max_updates: int) -> UpdateStream:
+    """An int64 array of shape (n, 4): kind (0 add vertex, 1 delete vertex, 2 insert edge,
+    3 delete edge), a, b, label (-1: none, on deletions)."""
+    try:
+        rows = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"body: not a readable .npy array ({exc})") from None
+    if rows.ndim != 2 or rows.shape[1] != 4 or rows.dtype.kind not in "iu":
+        raise InputError(f"body: expected an integer array of shape (n, 4), got "
+                         f"{rows.dtype} {rows.shape}")
+    _check_size(rows.shape[0], max_updates)
+    if rows.dtype == np.uint64 and (rows > MAX_ID).any():
+        bad = int(np.flatnonzero((rows > MAX_ID).any(axis=1))[0])
+        raise InputError(f"row {bad}: value out of range")
+    rows = rows.astype(np.int64)
+    kind, a, b, label = rows.T
+    is_edge = (kind == INSERT_EDGE) | (kind == DELETE_EDGE)
+    is_delete = (kind == DELETE_VERTEX) | (kind == DELETE_EDGE)
+    problems = (
+        ((kind < 0) | (kind > 3), ("kind must be 0 (add vertex), 1 (delete vertex), "
+                                    "2 (insert edge) or 3 (delete edge)")),
+        (a < 0, "vertex id a must be >= 0"),
+        (is_edge & (b < 0), "vertex id b must be >= 0"),
+        (is_edge & (a == b), "self-loop"),
+        ((label < np.where(is_delete, NO_LABEL, 0)) | (label >= STRING_LABEL_BASE),
+         f"label out of range [0, {STRING_LABEL_BASE}) (-1 allowed on deletions)"),
+    )
+    first = min(((int(np.argmax(bad)), reason) for bad, reason in problems if bad.any()),
+                default=None)
+    if first is not None:
+        raise InputError(f"row {first[0]}: {first[1]}")
+    return UpdateStream(kind, a, np.where(is_edge, b, 0), label, np.arange(1, len(kind) + 1),
+                        "body")
+
+
+class UnsupportedMediaType(InputError):
+    """The request's Content-Type is not one this route reads (HTTP 415)."""
+
+
+class PayloadTooLarge(InputError):
+    """The request body is above max_request_bytes (HTTP 413)."""
+
+
+def media_type(headers) -> str:
+    """The request's media type without parameters; JSON when none is given."""
+    value = headers.get("content-type") or JSON
+    return value.split(";", 1)[0].strip().lower()
+
+
+async def read_body(request, limit: int) -> bytes:
+    """The request body, refused with PayloadTooLarge as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the request body has {declared} bytes; the limit is {limit} "
+                              "(max_request_bytes)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body is over the limit of {limit} bytes "
+                                  "(max_request_bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# ---- bulk graph load --------------------------------------------------------------
+
+
+@dataclass
+class GraphInput:
+    """A PUT /v1/graph body, checked for structure; labels resolve on the engine thread."""
+    _json: GraphLoad | None = None
+    _graph: LabeledGraph | None = None
+
+    def to_graph(self, staged: StagedLabels) -> LabeledGraph:
+        if self._graph is not None:
+            return self._graph
+        load = self._json
+        ids = [_vertex_id(v[0], f"vertices[{i}][0]") for i, v in enumerate(load.vertices)]
+        labels = [staged.resolve(v[1], f"vertices[{i}][1]") for i, v in enumerate(load.vertices)]
+        src = [_vertex_id(e[0], f"edges[{i}][0]") for i, e in enumerate(load.edges)]
+        dst = [_vertex_id(e[1], f"edges[{i}][1]") for i, e in enumerate(load.edges)]
+        elabels = [staged.resolve(e[2], f"edges[{i}][2]") if len(e) == 3 else 0
+                   for i, e in enumerate(load.edges)]
+        # The graph-file reader checks duplicates, self-loops and undeclared endpoints; its
+        # line k is vertices[k-1], then the edges.
+        lines = [f"v {i} {lab}" for i, lab in zip(ids, labels)]
+        lines += [f"e {u} {v} {lab}" for u, v, lab in zip(src, dst, elabels)]
+        try:
+            return parse_graph_text("\n".join(lines), source="body")
+        except FormatError as exc:
+            line = exc.line - 1
+            where = f"vertices[{line}]" if line < len(ids) else f"edges[{line - len(ids)}]"
+            raise InputError(f"{where}: {exc.reason}") from None
+
+
+def parse_graph(body: bytes, media: str) -> GraphInput:
+    if media == JSON:
+        return GraphInput(_json=GraphLoad.model_validate_json(body))
+    if media == TEXT:
+        graph = parse_graph_text(body, source="body")
+        for name, values in (("vertex", graph.vertex_labels), ("edge", graph.edge_labels)):
+            if len(values) and int(values.max()) >= STRING_LABEL_BASE:
+                raise InputError(f"body: {name} label {int(values.max())} out of range "
+                                 f"[0, {STRING_LABEL_BASE})")
+        return GraphInput(_graph=graph)
+    raise UnsupportedMediaType(f"Content-Type {media!r} is not a graph format; use "
+                               f"{JSON} or {TEXT} (t/v/e lines)")

@@ -1,0 +1,113 @@
+"""Builds the HTTP app: settings, lifespan-owned services, routers, error mapping."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from gpu.formats import FormatError
+from gpu.query import QueryError
+from service.deps import require_api_key
+from service.engine_service import Conflict, EngineService, QueryNotFound, ServiceUnavailable
+from service.hub import Hub
+from service.ingest import InputError, PayloadTooLarge, UnsupportedMediaType
+from service.labels import LabelError
+from service.metrics import Metrics
+from service.routes import batches, events, graph, health, queries
+from service.settings import Settings
+from service.state import ServiceState
+from storage import Store
+
+log = logging.getLogger("motifstream.service")
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    settings: Settings = app.state.settings
+    store = Store.open(settings.data_dir, synchronous=settings.synchronous,
+                       result_retention=settings.result_retention,
+                       idempotency_retention=settings.idempotency_retention)
+    hub = Hub(store, settings.subscriber_buffer)
+    metrics = Metrics()
+    engine = EngineService(settings, store, hub, metrics)
+    state = ServiceState(settings, store, hub, engine, metrics)
+    metrics.attach(state)
+    app.state.motifstream = state
+    # Recovery runs behind the server: /healthz answers at once, /readyz once it is done,
+    # and requests wait their turn on the engine thread.
+    startup = asyncio.create_task(_start(state))
+    try:
+        yield
+    finally:
+        await asyncio.shield(asyncio.gather(startup, return_exceptions=True))
+        await asyncio.to_thread(engine.close)
+        await hub.close()
+        store.close()
+
+
+async def _start(state: ServiceState) -> None:
+    engine = state.engine
+    try:
+        await engine.call(engine.start)
+    except Exception as exc:
+        engine.failure = f"start-up failed: {exc}"
+        log.exception("start-up failed")
+        return
+    state.ready = True
+    log.info("ready: batch %d, backend %s", engine.seq, engine.backend)
+
+
+def _error(status: int):
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+    return handler
+
+
+async def _invalid_body(request: Request, exc: ValidationError) -> JSONResponse:
+    errors = [{"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]}
+              for err in exc.errors(include_url=False, include_input=False)]
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app; its services start in the lifespan (nothing happens at import)."""
+    app = FastAPI(title="Motifstream", version="0.1.0", lifespan=lifespan,
+                  description="Exact streaming subgraph matching: standing queries over a "
+                              "labeled graph, per-batch match deltas.")
+    app.state.settings = settings if settings is not None else Settings()
+    secured = [Depends(require_api_key)]
+    app.include_router(health.health)
+    for router in (health.metrics, queries.router, batches.router, graph.router,
+                   events.router):
+        app.include_router(router, dependencies=secured)
+    for exc_type, status in ((PayloadTooLarge, 413), (UnsupportedMediaType, 415),
+                             (InputError, 422), (FormatError, 422), (QueryError, 422),
+                             (LabelError, 422), (Conflict, 409), (QueryNotFound, 404),
+                             (ServiceUnavailable, 503)):
+        app.add_exception_handler(exc_type, _error(status))
+    app.add_exception_handler(ValidationError, _invalid_body)
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn waits for open connections before the lifespan's shutdown runs, and a
+    result stream never ends by itself: end the subscriptions first (each gets a last
+    `shutdown` event), then shut down as usual."""
+
+    async def shutdown(self, sockets=None) -> None:
+        state = getattr(self.config.app.state, "motifstream", None)
+        if state is not None:
+            await state.hub.close()
+        await super().shutdown(sockets=sockets)
+
+
+def serve(settings: Settings) -> None:
+    """Run the app under uvicorn until SIGINT/SIGTERM."""
+    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+                            log_level=settings.log_level, timeout_graceful_shutdown=10)
+    _Server(config).run()

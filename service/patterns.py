@@ -1,0 +1,34 @@
+"""Owns standing-query patterns: JSON or query-file text in, the engine's QueryGraph out."""
+from __future__ import annotations
+
+from gpu.formats import parse_graph_text
+from gpu.query import QueryError, QueryGraph
+from service.labels import StagedLabels
+from service.schemas import Pattern, PatternEdge, PatternVertex
+
+
+def pattern_of(spec: Pattern | str) -> Pattern:
+    """The JSON form of a pattern given as JSON or as query-file text (t/v/e lines)."""
+    if isinstance(spec, Pattern):
+        return spec
+    graph = parse_graph_text(spec, source="pattern")
+    return Pattern(
+        vertices=[PatternVertex(id=int(i), label=int(lab))
+                  for i, lab in zip(graph.vertex_ids.tolist(), graph.vertex_labels.tolist())],
+        edges=[PatternEdge(source=int(u), target=int(v), label=int(lab))
+               for u, v, lab in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(),
+                                    graph.edge_labels.tolist())])
+
+
+def to_query(pattern: Pattern, name: str, staged: StagedLabels,
+             max_vertices: int) -> QueryGraph:
+    """Validate `pattern` and build its QueryGraph; raises QueryError or LabelError."""
+    if len(pattern.vertices) > max_vertices:
+        raise QueryError(f"pattern.vertices: {len(pattern.vertices)} vertices; the limit is "
+                         f"{max_vertices} (max_query_vertices)")
+    labels = [staged.resolve(v.label, f"pattern.vertices[{i}].label")
+              for i, v in enumerate(pattern.vertices)]
+    edge_labels = [staged.resolve(e.label, f"pattern.edges[{i}].label")
+                   for i, e in enumerate(pattern.edges)]
+    return QueryGraph.build(name, [v.id for v in pattern.vertices], labels,
+                            [(e.source, e.target) for e in pattern.edges], edge_labels)

@@ -1,0 +1,1 @@
+"""Owns the API's routers, one module per resource."""

@@ -1,0 +1,34 @@
+"""Owns the operations routes: liveness, readiness and Prometheus metrics."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from service.deps import StateDep
+from service.metrics import CONTENT_TYPE
+
+health = APIRouter(tags=["operations"])
+metrics = APIRouter(tags=["operations"])
+
+
+@health.get("/healthz")
+async def healthz():
+    """The process is up (it may still be recovering: see /readyz)."""
+    return {"status": "ok"}
+
+
+@health.get("/readyz")
+async def readyz(state: StateDep):
+    """200 once recovery and kernel warm-up are done; 503 before (or if recovery failed)."""
+    engine = state.engine
+    if state.ready:
+        return {"status": "ready", "batch": engine.seq, "backend": engine.backend}
+    if engine.failure is not None:
+        return JSONResponse({"status": "failed", "detail": engine.failure}, status_code=503)
+    return JSONResponse({"status": "starting"}, status_code=503)
+
+
+@metrics.get("/metrics")
+async def prometheus(state: StateDep) -> Response:
+    """Prometheus text format: batch latency histogram, throughput counters, state gauges."""
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)

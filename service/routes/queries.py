@@ -1,0 +1,74 @@
+"""Owns /v1/queries: register (or only validate), list, inspect and delete standing queries."""
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request, Response
+
+from service.deps import StateDep
+from service.ingest import JSON, TEXT, UnsupportedMediaType, media_type, read_body
+from service.schemas import QueryCreate, QueryPublic, QueryValidation
+
+router = APIRouter(prefix="/v1", tags=["queries"])
+
+_BODY = {"requestBody": {"required": True, "content": {
+    JSON: {"schema": {"$ref": "#/components/schemas/QueryCreate"}},
+    TEXT: {"schema": {"type": "string", "description": "query-file text: v <id> <label>, "
+                                                       "e <u> <v> [label] lines"}}}}}
+
+
+async def _create(request: Request, state, name, deliver, max_matches_per_batch,
+                  backfill) -> QueryCreate:
+    body = await read_body(request, state.settings.max_request_bytes)
+    media = media_type(request.headers)
+    if media == JSON:
+        return QueryCreate.model_validate_json(body)
+    if media == TEXT:
+        return QueryCreate(pattern=body.decode("utf-8", "replace"), name=name, deliver=deliver,
+                           max_matches_per_batch=max_matches_per_batch, backfill=backfill)
+    raise UnsupportedMediaType(f"Content-Type {media!r}: send {JSON} (QueryCreate) or {TEXT} "
+                               "(query-file text, options as query parameters)")
+
+
+@router.post("/queries", status_code=201, response_model=QueryPublic | QueryValidation,
+             openapi_extra=_BODY)
+async def register_query(
+        request: Request, response: Response, state: StateDep,
+        dry_run: bool = Query(False, description="only validate the pattern"),
+        name: str | None = Query(None, description="for text/plain bodies"),
+        deliver: Literal["counts", "matches"] = Query("counts", description="text/plain only"),
+        max_matches_per_batch: int | None = Query(None, ge=1, description="text/plain only"),
+        backfill: bool = Query(False, description="text/plain only")):
+    """Register a standing query (JSON `QueryCreate`, or query-file text with the options as
+    query parameters).  Matches list data vertex ids in the order of `pattern.vertices`."""
+    create = await _create(request, state, name, deliver, max_matches_per_batch, backfill)
+    result = await state.engine.call(state.engine.register, create, dry_run)
+    if dry_run:
+        response.status_code = 200
+    return result
+
+
+@router.post("/queries:validate", response_model=QueryValidation, openapi_extra=_BODY)
+async def validate_query(request: Request, state: StateDep):
+    """Check a pattern without registering it (same body as POST /v1/queries)."""
+    create = await _create(request, state, None, "counts", None, False)
+    return await state.engine.call(state.engine.register, create, True)
+
+
+@router.get("/queries", response_model=list[QueryPublic])
+async def list_queries(state: StateDep):
+    """Every standing query with its statistics, by id."""
+    return await state.engine.call(state.engine.list_queries)
+
+
+@router.get("/queries/{query_id}", response_model=QueryPublic)
+async def get_query(query_id: int, state: StateDep):
+    """One standing query with its statistics (batches seen, totals, latencies, subscribers)."""
+    return await state.engine.call(state.engine.describe, query_id)
+
+
+@router.delete("/queries/{query_id}", status_code=204)
+async def delete_query(query_id: int, state: StateDep) -> Response:
+    """Stop a standing query; its result log goes and its subscribers are told."""
+    await state.engine.call(state.engine.delete, query_id)
+    return Response(status_code=204)

@@ -1,0 +1,63 @@
+"""Owns the service's settings: one pydantic-settings class read from flags and MOTIFSTREAM_* env."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1 << 20
+
+
+class Settings(BaseSettings):
+    """Every tunable of `motifstream serve`; environment variables are MOTIFSTREAM_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="MOTIFSTREAM_", extra="forbid")
+
+    # Where the SQLite store and the graph snapshots live.
+    data_dir: Path = Path("motifstream-data")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    backend: Literal["auto", "cpu", "cuda"] = "auto"
+    # When set, every route but /healthz and /readyz needs `Authorization: Bearer <key>`.
+    api_key: SecretStr | None = None
+    # Initial bulk load (only into an empty store): a graph file or an edge list.
+    graph: Path | None = None
+    labels: Path | None = None
+    num_labels: int | None = Field(None, ge=1)
+    label_seed: int = 0
+    # full: a commit survives power loss (fsync per batch); normal: survives process crashes.
+    synchronous: Literal["full", "normal"] = "full"
+    max_request_bytes: int = Field(64 * MIB, ge=1024)
+    max_batch_updates: int = Field(1_000_000, ge=1)
+    max_query_vertices: int = Field(32, ge=2, le=32)
+    # Cap (and default) for a query's max_matches_per_batch when it delivers matches.
+    max_matches_per_batch: int = Field(10_000, ge=1)
+    # Batches of events kept per query; older ones are pruned (resuming past them is a 410).
+    result_retention: int = Field(100_000, ge=1)
+    idempotency_retention: int = Field(100_000, ge=1)
+    # A graph snapshot every this many batches bounds recovery (0: only at bulk load).
+    snapshot_every: int = Field(10_000, ge=0)
+    # Live events buffered per subscriber; a subscriber that falls further behind reads
+    # from the result log instead (ingest never waits for it).
+    subscriber_buffer: int = Field(1024, ge=1)
+    sse_ping_seconds: float = Field(15.0, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("api_key", "graph", "labels", "num_labels", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        # Compose passes `VAR: ${VAR:-}` as an empty string: that means "not set".
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> Settings:
+        if self.api_key is not None and len(self.api_key.get_secret_value()) < 16:
+            raise ValueError("api_key must be at least 16 characters")
+        if self.api_key is not None and self.host not in ("127.0.0.1", "localhost", "::1") \
+                and self.api_key.get_secret_value() in ("changeme", "changethis"):
+            raise ValueError("api_key is a placeholder; set a real secret")
+        if self.labels is not None and self.num_labels is not None:
+            raise ValueError("give labels or num_labels, not both")
+        return self

@@ -1,0 +1,71 @@
+"""Service test fixtures: an app on a temporary data dir, driven through Starlette's TestClient."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpu.formats import ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL
+from service.main import create_app
+from service.settings import Settings
+
+
+@contextmanager
+def running(data_dir, **overrides):
+    """A started app (recovered and warm) on `data_dir`, as a TestClient."""
+    settings = Settings(data_dir=data_dir, synchronous="normal", backend="cpu", **overrides)
+    with TestClient(create_app(settings)) as client:
+        wait_ready(client)
+        yield client
+
+
+def wait_ready(client, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        r = client.get("/readyz")
+        if r.status_code == 200:
+            return
+        body = r.json()
+        assert body["status"] == "starting", body
+        assert time.monotonic() < deadline, "service did not become ready"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def client(tmp_path):
+    with running(tmp_path / "data") as c:
+        yield c
+
+
+def batch_json(stream) -> dict:
+    """An UpdateStream as a JSON batch body."""
+    body = {"insert_vertices": [], "delete_vertices": [], "insert_edges": [],
+            "delete_edges": []}
+    for kind, a, b, label in zip(stream.kind.tolist(), stream.a.tolist(), stream.b.tolist(),
+                                 stream.label.tolist()):
+        if kind == ADD_VERTEX:
+            body["insert_vertices"].append([a, label])
+        elif kind == DELETE_VERTEX:
+            body["delete_vertices"].append(a)
+        else:
+            field = "insert_edges" if kind == INSERT_EDGE else "delete_edges"
+            assert kind in (INSERT_EDGE, DELETE_EDGE)
+            body[field].append([a, b] if label == NO_LABEL else [a, b, label])
+    return body
+
+
+def graph_json(graph) -> dict:
+    """A LabeledGraph as a PUT /v1/graph JSON body."""
+    return {"vertices": [[int(v), int(lab)] for v, lab in zip(graph.vertex_ids,
+                                                                graph.vertex_labels)],
+            "edges": [[int(u), int(v), int(lab)] for u, v, lab in zip(
+                graph.edge_src, graph.edge_dst, graph.edge_labels)]}
+
+
+def pattern_json(pattern) -> dict:
+    """A tests.graphs.Pattern as an API pattern (vertex ids 0..n-1)."""
+    return {"vertices": [{"id": i, "label": lab} for i, lab in enumerate(pattern.labels)],
+            "edges": [{"source": a, "target": b, "label": lab}
+                      for (a, b), lab in sorted(pattern.edges.items())]}

@@ -1,0 +1,179 @@
+"""POST /v1/batches: exact deltas against the brute-force matcher, three body formats,
+atomic rejection, idempotent retries."""
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import numpy as np
+
+from tests.graphs import Pattern, embeddings, random_batch, random_data
+from tests.service.conftest import batch_json, graph_json, pattern_json
+
+PATTERNS = {
+    "triangle": Pattern([0, 0, 1], [(0, 1), (1, 2), (0, 2)]),
+    "path": Pattern([0, 1, 0], [(0, 1), (1, 2)]),
+    "labeled-edge": Pattern([1, 0, 1], [(0, 1, 1), (1, 2)]),
+}
+
+
+def _setup(client, seed: int, deliver: str = "matches"):
+    rng = random.Random(seed)
+    data = random_data(rng, 14, 2, 2, 0.3)
+    assert client.put("/v1/graph", json=graph_json(data.labeled())).status_code == 200
+    ids = {}
+    for name, pattern in PATTERNS.items():
+        r = client.post("/v1/queries", json={"pattern": pattern_json(pattern), "name": name,
+                                             "deliver": deliver})
+        assert r.status_code == 201, r.text
+        ids[name] = r.json()["id"]
+    return rng, data, ids
+
+
+def _events(client, qid: int) -> dict[int, dict]:
+    r = client.get(f"/v1/queries/{qid}/results", params={"limit": 10000})
+    assert r.status_code == 200, r.text
+    return {e["id"]: e["data"] for e in r.json()["events"]}
+
+
+def test_deltas_and_listed_matches_equal_the_brute_force_matcher(client):
+    rng, data, ids = _setup(client, seed=3)
+    next_id = [100]
+    expected = {name: {} for name in PATTERNS}
+    for _ in range(12):
+        before = {n: embeddings(data, p) for n, p in PATTERNS.items()}
+        stream = random_batch(rng, data, 2, 2, next_id)
+        r = client.post("/v1/batches", json=batch_json(stream))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        for name, pattern in PATTERNS.items():
+            after = embeddings(data, pattern)
+            pos, neg = after - before[name], before[name] - after
+            assert body["results"][str(ids[name])] == {"positive": len(pos),
+                                                      "negative": len(neg)}
+            if pos or neg:
+                expected[name][body["batch"]] = (pos, neg)
+    for name, qid in ids.items():
+        events = _events(client, qid)
+        assert set(events) == set(expected[name])
+        for seq, (pos, neg) in expected[name].items():
+            event = events[seq]
+            assert event["batch"] == seq and not event["truncated"]
+            assert {tuple(m) for m in event["added"]} == pos
+            assert {tuple(m) for m in event["removed"]} == neg
+
+
+def test_text_npy_and_json_bodies_give_the_same_results(tmp_path):
+    from tests.service.conftest import running
+    responses = []
+    for media in ("json", "text", "npy"):
+        with running(tmp_path / media) as client:
+            rng, data, _ = _setup(client, seed=5, deliver="counts")
+            next_id = [100]
+            out = []
+            for _ in range(6):
+                stream = random_batch(rng, data, 2, 2, next_id)
+                if media == "json":
+                    r = client.post("/v1/batches", json=batch_json(stream))
+                elif media == "text":
+                    from gpu.formats import _format_update
+                    text = "".join(_format_update(*rec) for rec in zip(
+                        stream.kind.tolist(), stream.a.tolist(), stream.b.tolist(),
+                        stream.label.tolist()))
+                    r = client.post("/v1/batches", content=text,
+                                    headers={"content-type": "text/plain"})
+                else:
+                    buf = io.BytesIO()
+                    np.save(buf, np.stack([stream.kind, stream.a, stream.b, stream.label],
+                                          axis=1).astype(np.int64))
+                    r = client.post("/v1/batches", content=buf.getvalue(),
+                                    headers={"content-type": "application/x-npy"})
+                assert r.status_code == 200, r.text
+                body = r.json()
+                out.append((body["batch"], body["applied"], body["ignored"], body["results"]))
+            responses.append(out)
+    assert responses[0] == responses[1] == responses[2]
+
+
+def test_rejected_batch_names_the_item_and_changes_nothing(client):
+    _setup(client, seed=1)
+    graph = client.get("/v1/graph").json()
+    r = client.post("/v1/batches", json={"insert_edges": [[0, 1], [2, 999]]})
+    assert r.status_code == 422
+    assert "insert_edges[1]" in r.json()["detail"]
+    assert client.get("/v1/graph").json() == graph
+    # Structure errors name the field and index too, and change nothing.
+    r = client.post("/v1/batches", json={"insert_edges": [[0, "x"]]})
+    assert r.status_code == 422 and "insert_edges[0][1]" in r.json()["detail"]
+    r = client.post("/v1/batches", json={"insert_edgez": []})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "insert_edgez"]
+    r = client.post("/v1/batches", content="e 0 1\nq 2 3\n",
+                    headers={"content-type": "text/plain"})
+    assert r.status_code == 422 and "body:2" in r.json()["detail"]
+    r = client.post("/v1/batches", content=b"\x93NUMPY garbage",
+                    headers={"content-type": "application/x-npy"})
+    assert r.status_code == 422
+    r = client.post("/v1/batches", content=b"<xml/>", headers={"content-type": "text/xml"})
+    assert r.status_code == 415
+    assert client.get("/v1/graph").json() == graph
+    # The next good batch gets the next sequence number: nothing was consumed.
+    r = client.post("/v1/batches", json={"insert_vertices": [[500, 0]]})
+    assert r.status_code == 200 and r.json()["batch"] == graph["batches"] + 1
+
+
+def test_idempotency_key_replays_the_stored_answer_and_applies_once(client):
+    _setup(client, seed=2)
+    body = {"insert_vertices": [[700, 0], [701, 0]], "insert_edges": [[700, 701]]}
+    key = {"Idempotency-Key": "batch-abc"}
+    first = client.post("/v1/batches", json=body, headers=key)
+    again = client.post("/v1/batches", json=body, headers=key)
+    assert first.status_code == again.status_code == 200
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert again.json() == first.json()
+    assert client.get("/v1/graph").json()["batches"] == first.json()["batch"]
+    other = client.post("/v1/batches", json={"insert_vertices": [[702, 0]]}, headers=key)
+    assert other.status_code == 409
+    assert client.get("/v1/graph").json()["batches"] == first.json()["batch"]
+
+
+def test_string_labels_share_one_dictionary(client):
+    r = client.put("/v1/graph", json={"vertices": [[1, "person"], [2, "person"], [3, "repo"]],
+                                      "edges": [[1, 3, "stars"]]})
+    assert r.status_code == 200, r.text
+    labels = r.json()["labels"]
+    assert set(labels) == {"person", "repo", "stars"}
+    pattern = {"vertices": [{"id": 0, "label": "person"}, {"id": 1, "label": "repo"}],
+               "edges": [{"source": 0, "target": 1, "label": "stars"}]}
+    qid = client.post("/v1/queries", json={"pattern": pattern, "deliver": "matches",
+                                           "backfill": True}).json()["id"]
+    r = client.post("/v1/batches", json={"insert_edges": [[2, 3, "stars"], [1, 2, "follows"]]})
+    assert r.json()["results"][str(qid)] == {"positive": 1, "negative": 0}
+    events = _events(client, qid)
+    assert [e.get("added") for e in events.values()] == [[[1, 3]], [[2, 3]]]
+    assert events[0]["backfill"] is True
+    assert set(client.get("/v1/graph").json()["labels"]) == {"person", "repo", "stars",
+                                                             "follows"}
+    # A string label cannot pose as an integer one, nor an integer pass the string range.
+    r = client.post("/v1/batches", json={"insert_vertices": [[9, 1 << 30]]})
+    assert r.status_code == 422 and "insert_vertices[0][1]" in r.json()["detail"]
+
+
+def test_events_are_stored_only_for_touched_queries(client):
+    _, _, ids = _setup(client, seed=4, deliver="counts")
+    r = client.post("/v1/batches", json={"insert_vertices": [[900, 0]]})
+    assert all(v == {"positive": 0, "negative": 0} for v in r.json()["results"].values())
+    for qid in ids.values():
+        assert r.json()["batch"] not in _events(client, qid)
+        stats = client.get(f"/v1/queries/{qid}").json()["stats"]
+        assert stats["batches_seen"] == 1 and stats["last_latency_ms"] is not None
+
+
+def test_response_is_json_with_timings(client):
+    _setup(client, seed=6)
+    r = client.post("/v1/batches", json={"insert_vertices": [[901, 1]]})
+    body = json.loads(r.content)
+    assert set(body) == {"batch", "applied", "ignored", "results", "timings"}
+    assert body["applied"]["vertices_added"] == 1
+    assert {"validate", "match", "update", "engine"} <= set(body["timings"])
