@@ -6,6 +6,9 @@
 # Stages (default: tests gh-dense):
 #   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
 #   gpu-tests    only the gpu-marked tests
+#   service-tests  the service and storage tests with the service on the cuda executor
+#                (installs the service's wheels from .whl/: the device has no fastapi)
+#   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags)
 #   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
@@ -34,6 +37,18 @@ for stage in "${stages[@]}"; do
             python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tee "$OUT/gpu-tests.txt" \
                 | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        service-tests)
+            python3 -m pip install -q --no-index --find-links .whl fastapi 'uvicorn[standard]' \
+                pydantic pydantic-settings prometheus-client httpx2 websockets 2>&1 | tail -2
+            MOTIFSTREAM_TEST_BACKEND=cuda python3 -m pytest -q -p no:cacheprovider \
+                tests/service tests/storage 2>&1 | tee "$OUT/service-tests.txt" | tail -15
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        service-bench)
+            python3 -m pip install -q --no-index --find-links .whl fastapi 'uvicorn[standard]' \
+                pydantic pydantic-settings prometheus-client httpx2 websockets 2>&1 | tail -2
+            python3 -m benchmarks.service_bench --graph "$GRAPH" --backend cuda \
+                --json "$OUT/service-bench.jsonl" ${SERVICE_ARGS:-} 2>&1 \
+                | tee "$OUT/service-bench.txt" | tail -20 ;;
         profile-*)
             query=bench-out/queries/gh_k6_seed0_labels5x0/${stage#profile-}.graph
             python3 -m benchmarks.phase_profile "$query" --graph "$GRAPH" --backend cuda \

@@ -1,6 +1,7 @@
 """Service test fixtures: an app on a temporary data dir, driven through Starlette's TestClient."""
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 
@@ -12,10 +13,14 @@ from service.main import create_app
 from service.settings import Settings
 
 
+# The executor the service tests run on: cpu by default; the device run sets cuda.
+BACKEND = os.environ.get("MOTIFSTREAM_TEST_BACKEND", "cpu")
+
+
 @contextmanager
 def running(data_dir, **overrides):
     """A started app (recovered and warm) on `data_dir`, as a TestClient."""
-    settings = Settings(data_dir=data_dir, synchronous="normal", backend="cpu", **overrides)
+    settings = Settings(data_dir=data_dir, synchronous="normal", backend=BACKEND, **overrides)
     with TestClient(create_app(settings)) as client:
         wait_ready(client)
         yield client

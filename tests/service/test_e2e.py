@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from gpu.formats import read_updates
+from tests.service.conftest import BACKEND
 
 DEMO = Path(str(resources.files("service") / "demo"))
 QUERIES = ("triangle.graph", "square.graph", "house.graph")
@@ -39,7 +40,7 @@ class Server:
         self._log = open(log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir),
-             "--port", str(self.port), "--backend", "cpu", "--synchronous", "normal",
+             "--port", str(self.port), "--backend", BACKEND, "--synchronous", "normal",
              "--graph", str(DEMO / "graph.txt"), "--snapshot-every", "10",
              "--log-level", "warning"],
             stdout=self._log, stderr=subprocess.STDOUT)
