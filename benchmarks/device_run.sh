@@ -7,20 +7,24 @@
 #   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
 #   gpu-tests    only the gpu-marked tests
 #   service-tests  the service and storage tests with the service on the cuda executor
-#                (installs the service's wheels from .whl/: the device has no fastapi)
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags)
 #   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
 #                "--max-queries 3"), GH_TIMEOUT bounds each run (seconds, default 300)
-# Needs in the tree: .whl/ (hypothesis, sortedcontainers wheels, for the oracle tests),
+# Needs in the tree: .whl/ (wheels: hypothesis, sortedcontainers, and the service's for
+# Python 3.12: `pip download --only-binary=:all: --python-version 3.12 ...`),
 # bench-out/queries (the saved query sets) and bench-out/data/musae_git_edges.csv
 # (carry them: they are git-ignored).  Writes logs and JSON lines under $OUT.
 set -u
 OUT=${OUT:-bench-out/device}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD
-python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontainers 2>&1 | tail -2
+# The oracle tests' extras, and the service's packages (the device has no fastapi; every
+# stage collects tests/service).
+python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontainers fastapi \
+    'uvicorn[standard]' pydantic pydantic-settings prometheus-client httpx2 websockets 2>&1 \
+    | tail -2
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 GRAPH=bench-out/data/musae_git_edges.csv
 [ -f "$GRAPH" ] || GRAPH=../shared/datasets/github/musae_git_edges.csv
@@ -38,14 +42,10 @@ for stage in "${stages[@]}"; do
                 | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-tests)
-            python3 -m pip install -q --no-index --find-links .whl fastapi 'uvicorn[standard]' \
-                pydantic pydantic-settings prometheus-client httpx2 websockets 2>&1 | tail -2
             MOTIFSTREAM_TEST_BACKEND=cuda python3 -m pytest -q -p no:cacheprovider \
                 tests/service tests/storage 2>&1 | tee "$OUT/service-tests.txt" | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-bench)
-            python3 -m pip install -q --no-index --find-links .whl fastapi 'uvicorn[standard]' \
-                pydantic pydantic-settings prometheus-client httpx2 websockets 2>&1 | tail -2
             python3 -m benchmarks.service_bench --graph "$GRAPH" --backend cuda \
                 --json "$OUT/service-bench.jsonl" ${SERVICE_ARGS:-} 2>&1 \
                 | tee "$OUT/service-bench.txt" | tail -20 ;;
