@@ -56,9 +56,8 @@ def test_unknown_synchronous_level_is_refused(data_dir):
 
 
 def test_readers_are_read_only(store):
-    with store._read() as conn:
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            conn.execute("UPDATE meta SET value = 99 WHERE key = 'last_seq'")
+    with store._read() as conn, pytest.raises(sqlite3.OperationalError, match="readonly"):
+        conn.execute("UPDATE meta SET value = 99 WHERE key = 'last_seq'")
     assert store.last_seq() == 0
 
 

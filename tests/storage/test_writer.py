@@ -89,12 +89,11 @@ def test_sql_error_is_persist_failed(writer, db_path):
 def test_nested_atomic_rolls_back_only_the_inner_savepoint(writer, db_path):
     def fn(conn):
         conn.execute("INSERT INTO t VALUES (1)")
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError), atomic(conn):
+            conn.execute("INSERT INTO t VALUES (2)")
             with atomic(conn):
-                conn.execute("INSERT INTO t VALUES (2)")
-                with atomic(conn):
-                    conn.execute("INSERT INTO t VALUES (3)")
-                raise RuntimeError("undo 2 and 3")
+                conn.execute("INSERT INTO t VALUES (3)")
+            raise RuntimeError("undo 2 and 3")
         with atomic(conn):
             conn.execute("INSERT INTO t VALUES (4)")
         conn.execute("INSERT INTO t VALUES (5)")
@@ -121,10 +120,9 @@ def test_atomic_outside_a_transaction_begins_and_commits(db_path):
             conn.execute("INSERT INTO t VALUES (1)")
             assert conn.in_transaction
         assert not conn.in_transaction
-        with pytest.raises(ZeroDivisionError):
-            with atomic(conn):
-                conn.execute("INSERT INTO t VALUES (2)")
-                1 / 0
+        with pytest.raises(LookupError), atomic(conn):
+            conn.execute("INSERT INTO t VALUES (2)")
+            raise LookupError("undo")
         assert not conn.in_transaction
     finally:
         conn.close()
