@@ -134,7 +134,7 @@ class Store:
         self, record: QueryRecord, new_labels: dict[str, int], backfill: EventRecord | None
     ) -> None:
         self._writer.submit(
-            lambda conn: self._register_query(conn, record, new_labels, backfill)
+            lambda conn: _register_query(conn, record, new_labels, backfill)
         ).result()
 
     def delete_query(self, query_id: int) -> None:
@@ -235,33 +235,6 @@ class Store:
         conn.execute(
             "DELETE FROM idempotency WHERE seq <= ?", (seq - self._idempotency_retention,)
         )
-
-    @staticmethod
-    def _register_query(
-        conn: sqlite3.Connection,
-        record: QueryRecord,
-        new_labels: dict[str, int],
-        backfill: EventRecord | None,
-    ) -> None:
-        next_id = _meta(conn, "next_query_id")
-        if record.id < next_id:
-            raise ValueError(f"query id {record.id} was already used (next free id: {next_id})")
-        if backfill is not None and backfill.query_id != record.id:
-            raise ValueError(
-                f"backfill event is for query {backfill.query_id}, not query {record.id}"
-            )
-        conn.execute(
-            f"INSERT INTO queries ({_QUERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                int(record.id), record.name, record.pattern, record.options,
-                int(record.created_seq), record.created_at, int(record.batches_seen),
-                int(record.total_positive), int(record.total_negative), int(record.last_seq),
-            ),
-        )
-        _insert_labels(conn, new_labels)
-        if backfill is not None:
-            _insert_events(conn, [backfill])
-        _set_meta(conn, "next_query_id", int(record.id) + 1)
 
     # ------------------------------------------------------------------ reads
 
@@ -382,23 +355,20 @@ class Store:
             conn.execute("COMMIT")
 
     def _reader(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreClosed(f"{self.data_dir}: read after close()")
         conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        if conn is not None and not self._closed:
             return conn
-        # check_same_thread=False only so close() may close it from another thread.
-        conn = sqlite3.connect(
-            self._db_path.resolve().as_uri() + "?mode=ro",
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         with self._readers_lock:
             if self._closed:
-                conn.close()
                 raise StoreClosed(f"{self.data_dir}: read after close()")
+            # check_same_thread=False only so close() may close it from another thread.
+            conn = sqlite3.connect(
+                self._db_path.resolve().as_uri() + "?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._readers.append(conn)
         self._local.conn = conn
         return conn
@@ -479,6 +449,33 @@ def _insert_labels(conn: sqlite3.Connection, labels: dict[str, int]) -> None:
             conn.execute("INSERT INTO labels (name, id) VALUES (?, ?)", (name, int(label_id)))
         elif row[0] != label_id:
             raise ValueError(f"label {name!r} is already mapped to {row[0]}, not {label_id}")
+
+
+def _register_query(
+    conn: sqlite3.Connection,
+    record: QueryRecord,
+    new_labels: dict[str, int],
+    backfill: EventRecord | None,
+) -> None:
+    next_id = _meta(conn, "next_query_id")
+    if record.id < next_id:
+        raise ValueError(f"query id {record.id} was already used (next free id: {next_id})")
+    if backfill is not None and backfill.query_id != record.id:
+        raise ValueError(
+            f"backfill event is for query {backfill.query_id}, not query {record.id}"
+        )
+    conn.execute(
+        f"INSERT INTO queries ({_QUERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            int(record.id), record.name, record.pattern, record.options,
+            int(record.created_seq), record.created_at, int(record.batches_seen),
+            int(record.total_positive), int(record.total_negative), int(record.last_seq),
+        ),
+    )
+    _insert_labels(conn, new_labels)
+    if backfill is not None:
+        _insert_events(conn, [backfill])
+    _set_meta(conn, "next_query_id", int(record.id) + 1)
 
 
 def _delete_query(conn: sqlite3.Connection, query_id: int) -> None:

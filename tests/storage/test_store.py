@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
 from storage import (
-    BatchRecord,
     EventRecord,
     PersistFailed,
     ResultsPruned,
@@ -98,7 +98,7 @@ def test_seq_gap_is_rejected_with_nothing_written(store):
 def test_event_for_another_seq_is_rejected(store):
     store.register_query(query(1), {}, None)
     record = batch(1, (1,))
-    wrong = BatchRecord(**{**record.__dict__, "events": (EventRecord(1, 7, "{}"),)})
+    wrong = dataclasses.replace(record, events=(EventRecord(1, 7, "{}"),))
     with pytest.raises(PersistFailed, match="event for seq 7"):
         store.append_batch(wrong)
     assert store.last_seq() == 0
@@ -182,6 +182,20 @@ def test_pruning_keeps_the_retained_window_and_reports_the_horizon(data_dir):
             assert caught.value.query_id == 1
         assert [e.seq for e in store.events_after(1, 5, 10)] == kept
         assert [e.seq for e in store.events_after(1, 8, 10)] == [10]
+    finally:
+        store.close()
+
+
+def test_a_pruned_backfill_at_seq_zero_is_reported(data_dir):
+    store = Store.open(data_dir, synchronous="normal", result_retention=1, prune_every=1)
+    try:
+        store.register_query(query(1), {}, EventRecord(1, 0, '{"backfill": true}'))
+        assert [e.seq for e in store.events_after(1, -1, 10)] == [0]
+        store.append_batch(batch(1, (1,)))  # keeps only seq 1's events
+        with pytest.raises(ResultsPruned) as caught:
+            store.events_after(1, -1, 10)
+        assert caught.value.earliest == 0
+        assert [e.seq for e in store.events_after(1, 0, 10)] == [1]
     finally:
         store.close()
 
