@@ -195,11 +195,11 @@ class Store:
         _insert_events(conn, (e for e in record.events if e.query_id in live))
         conn.executemany(
             "UPDATE queries SET batches_seen = batches_seen + 1,"
-            " total_positive = total_positive + ?1, total_negative = total_negative + ?2,"
-            " last_seq = CASE WHEN ?1 != 0 OR ?2 != 0 THEN ?3 ELSE last_seq END"
-            " WHERE id = ?4",
+            " total_positive = total_positive + :pos, total_negative = total_negative + :neg,"
+            " last_seq = CASE WHEN :pos != 0 OR :neg != 0 THEN :seq ELSE last_seq END"
+            " WHERE id = :id",
             [
-                (int(positive), int(negative), seq, int(query_id))
+                {"pos": int(positive), "neg": int(negative), "seq": seq, "id": int(query_id)}
                 for query_id, (positive, negative) in record.query_stats.items()
                 if query_id in live
             ],
@@ -228,9 +228,9 @@ class Store:
                 continue
             conn.execute("DELETE FROM events WHERE query_id = ? AND seq <= ?", (query_id, cutoff))
             conn.execute(
-                "UPDATE queries SET pruned_through = max(coalesce(pruned_through, ?1), ?1)"
-                " WHERE id = ?2",
-                (newest_pruned, query_id),
+                "UPDATE queries SET pruned_through = max(coalesce(pruned_through, :seq), :seq)"
+                " WHERE id = :id",
+                {"seq": newest_pruned, "id": query_id},
             )
         conn.execute(
             "DELETE FROM idempotency WHERE seq <= ?", (seq - self._idempotency_retention,)
