@@ -55,6 +55,8 @@ def _parse_args(argv):
     p.add_argument("--synchronous", default="full", choices=("full", "normal"))
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
+    p.add_argument("--log", type=Path, default=REPO / "bench-out" / "service-bench-server.log",
+                   help="the server's log")
     return p.parse_args(argv)
 
 
@@ -102,8 +104,16 @@ class Client:
     def request(self, method: str, path: str, body: bytes | None = None,
                 content_type: str = "application/json") -> tuple[int, bytes]:
         headers = {"Content-Type": content_type} if body is not None else {}
-        self.conn.request(method, path, body=body, headers=headers)
-        response = self.conn.getresponse()
+        try:
+            self.conn.request(method, path, body=body, headers=headers)
+            response = self.conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            if method == "POST":
+                raise
+            # The server closes keep-alive connections idle for 5 s; GET/DELETE can be resent.
+            self.conn.close()
+            self.conn.request(method, path, body=body, headers=headers)
+            response = self.conn.getresponse()
         return response.status, response.read()
 
     def close(self) -> None:
@@ -134,6 +144,7 @@ def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
                "--port", str(args.port), "--backend", args.backend, "--graph", str(graph_file),
                "--synchronous", args.synchronous, "--log-level", "warning"]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    print(f"server log: {log.name}")
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -224,7 +235,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="motifstream-bench-") as tmp:
         graph_file = Path(tmp) / "initial.graph"
         write_graph(initial, graph_file)
-        log = open(Path(tmp) / "server.log", "wb")
+        args.log.parent.mkdir(parents=True, exist_ok=True)
+        log = open(args.log, "wb")
         proc = _server(args, graph_file, Path(tmp) / "data", log)
         try:
             client = Client(args.port)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -98,6 +99,21 @@ class Standing:
 
 
 @dataclass
+class _Done:
+    """What a batch's commit callback needs."""
+    seq: int
+    acknowledged: Future
+    events: list
+    response_json: str
+    result: object
+    size: int
+    t0: float
+    graph: LabeledGraph | None
+    key: str | None
+    touched: list
+
+
+@dataclass
 class IngestResult:
     """What POST /v1/batches answers: the stored response JSON, and whether it is a replay."""
     response: str
@@ -121,6 +137,10 @@ class EngineService:
         self.seq = 0
         self._next_query_id = 1
         self.failure: str | None = None   # why start-up or a rebuild failed
+        # Batches applied whose commit is still running, by Idempotency-Key.
+        self._pending_keys: dict[str, tuple[str, Future]] = {}
+        self._keys_lock = threading.Lock()
+        self._last_commit: Future | None = None
 
     async def call(self, fn, *args):
         """Run `fn(*args)` on the engine thread and await its result."""
@@ -216,17 +236,21 @@ class EngineService:
                 and self.store.latest_snapshot() is None)
 
     # ---- batches (engine thread) ----------------------------------------------------
-    def ingest(self, batch: BatchInput, idempotency: tuple[str, str] | None) -> IngestResult:
-        """Apply, persist, publish one batch; raises InputError/Conflict/ServiceUnavailable."""
+    def ingest(self, batch: BatchInput, idempotency: tuple[str, str] | None) -> Future:
+        """Apply one batch and hand its commit to the writer thread.
+
+        Returns a future that gives the acknowledgement (an IngestResult) once the batch
+        is durable, or raises ServiceUnavailable if it cannot be made so.  The engine goes
+        on with the next batch while the writer commits this one (each batch still one
+        transaction, in order); a failed commit rebuilds the engine from the store, and
+        every batch applied after the failed one fails too (its seq no longer follows).
+        Raises InputError or Conflict at once when the batch is refused.
+        """
         t0 = time.perf_counter()
         if idempotency is not None:
-            stored = self.store.idempotent(idempotency[0])
-            if stored is not None:
-                _, request_hash, response = stored
-                if request_hash != idempotency[1]:
-                    raise Conflict(f"Idempotency-Key {idempotency[0]!r} was used for a "
-                                   "different request")
-                return IngestResult(response, replayed=True)
+            replay = self._replay(*idempotency)
+            if replay is not None:
+                return replay
         staged = self.labels.stage()
         stream = batch.to_stream(staged)
         listing = [s.max_matches for s in self.queries.values() if s.deliver == "matches"]
@@ -257,27 +281,95 @@ class EngineService:
                              query_stats=stats, new_labels=staged.new,
                              idempotency=None if idempotency is None else
                              (idempotency[0], idempotency[1], response_json))
-        try:
-            self.store.append_batch(record)
-        except BaseException as exc:
-            self._rebuild(f"batch {seq} could not be persisted")
-            raise ServiceUnavailable(f"batch {seq} could not be persisted ({exc}); it was not "
-                                     "applied") from exc
-        seconds = time.perf_counter() - t0
+        acknowledged: Future = Future()
+        if idempotency is not None:
+            with self._keys_lock:
+                self._pending_keys[idempotency[0]] = (idempotency[1], acknowledged)
+        # The in-memory state moves on now; a failed commit rebuilds it from the store.
         self.seq = seq
         self.labels.commit(staged)
+        touched = []
         for standing in self.queries.values():
             delta = result.queries[standing.engine_qid]
             standing.batches_seen += 1
             standing.total_positive += delta.positive
             standing.total_negative += delta.negative
-            standing.latencies.append(seconds)
+            touched.append(standing)
             if delta.positive or delta.negative:
                 standing.last_seq = seq
-        self.hub.publish(seq, events)
-        self.metrics.batch(len(stream), result, seconds)
-        self._maybe_snapshot()
-        return IngestResult(response_json, replayed=False)
+        every = self.settings.snapshot_every
+        graph = self.engine.to_labeled() if every and seq % every == 0 else None
+        done = _Done(seq, acknowledged, events, response_json, result, len(stream), t0, graph,
+                     idempotency[0] if idempotency is not None else None, touched)
+        try:
+            commit = self.store.append_batch_async(record)
+        except BaseException as exc:
+            commit = Future()
+            commit.set_exception(exc)
+        self._last_commit = commit
+        commit.add_done_callback(lambda f: self._committed(done, f))
+        return acknowledged
+
+    def _replay(self, key: str, request_hash: str) -> Future | None:
+        """The acknowledgement of an earlier request with this Idempotency-Key, or None."""
+        with self._keys_lock:
+            pending = self._pending_keys.get(key)
+        if pending is not None:     # still being committed: answer when it is
+            if pending[0] != request_hash:
+                raise Conflict(f"Idempotency-Key {key!r} was used for a different request")
+            replay: Future = Future()
+
+            def forward(f: Future) -> None:
+                if f.exception() is not None:
+                    replay.set_exception(f.exception())
+                else:
+                    replay.set_result(IngestResult(f.result().response, replayed=True))
+            pending[1].add_done_callback(forward)
+            return replay
+        stored = self.store.idempotent(key)
+        if stored is None:
+            return None
+        _, stored_hash, response = stored
+        if stored_hash != request_hash:
+            raise Conflict(f"Idempotency-Key {key!r} was used for a different request")
+        replay = Future()
+        replay.set_result(IngestResult(response, replayed=True))
+        return replay
+
+    def _committed(self, done: "_Done", commit: Future) -> None:
+        """The writer finished a batch's transaction (runs on the writer thread)."""
+        if done.key is not None:
+            with self._keys_lock:
+                self._pending_keys.pop(done.key, None)
+        exc = commit.exception()
+        if exc is not None:
+            done.acknowledged.set_exception(ServiceUnavailable(
+                f"batch {done.seq} could not be persisted ({exc}); it was not applied"))
+            try:
+                self._pool.submit(self._rebuild_after_failed_commit, done.seq)
+            except RuntimeError:    # shutting down: the next start recovers from the store
+                pass
+            return
+        try:
+            seconds = time.perf_counter() - done.t0
+            for standing in done.touched:
+                standing.latencies.append(seconds)
+            self.hub.publish(done.seq, done.events)
+            self.metrics.batch(done.size, done.result, seconds)
+            if done.graph is not None:
+                self._snapshots.submit(self._snapshot, done.seq, done.graph)
+        except Exception:   # the batch is durable whatever happens here: acknowledge it
+            log.exception("after committing batch %d", done.seq)
+        done.acknowledged.set_result(IngestResult(done.response_json, replayed=False))
+
+    def _rebuild_after_failed_commit(self, seq: int) -> None:
+        """Engine thread: once the writer is idle, rebuild unless an earlier rebuild already
+        brought memory back to the store's state."""
+        last = self._last_commit
+        if last is not None:
+            wait([last])
+        if self.seq != self.store.last_seq():
+            self._rebuild(f"batch {seq} could not be persisted")
 
     @staticmethod
     def _payload(standing: Standing, seq: int, delta) -> str:
@@ -289,12 +381,6 @@ class EngineService:
             event["removed"] = removed.tolist()
             event["truncated"] = len(added) < delta.positive or len(removed) < delta.negative
         return json.dumps(event)
-
-    def _maybe_snapshot(self) -> None:
-        every = self.settings.snapshot_every
-        if every and self.seq % every == 0:
-            graph, seq = self.engine.to_labeled(), self.seq
-            self._snapshots.submit(self._snapshot, seq, graph)
 
     def _snapshot(self, seq: int, graph: LabeledGraph) -> None:
         try:

@@ -1,6 +1,7 @@
 """Owns /v1/batches: atomic, durable, totally ordered batch ingest with idempotent retries."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 from fastapi import APIRouter, Header, Request, Response
@@ -44,6 +45,7 @@ async def post_batch(request: Request, state: StateDep,
     key = None
     if idempotency_key is not None:
         key = (idempotency_key, hashlib.sha256(media.encode() + b"\0" + body).hexdigest())
-    result = await state.engine.call(state.engine.ingest, batch, key)
+    acknowledged = await state.engine.call(state.engine.ingest, batch, key)
+    result = await asyncio.wrap_future(acknowledged)   # durable from here on
     headers = {"Idempotent-Replayed": "true"} if result.replayed else None
     return Response(result.response, media_type=JSON, headers=headers)

@@ -3,6 +3,9 @@ nothing."""
 from __future__ import annotations
 
 import random
+import threading
+import time
+from concurrent.futures import Future
 
 from tests.graphs import random_batch, random_data
 from tests.service.conftest import batch_json, graph_json, pattern_json, running
@@ -64,14 +67,14 @@ def test_failed_commit_is_503_and_applies_nothing(tmp_path):
         state = client.app.state.motifstream
         assert client.post("/v1/batches", json=batches[0]).status_code == 200
         graph = client.get("/v1/graph").json()
-        real = state.store.append_batch
+        real = state.store.append_batch_async
 
         def broken(record):
             raise OSError("disk full")
-        state.store.append_batch = broken
+        state.store.append_batch_async = broken
         r = client.post("/v1/batches", json=batches[1])
         assert r.status_code == 503 and "not applied" in r.json()["detail"]
-        state.store.append_batch = real
+        state.store.append_batch_async = real
         assert client.get("/v1/graph").json() == graph
         for qid in ids:
             assert client.get(f"/v1/queries/{qid}").json()["stats"]["batches_seen"] == 1
@@ -90,3 +93,57 @@ def test_graph_flag_loads_an_empty_store_only(tmp_path):
     with running(tmp_path / "data", graph=graph) as client:
         info = client.get("/v1/graph").json()
         assert (info["edges"], info["batches"]) == (1, 1)
+
+
+def test_a_failed_commit_fails_the_batches_applied_behind_it(tmp_path):
+    """The engine applies the next batch while the writer commits the last one; when that
+    commit fails, the batches behind it fail too and memory goes back to the store's state."""
+    start, batches = _stream(seed=13, batches=5)
+    with running(tmp_path / "ref") as client:
+        client.put("/v1/graph", json=graph_json(start))
+        _register(client)
+        client.post("/v1/batches", json=batches[0])
+        after_first = client.get("/v1/graph").json()
+        reference = [client.post("/v1/batches", json=b).json() for b in batches[3:]]
+    with running(tmp_path / "data") as client:
+        client.put("/v1/graph", json=graph_json(start))
+        _register(client)
+        state = client.app.state.motifstream
+        assert client.post("/v1/batches", json=batches[0]).status_code == 200
+        real, gate = state.store.append_batch_async, threading.Event()
+
+        def held_then_failed(record):
+            if record.seq != 2:
+                return real(record)
+            failed = Future()
+            threading.Thread(target=lambda: (gate.wait(), failed.set_exception(
+                OSError("device gone")))).start()
+            return failed
+        state.store.append_batch_async = held_then_failed
+        answers = {}
+
+        def post(i):
+            answers[i] = client.post("/v1/batches", json=batches[i])
+        threads = []
+        for i, seq in ((1, 2), (2, 3)):
+            threads.append(threading.Thread(target=post, args=(i,)))
+            threads[-1].start()
+            _until(lambda: state.engine.seq == seq)   # applied in memory, not yet durable
+        gate.set()
+        for t in threads:
+            t.join()
+        state.store.append_batch_async = real
+        assert [answers[i].status_code for i in (1, 2)] == [503, 503]
+        graph = client.get("/v1/graph").json()
+        assert graph | {"store_bytes": 0} == after_first | {"store_bytes": 0}
+        # Memory is the store's again: what follows matches the uninterrupted run.
+        for b, ref in zip(batches[3:], reference):
+            r = client.post("/v1/batches", json=b).json()
+            assert (r["batch"], r["results"]) == (ref["batch"], ref["results"])
+
+
+def _until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
