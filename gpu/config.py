@@ -24,6 +24,9 @@ class EngineConfig:
     leaf_groups: bool = True
     # CPU executor: smallest group searched together; smaller ones go one by one.
     leaf_group_min: int = 2
+    # CPU executor: a query's tasks run on the calling thread alone when fewer than this
+    # (a parallel region costs more than a few tasks, and stalls on a busy host).
+    serial_below_tasks: int = 64
     # Id-map slots allocated up front (power of two); grows at 50 % load.
     initial_idmap_capacity: int = 1 << 12
     # CUDA executor: busy warps hand unexplored candidates to idle ones (off: ablation).
@@ -36,7 +39,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
-                     "share_capacity", "share_every", "leaf_group_min"):
+                     "share_capacity", "share_every", "leaf_group_min",
+                     "serial_below_tasks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
@@ -47,4 +51,4 @@ class EngineConfig:
         search of every leaf-rooted pair of tasks."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
-                   share_capacity=2, share_every=1)
+                   share_capacity=2, share_every=1, serial_below_tasks=1)

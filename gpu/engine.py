@@ -145,7 +145,8 @@ class Engine:
                                 self.config.share_every)
         group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
         return execute_cpu(self.graph, cand, self._queries[qid].leaves, self._updates, types,
-                           us, vs, labels, ranks, limit, self.config.task_chunk, group_min)
+                           us, vs, labels, ranks, limit, self.config.task_chunk, group_min,
+                           self.config.serial_below_tasks)
 
     def _external(self, rows: np.ndarray) -> np.ndarray:
         return self.graph.ext[rows].astype(np.int64).reshape(rows.shape)

@@ -16,16 +16,36 @@ from gpu.results import MatchSet
 
 def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateIndex,
                 types: TaskTypes, us: np.ndarray, vs: np.ndarray, labels: np.ndarray,
-                ranks: np.ndarray, list_limit: int, chunk: int, group_min: int = 0) -> MatchSet:
+                ranks: np.ndarray, list_limit: int, chunk: int, group_min: int = 0,
+                serial_below: int = 0) -> MatchSet:
     """Count (and list up to `list_limit`) the matches of `types` started from edges us-vs.
 
     `leaves` must hold counts without the edges in `updates` (the running phase's).
     With `group_min` > 0 and nothing to list, leaf-rooted tasks sharing their parent
-    vertex are searched in groups of at least that many (gpu/cpu_groups.py)."""
+    vertex are searched in groups of at least that many (gpu/cpu_groups.py).  Fewer
+    than `serial_below` tasks run on the calling thread alone."""
     n = types.orders.shape[1]
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
+    threads = numba.get_num_threads()
+    if len(tu) >= serial_below or threads == 1:
+        return _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,
+                        group_min)
+    # A parallel region wakes every worker and ends at a barrier: for a handful of tasks
+    # that costs more than the work, and on a busy host (the service's event loop, writer
+    # and clients share the cores) one late worker stalls the whole region.
+    numba.set_num_threads(1)
+    try:
+        return _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,
+                        group_min)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,
+             group_min) -> MatchSet:
+    n = types.orders.shape[1]
     graph_arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
                     graph.label)
     plan_arrays = (types.query_labels, types.orders, types.bw_count, types.bw_level,

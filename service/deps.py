@@ -11,7 +11,9 @@ from service.settings import Settings
 from service.state import ServiceState
 
 
-def get_state(conn: HTTPConnection) -> ServiceState:
+# Dependencies are coroutines: FastAPI runs a plain `def` dependency in the thread pool,
+# two thread hops per request for what is an attribute lookup.
+async def get_state(conn: HTTPConnection) -> ServiceState:
     return conn.app.state.motifstream
 
 
@@ -37,8 +39,8 @@ def presented_key(conn: HTTPConnection) -> str | None:
     return conn.query_params.get("access_token")
 
 
-def require_api_key(conn: HTTPConnection) -> None:
+async def require_api_key(conn: HTTPConnection) -> None:
     """Router dependency: 401 unless the request carries the configured API key."""
-    if not key_accepted(get_state(conn).settings, presented_key(conn)):
+    if not key_accepted(conn.app.state.motifstream.settings, presented_key(conn)):
         raise HTTPException(401, "missing or wrong API key (Authorization: Bearer <key>)",
                             headers={"WWW-Authenticate": "Bearer"})

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from contextlib import asynccontextmanager
 
 import uvicorn
@@ -108,6 +110,13 @@ class _Server(uvicorn.Server):
 
 def serve(settings: Settings) -> None:
     """Run the app under uvicorn until SIGINT/SIGTERM."""
+    # OpenMP workers (Numba's parallel layer) spin after each parallel region by default;
+    # here they would spin on the cores the event loop and the store writer need.  Read
+    # when the layer loads, at the first parallel call, so setting it now is in time.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # The event loop, the engine thread and the store writer hand each request on to one
+    # another; with the default 5 ms GIL switch interval every hand-off can wait that long.
+    sys.setswitchinterval(0.0005)
     config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
                             log_level=settings.log_level, timeout_graceful_shutdown=10)
     _Server(config).run()

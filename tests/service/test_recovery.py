@@ -125,13 +125,15 @@ def test_a_failed_commit_fails_the_batches_applied_behind_it(tmp_path):
         def post(i):
             answers[i] = client.post("/v1/batches", json=batches[i])
         threads = []
-        for i, seq in ((1, 2), (2, 3)):
-            threads.append(threading.Thread(target=post, args=(i,)))
-            threads[-1].start()
-            _until(lambda: state.engine.seq == seq)   # applied in memory, not yet durable
-        gate.set()
-        for t in threads:
-            t.join()
+        try:
+            for i, seq in ((1, 2), (2, 3)):
+                threads.append(threading.Thread(target=post, args=(i,)))
+                threads[-1].start()
+                _until(lambda: state.engine.seq >= seq)   # applied in memory, not durable
+        finally:
+            gate.set()
+            for t in threads:
+                t.join()
         state.store.append_batch_async = real
         assert [answers[i].status_code for i in (1, 2)] == [503, 503]
         graph = client.get("/v1/graph").json()
