@@ -336,7 +336,7 @@ class EngineService:
         replay.set_result(IngestResult(response, replayed=True))
         return replay
 
-    def _committed(self, done: "_Done", commit: Future) -> None:
+    def _committed(self, done: _Done, commit: Future) -> None:
         """The writer finished a batch's transaction (runs on the writer thread)."""
         if done.key is not None:
             with self._keys_lock:
@@ -407,9 +407,6 @@ class EngineService:
         qid = self._next_query_id
         name = create.name or f"query-{qid}"
         query = to_query(pattern, name, staged, self.settings.max_query_vertices)
-        if dry_run:
-            return QueryValidation(pattern=pattern, vertices=query.num_vertices,
-                                   edges=query.num_edges)
         max_matches = None
         if create.deliver == "matches":
             cap = self.settings.max_matches_per_batch
@@ -419,6 +416,9 @@ class EngineService:
                                  f"limit {cap}")
         elif create.max_matches_per_batch is not None:
             raise InputError("max_matches_per_batch: only for deliver=matches")
+        if dry_run:
+            return QueryValidation(pattern=pattern, vertices=query.num_vertices,
+                                   edges=query.num_edges)
         standing = Standing(id=qid, name=name, pattern=pattern, deliver=create.deliver,
                             max_matches=max_matches, backfill=create.backfill,
                             created_seq=self.seq, created_at=utc_now(),

@@ -7,9 +7,11 @@ thread (`to_stream`), because the label dictionary changes as batches commit.
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from gpu.formats import (
     ADD_VERTEX,
@@ -140,17 +142,40 @@ def _json_stream(batch: BatchCreate, staged: StagedLabels) -> UpdateStream:
 # ---- .npy -------------------------------------------------------------------------
 
 
+def _npy_rows(body: bytes, max_updates: int) -> np.ndarray:
+    """The (n, 4) integer array of a .npy body.  The header is read and checked first, so a
+    tiny body declaring a huge array costs nothing; the data is then a view of the body."""
+    stream = io.BytesIO(body)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # numpy warns about some odd but legal headers
+            version = npy_format.read_magic(stream)
+            if version == (1, 0):
+                shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
+            elif version == (2, 0):
+                shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
+            else:
+                raise ValueError(f"format version {version} (use 1.0 or 2.0)")
+    except Exception as exc:    # numpy raises several kinds for malformed headers
+        raise InputError(f"body: not a readable .npy array ({type(exc).__name__}: "
+                         f"{exc})") from None
+    if len(shape) != 2 or shape[1] != 4 or dtype.kind not in "iu" or dtype.hasobject:
+        raise InputError(f"body: expected an integer array of shape (n, 4), got {dtype} "
+                         f"{shape}")
+    _check_size(shape[0], max_updates)
+    expected = stream.tell() + shape[0] * 4 * dtype.itemsize
+    if len(body) != expected:
+        raise InputError(f"body: the .npy header declares {expected} bytes, the body has "
+                         f"{len(body)}")
+    rows = np.frombuffer(body, dtype=dtype, offset=stream.tell()).reshape(
+        shape, order="F" if fortran else "C")
+    return rows
+
+
 def _npy_stream(body: bytes, max_updates: int) -> UpdateStream:
     """An int64 array of shape (n, 4): kind (0 add vertex, 1 delete vertex, 2 insert edge,
     3 delete edge), a, b, label (-1: none, on deletions)."""
-    try:
-        rows = np.load(io.BytesIO(body), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise InputError(f"body: not a readable .npy array ({exc})") from None
-    if rows.ndim != 2 or rows.shape[1] != 4 or rows.dtype.kind not in "iu":
-        raise InputError(f"body: expected an integer array of shape (n, 4), got "
-                         f"{rows.dtype} {rows.shape}")
-    _check_size(rows.shape[0], max_updates)
+    rows = _npy_rows(body, max_updates)
     if rows.dtype == np.uint64 and (rows > MAX_ID).any():
         bad = int(np.flatnonzero((rows > MAX_ID).any(axis=1))[0])
         raise InputError(f"row {bad}: value out of range")
@@ -241,6 +266,8 @@ def parse_graph(body: bytes, media: str) -> GraphInput:
         return GraphInput(_json=GraphLoad.model_validate_json(body))
     if media == TEXT:
         graph = parse_graph_text(body, source="body")
+        if graph.num_vertices == 0:
+            raise InputError("body: the graph has no vertices; a bulk load needs at least one")
         for name, values in (("vertex", graph.vertex_labels), ("edge", graph.edge_labels)):
             if len(values) and int(values.max()) >= STRING_LABEL_BASE:
                 raise InputError(f"body: {name} label {int(values.max())} out of range "

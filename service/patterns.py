@@ -12,6 +12,8 @@ def pattern_of(spec: Pattern | str) -> Pattern:
     if isinstance(spec, Pattern):
         return spec
     graph = parse_graph_text(spec, source="pattern")
+    if graph.num_vertices == 0:
+        raise QueryError("pattern: the query text has no vertices")
     return Pattern(
         vertices=[PatternVertex(id=int(i), label=int(lab))
                   for i, lab in zip(graph.vertex_ids.tolist(), graph.vertex_labels.tolist())],

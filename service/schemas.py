@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-VertexId = Annotated[int, Field(ge=0, le=2**63 - 1)]
-Label = Annotated[int | str, Field(union_mode="smart")]
+# Strict: JSON `true` is not vertex 1, nor "5" vertex 5, nor 1.0 label 1.
+VertexId = Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)]
+Label = StrictInt | StrictStr
 
 
 class _Strict(BaseModel):

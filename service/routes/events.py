@@ -37,12 +37,17 @@ WS_LAST_EVENT_CLOSE = {"deleted": status.WS_1000_NORMAL_CLOSURE,
 WS_NOT_FOUND = 4404
 WS_BAD_CURSOR = 4422
 
+# Ids and cursors are SQLite integers: anything above is refused before it reaches the store.
+MAX_ID = 2**63 - 1
+
 AfterQuery = Annotated[int | None, Query(
-    ge=0, description="Resume cursor: only events with id > after. Default: every event still "
+    ge=0, le=MAX_ID, description="Resume cursor: only events with id > after. Default: every event still "
                       "retained.")]
 
 
 async def _query_exists(state: StateDep, query_id: int) -> bool:
+    if not 0 <= query_id <= MAX_ID:     # no such id can have been given out
+        return False
     return await run_in_threadpool(state.store.query, query_id) is not None  # a blocking read
 
 
@@ -66,7 +71,7 @@ async def stream_events(
     state: StateDep,
     after: AfterQuery = None,
     last_event_id: Annotated[int | None, Header(
-        ge=0, description="Sent by EventSource on reconnection; wins over `after`.")] = None,
+        ge=0, le=MAX_ID, description="Sent by EventSource on reconnection; wins over `after`.")] = None,
 ) -> AsyncIterable[ServerSentEvent]:
     """Server-Sent Events of the query's results, as they are committed.
 
@@ -230,7 +235,7 @@ def _last_event(subscription: Subscription,
 
 def _cursor(text: str | None) -> int | None:
     """`after` as the WebSocket query string gives it: None when absent or not an int >= 0."""
-    if text is None or not text.isascii() or not text.isdigit():
+    if text is None or not text.isascii() or not text.isdigit() or int(text) > MAX_ID:
         return None
     return int(text)
 

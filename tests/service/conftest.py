@@ -12,7 +12,6 @@ from gpu.formats import ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_
 from service.main import create_app
 from service.settings import Settings
 
-
 # The executor the service tests run on: cpu by default; the device run sets cuda.
 BACKEND = os.environ.get("MOTIFSTREAM_TEST_BACKEND", "cpu")
 
