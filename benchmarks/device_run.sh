@@ -12,6 +12,10 @@
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
 #                "--max-queries 3"), GH_TIMEOUT bounds each run (seconds, default 300)
+#   stream-EXP   benchmarks.stream_bench on cuda for EXP in rate|mixed|latency (e.g.
+#                stream-latency), appending to $OUT/stream.jsonl; STREAM_ARGS adds flags
+#                (e.g. "--kinds dense --max-queries 3"), STREAM_TIMEOUT bounds each run
+#                (seconds, default 300)
 # Needs in the tree: .whl/ (wheels: hypothesis, sortedcontainers, and the service's for
 # Python 3.12: `pip download --only-binary=:all: --python-version 3.12 ...`),
 # bench-out/queries (the saved query sets) and bench-out/data/musae_git_edges.csv
@@ -60,6 +64,12 @@ for stage in "${stages[@]}"; do
                     --backend "$backend" --kinds "$kind" --json "$OUT/gh-$backend.jsonl" \
                     ${GH_ARGS:-} 2>&1 | tee -a "$OUT/gh-$backend.txt" | tail -12
             done ;;
+        stream-*)
+            timeout "${STREAM_TIMEOUT:-300}" python3 -m benchmarks.stream_bench --graph "$GRAPH" \
+                --backend cuda --experiments "${stage#stream-}" --json "$OUT/stream.jsonl" \
+                ${STREAM_ARGS:-} 2>&1 | tee -a "$OUT/stream.txt" | tail -20
+            # A failed --check, a bad option or the timeout.
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         *) echo "unknown stage $stage"; status=2 ;;
     esac
 done

@@ -35,20 +35,20 @@ from gpu.formats import (
     split_stream,
 )
 from gpu.query import QueryGraph
+from gpu.results import BatchResult, QueryDelta
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_GRAPH = REPO.parent / "shared" / "datasets" / "github" / "musae_git_edges.csv"
 INSERT_FRACTION = 0.10
 
 
-def _parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.gh_table", description=__doc__.split("\n", 1)[0]
-    )
+def add_setup_args(p: argparse.ArgumentParser,
+                   seed_help: str = "seed of the 10%% split and the walks") -> None:
+    """The options that fix the data graph and the query sets (shared with stream_bench)."""
     p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH, help="GH edge list (CSV)")
     p.add_argument("--num-labels", type=int, default=5, help="random vertex labels (default 5)")
     p.add_argument("--label-seed", type=int, default=0, help="seed of the vertex labels")
-    p.add_argument("--seed", type=int, default=0, help="seed of the 10%% split and the walks")
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--size", type=int, default=6, help="query vertices (default 6)")
     p.add_argument("--per-set", type=int, default=10, help="queries per kind (default 10)")
@@ -61,6 +61,21 @@ def _parse_args(argv):
         help="saved query sets to reuse, generated there when missing (default: "
         "bench-out/queries/gh_k<size>_seed<seed>_labels<num>x<label-seed>)",
     )
+
+
+def resolve_queries_dir(args) -> None:
+    """Fill in the default --queries-dir, named after everything that shapes the sets."""
+    if args.queries_dir is None:
+        args.queries_dir = REPO / "bench-out" / "queries" / (
+            f"gh_k{args.size}_seed{args.seed}_labels{args.num_labels}x{args.label_seed}"
+        )
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.gh_table", description=__doc__.split("\n", 1)[0]
+    )
+    add_setup_args(p)
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
     p.add_argument("--json", type=Path, help="append one JSON line per query to this file")
     p.add_argument(
@@ -78,10 +93,7 @@ def _parse_args(argv):
                    help="ablation: search every directed query edge (no coalesced search)")
     p.add_argument("--verbose", action="store_true", help="progress lines on stderr")
     args = p.parse_args(argv)
-    if args.queries_dir is None:
-        args.queries_dir = REPO / "bench-out" / "queries" / (
-            f"gh_k{args.size}_seed{args.seed}_labels{args.num_labels}x{args.label_seed}"
-        )
+    resolve_queries_dir(args)
     return args
 
 
@@ -98,7 +110,7 @@ def _provenance(args, kind: str) -> dict:
     }
 
 
-def _query_sets(args, initial: LabeledGraph, log) -> dict[str, list[tuple[Path, QueryGraph]]]:
+def query_sets(args, initial: LabeledGraph, log) -> dict[str, list[tuple[Path, QueryGraph]]]:
     """Load each kind's saved set, generating (and saving) the ones that are missing.
 
     Saved sets are reused as they are so that every backend runs the same queries; a set made
@@ -133,7 +145,7 @@ def _query_sets(args, initial: LabeledGraph, log) -> dict[str, list[tuple[Path, 
     return sets
 
 
-def _deletions_of(stream: UpdateStream) -> UpdateStream:
+def deletions_of(stream: UpdateStream) -> UpdateStream:
     """The batch that undoes an insertion batch: delete the same edges."""
     return UpdateStream(
         np.full(len(stream), DELETE_EDGE), stream.a, stream.b, stream.label, stream.line,
@@ -141,16 +153,17 @@ def _deletions_of(stream: UpdateStream) -> UpdateStream:
     )
 
 
-def _match_seconds(res) -> float:
+def match_seconds(res) -> float:
     """Matching time of a batch, excluding the graph update when the engine reports it."""
     return float(res.timings.get("match", res.seconds))
 
 
-def _warm_up(sets, backend: str) -> None:
+def warm_up(sets, backend: str, deletions: bool = False) -> None:
     """Compile the engine's JIT code paths on tiny graphs so no timed query pays for it.
 
     Each kind's first query serves as its own data graph, half of its edges streamed in:
     the same code runs as in the real batch (insertions with matches), in milliseconds.
+    With ``deletions`` the edges are then deleted again, for streams that delete.
     """
     for queries in sets.values():
         path = queries[0][0]
@@ -159,9 +172,16 @@ def _warm_up(sets, backend: str) -> None:
         engine = Engine(initial, backend=backend)
         engine.add_query(QueryGraph.from_labeled(tiny, "warmup"))
         engine.apply(stream)
+        if deletions:
+            engine.apply(deletions_of(stream))
 
 
-def _machine(backend: str) -> list[str]:
+def run_header(backend: str, module: str = "benchmarks.gh_table",
+               argv: list[str] | None = None) -> dict[str, str]:
+    """Date, command line, machine, backend (and GPU): what every printed result opens with.
+
+    The command shows `argv` (default: this process's arguments) after ``-m module``.
+    """
     model = platform.processor() or "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -171,25 +191,26 @@ def _machine(backend: str) -> list[str]:
             )
     except OSError:
         pass
-    lines = [
-        f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"command: {shlex.join([sys.executable, '-m', 'benchmarks.gh_table', *sys.argv[1:]])}",
-        f"machine: {platform.node()}, {os.cpu_count()} CPUs, {model}; "
-        f"{platform.system()} {platform.release()}; Python {platform.python_version()}",
-        f"backend: {backend}",
-    ]
+    header = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, "-m", module,
+                               *(sys.argv[1:] if argv is None else argv)]),
+        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {model}; "
+                   f"{platform.system()} {platform.release()}; Python {platform.python_version()}",
+        "backend": backend,
+    }
     if backend == "cuda":
         from cupy.cuda import runtime
 
         name = runtime.getDeviceProperties(runtime.getDevice())["name"]
-        lines.append(f"gpu: {name.decode() if isinstance(name, bytes) else name}")
-    return lines
+        header["gpu"] = name.decode() if isinstance(name, bytes) else name
+    return header
 
 
 def _table(records: list[dict], kinds) -> str:
     rows = [
-        "| query set | queries | avg s/query | median s/query | avg matches/query "
-        "| total matches | matches/s |",
+        ("| query set | queries | avg s/query | median s/query | avg matches/query "
+         "| total matches | matches/s |"),
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in kinds:
@@ -206,6 +227,31 @@ def _table(records: list[dict], kinds) -> str:
     return "\n".join(rows)
 
 
+def measure_alone(engine: Engine, query: QueryGraph, batch: UpdateStream, undo: UpdateStream,
+                  check: bool, name: str) -> tuple[BatchResult, QueryDelta, float, bool | None]:
+    """Register `query` alone, apply the insertion `batch` (timed), then remove the query and
+    apply `undo`, leaving the engine as it was.
+
+    Returns the batch result, the query's delta, the wall seconds of `Engine.apply`, and
+    with `check` whether the positive count equals the static count after minus before.
+    """
+    qid = engine.add_query(query)
+    before = engine.count(qid) if check else None
+    t0 = time.perf_counter()
+    res = engine.apply(batch)
+    wall = time.perf_counter() - t0
+    if res.applied["edges_inserted"] != len(batch):
+        # Only possible if undoing the previous query's batch left edges behind.
+        raise RuntimeError(f"{name}: batch applied {res.applied} of {len(batch)} "
+                           f"insertions (ignored {res.ignored})")
+    delta = res.queries[qid]
+    exact = engine.count(qid) - before == delta.positive if check else None
+    # The query goes first so that undoing the batch does no matching work.
+    engine.remove_query(qid)
+    engine.apply(undo)
+    return res, delta, wall, exact
+
+
 def run(args, backend: str) -> list[dict]:
     """Run the experiment on a resolved backend; return one record per query."""
     verbose = args.verbose or sys.stderr.isatty()
@@ -217,12 +263,12 @@ def run(args, backend: str) -> list[dict]:
     t0 = time.perf_counter()
     graph = load_graph(args.graph, num_labels=args.num_labels, seed=args.label_seed)
     initial, batch = split_stream(graph, INSERT_FRACTION, args.seed)
-    undo = _deletions_of(batch)
+    undo = deletions_of(batch)
     log(f"loaded {graph.num_vertices} vertices, {graph.num_edges} edges; "
         f"batch of {len(batch)} insertions ({time.perf_counter() - t0:.1f} s)")
-    sets = _query_sets(args, initial, log)
+    sets = query_sets(args, initial, log)
     if not args.no_warmup:
-        _warm_up(sets, backend)
+        warm_up(sets, backend)
 
     t0 = time.perf_counter()
     engine = Engine(initial, backend=backend,
@@ -237,16 +283,8 @@ def run(args, backend: str) -> list[dict]:
         for kind, queries in sets.items():
             queries = queries[: args.max_queries]
             for i, (path, query) in enumerate(queries):
-                qid = engine.add_query(query)
-                before = engine.count(qid) if args.check else None
-                t0 = time.perf_counter()
-                res = engine.apply(batch)
-                wall = time.perf_counter() - t0
-                if res.applied["edges_inserted"] != len(batch):
-                    # Only possible if undoing the previous query's batch left edges behind.
-                    raise RuntimeError(f"{path}: batch applied {res.applied} of {len(batch)} "
-                                       f"insertions (ignored {res.ignored})")
-                result = res.queries[qid]
+                res, result, wall, exact = measure_alone(engine, query, batch, undo, args.check,
+                                                         str(path))
                 record = {
                     "kind": kind,
                     "index": i,
@@ -262,14 +300,11 @@ def run(args, backend: str) -> list[dict]:
                     "positive": int(result.positive),
                     "negative": int(result.negative),
                     "seconds": float(res.seconds),
-                    "match_seconds": _match_seconds(res),
+                    "match_seconds": match_seconds(res),
                     "wall_seconds": wall,
                 }
                 if args.check:
-                    record["check"] = engine.count(qid) - before == result.positive
-                # The query goes first so that undoing the batch does no matching work.
-                engine.remove_query(qid)
-                engine.apply(undo)
+                    record["check"] = exact
                 records.append(record)
                 if out:
                     out.write(json.dumps(record) + "\n")
@@ -288,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     # Resolved up front so that "auto" is reported as what actually ran.
     backend = resolve_backend(args.backend)
     records = run(args, backend)
-    print("\n".join(_machine(backend)))
+    print("\n".join(f"{key}: {value}" for key, value in run_header(backend).items()))
     print(f"graph: {args.graph} ({args.num_labels} random labels, seed {args.label_seed}); "
           f"{INSERT_FRACTION:.0%} insertion batch, seed {args.seed}; "
           f"{args.size}-vertex queries from {args.queries_dir}")
