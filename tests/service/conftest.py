@@ -43,6 +43,16 @@ def client(tmp_path):
         yield c
 
 
+# Sizes that depend on history, not on the state: the store's files, the device memory pool.
+HISTORY_DEPENDENT = ("store_bytes", "device_memory_bytes")
+
+
+def graph_state(client) -> dict:
+    """GET /v1/graph less the history-dependent sizes."""
+    info = client.get("/v1/graph").json()
+    return {k: v for k, v in info.items() if k not in HISTORY_DEPENDENT}
+
+
 def batch_json(stream) -> dict:
     """An UpdateStream as a JSON batch body."""
     body = {"insert_vertices": [], "delete_vertices": [], "insert_edges": [],

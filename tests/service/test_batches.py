@@ -9,7 +9,7 @@ import random
 import numpy as np
 
 from tests.graphs import Pattern, embeddings, random_batch, random_data
-from tests.service.conftest import batch_json, graph_json, pattern_json
+from tests.service.conftest import batch_json, graph_json, graph_state, pattern_json
 
 PATTERNS = {
     "triangle": Pattern([0, 0, 1], [(0, 1), (1, 2), (0, 2)]),
@@ -98,11 +98,11 @@ def test_text_npy_and_json_bodies_give_the_same_results(tmp_path):
 
 def test_rejected_batch_names_the_item_and_changes_nothing(client):
     _setup(client, seed=1)
-    graph = client.get("/v1/graph").json()
+    graph = graph_state(client)
     r = client.post("/v1/batches", json={"insert_edges": [[0, 1], [2, 999]]})
     assert r.status_code == 422
     assert "insert_edges[1]" in r.json()["detail"]
-    assert client.get("/v1/graph").json() == graph
+    assert graph_state(client) == graph
     # Structure errors name the field and index too, and change nothing.
     r = client.post("/v1/batches", json={"insert_edges": [[0, "x"]]})
     assert r.status_code == 422 and "insert_edges[0][1]" in r.json()["detail"]
@@ -116,7 +116,7 @@ def test_rejected_batch_names_the_item_and_changes_nothing(client):
     assert r.status_code == 422
     r = client.post("/v1/batches", content=b"<xml/>", headers={"content-type": "text/xml"})
     assert r.status_code == 415
-    assert client.get("/v1/graph").json() == graph
+    assert graph_state(client) == graph
     # The next good batch gets the next sequence number: nothing was consumed.
     r = client.post("/v1/batches", json={"insert_vertices": [[500, 0]]})
     assert r.status_code == 200 and r.json()["batch"] == graph["batches"] + 1
