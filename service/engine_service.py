@@ -161,7 +161,7 @@ class EngineService:
         self.recover()
         if self.settings.graph is not None:
             if self._is_empty():
-                log.info("loading graph %s", self.settings.graph)
+                log.info("bulk load: reading %s", self.settings.graph)
                 graph = load_graph(self.settings.graph, labels_path=self.settings.labels,
                                    num_labels=self.settings.num_labels,
                                    seed=self.settings.label_seed)
@@ -497,14 +497,18 @@ class EngineService:
                            "has been applied; use POST /v1/batches")
         t0 = time.perf_counter()
         old = self.engine
+        log.info("bulk load: indexing %d vertices, %d edges", graph.num_vertices,
+                 graph.num_edges)
         engine = Engine(graph, backend=self.backend)
-        queries = dict(self.queries)
-        for standing in queries.values():
+        log.info("bulk load: indexed in %.2f s; re-planning %d standing queries",
+                 time.perf_counter() - t0, len(self.queries))
+        for standing in self.queries.values():
             standing.engine_qid = engine.add_query(standing.query)
         self.engine = engine
         try:
             if staged.new:
                 self.store.add_labels(staged.new)
+            log.info("bulk load: writing snapshot 0")
             self.store.record_snapshot(0, graph)
         except BaseException as exc:
             self.engine = old

@@ -55,9 +55,6 @@ class Settings(BaseSettings):
     def _refuse_unsafe(self) -> Settings:
         if self.api_key is not None and len(self.api_key.get_secret_value()) < 16:
             raise ValueError("api_key must be at least 16 characters")
-        if self.api_key is not None and self.host not in ("127.0.0.1", "localhost", "::1") \
-                and self.api_key.get_secret_value() in ("changeme", "changethis"):
-            raise ValueError("api_key is a placeholder; set a real secret")
         if self.labels is not None and self.num_labels is not None:
             raise ValueError("give labels or num_labels, not both")
         return self
