@@ -40,7 +40,7 @@ from service.schemas import (
     QueryValidation,
 )
 from service.settings import Settings
-from storage import BatchRecord, EventRecord, QueryRecord
+from storage import BatchRecord, EventRecord, QueryRecord, SnapshotCorrupt, SnapshotRecord
 
 log = logging.getLogger("motifstream.engine")
 
@@ -175,8 +175,7 @@ class EngineService:
         """(Re)build every in-memory structure from the durable state."""
         t0 = time.perf_counter()
         store = self.store
-        snapshot = store.latest_snapshot()
-        graph = store.read_snapshot(snapshot) if snapshot is not None else None
+        snapshot, graph = self._readable_snapshot()
         engine = Engine(graph, backend=self.settings.backend)
         seq = snapshot.seq if snapshot is not None else 0
         replayed = 0
@@ -203,6 +202,21 @@ class EngineService:
                  snapshot.seq if snapshot is not None else "none", replayed,
                  engine.graph.num_vertices, engine.graph.num_edges, len(queries), self.backend,
                  time.perf_counter() - t0)
+
+    def _readable_snapshot(self) -> tuple[SnapshotRecord | None, LabeledGraph | None]:
+        """The newest snapshot that reads back intact (the batch log reaches back to the
+        oldest one kept), or none when none was ever taken."""
+        snapshots = self.store.snapshots()
+        for snapshot in snapshots:
+            try:
+                return snapshot, self.store.read_snapshot(snapshot)
+            except SnapshotCorrupt as exc:
+                log.error("snapshot of batch %d is unreadable (%s); trying an older one",
+                          snapshot.seq, exc)
+        if snapshots:
+            raise RuntimeError("no snapshot reads back intact; the batch log does not reach "
+                               "back to an empty graph")
+        return None, None
 
     def _restore_query(self, engine: Engine, labels: LabelDictionary,
                        record: QueryRecord) -> Standing:

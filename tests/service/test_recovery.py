@@ -157,3 +157,25 @@ def _until(condition, timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.005)
+
+
+def test_a_corrupt_snapshot_falls_back_to_the_older_one(tmp_path):
+    start, batches = _stream(seed=14, batches=12)
+    with running(tmp_path / "ref") as client:
+        client.put("/v1/graph", json=graph_json(start))
+        _register(client)
+        for b in batches:
+            client.post("/v1/batches", json=b)
+        reference = graph_state(client)
+    data = tmp_path / "data"
+    with running(data, snapshot_every=4) as client:
+        client.put("/v1/graph", json=graph_json(start))
+        _register(client)
+        for b in batches:
+            assert client.post("/v1/batches", json=b).status_code == 200
+        _until(lambda: [s.seq for s in client.app.state.motifstream.store.snapshots()]
+               == [12, 8])
+    newest = sorted((data / "snapshots").glob("*.npz"))[-1]
+    newest.write_bytes(newest.read_bytes()[:-100])    # torn
+    with running(data, snapshot_every=4) as client:
+        assert graph_state(client) == reference
