@@ -150,15 +150,17 @@ def _npy_rows(body: bytes, max_updates: int) -> np.ndarray:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # numpy warns about some odd but legal headers
             version = npy_format.read_magic(stream)
-            if version == (1, 0):
-                shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
-            elif version == (2, 0):
-                shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
-            else:
-                raise ValueError(f"format version {version} (use 1.0 or 2.0)")
-    except Exception as exc:    # numpy raises several kinds for malformed headers
-        raise InputError(f"body: not a readable .npy array ({type(exc).__name__}: "
-                         f"{exc})") from None
+            if version not in ((1, 0), (2, 0)):
+                raise InputError(f"body: .npy format version {version[0]}.{version[1]}; use "
+                                 "1.0 or 2.0")
+            read_header = npy_format.read_array_header_1_0 if version == (1, 0) else \
+                npy_format.read_array_header_2_0
+            shape, fortran, dtype = read_header(stream)
+    except InputError:
+        raise
+    except Exception:   # numpy raises several kinds, with its parser's internals in them
+        raise InputError("body: not a readable .npy array (no .npy magic, or a malformed "
+                         "header)") from None
     if len(shape) != 2 or shape[1] != 4 or dtype.kind not in "iu" or dtype.hasobject:
         raise InputError(f"body: expected an integer array of shape (n, 4), got {dtype} "
                          f"{shape}")
