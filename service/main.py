@@ -21,6 +21,7 @@ from service.ingest import InputError, PayloadTooLarge, UnsupportedMediaType
 from service.labels import LabelError
 from service.metrics import Metrics
 from service.routes import batches, events, graph, health, queries
+from service.schemas import BatchCreate, GraphLoad, QueryCreate
 from service.settings import Settings
 from service.state import ServiceState
 from storage import Store
@@ -93,7 +94,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                              (ServiceUnavailable, 503)):
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(ValidationError, _invalid_body)
+    app.openapi = lambda: _openapi_with_bodies(app)
     return app
+
+
+def _openapi_with_bodies(app: FastAPI) -> dict:
+    """FastAPI's schema plus the request bodies the routes read themselves (several media
+    types per route), which their `openapi_extra` refers to."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (QueryCreate, BatchCreate, GraphLoad):
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in body.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = body
+    return app.openapi_schema
 
 
 class _Server(uvicorn.Server):

@@ -1,6 +1,9 @@
 """Health, readiness, metrics, bearer-token auth and request limits."""
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from pydantic import ValidationError
 
@@ -62,3 +65,13 @@ def test_metrics_count_batches_and_matches(client):
     assert "motifstream_graph_edges 2.0" in text
     assert "motifstream_batch_seconds_bucket" in text
     assert "motifstream_ready 1.0" in text
+
+
+def test_openapi_refers_only_to_schemas_it_defines(client):
+    spec = client.get("/openapi.json").json()
+    defined = set(spec["components"]["schemas"])
+    text = json.dumps(spec)
+    refs = set(re.findall(r'"#/components/schemas/([^"]+)"', text))
+    assert {"QueryCreate", "BatchCreate", "GraphLoad"} <= refs
+    assert refs <= defined, refs - defined
+    assert client.get("/docs").status_code == 200
