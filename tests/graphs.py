@@ -25,6 +25,20 @@ class Data:
         self.vertices = dict(vertices)
         self.edges = dict(edges)
 
+    def nbrs(self, v: int) -> list[int]:
+        return [next(iter(k - {v})) for k in self.edges if v in k]
+
+    def change(self, dead: set, new: dict[int, int], gone: set, inserted: dict) -> None:
+        """Apply a batch's effect: vertices `dead` leave with their edges, edges `gone` go,
+        edges `inserted` ({frozenset: label}) and vertices `new` ({id: label}) arrive."""
+        for k in gone:
+            del self.edges[k]
+        self.edges = {k: lab for k, lab in self.edges.items() if not k & dead}
+        self.edges.update(inserted)
+        for v in dead:
+            del self.vertices[v]
+        self.vertices.update(new)
+
     def adj(self) -> dict[int, dict[int, int]]:
         out: dict[int, dict[int, int]] = {v: {} for v in self.vertices}
         for k, lab in self.edges.items():
@@ -125,13 +139,7 @@ def random_batch(rng: random.Random, d: Data, nlabels: int, nelabels: int,
             ins[k] = rng.randrange(nelabels)
             recs.append((INSERT_EDGE, a, b, ins[k]))
     rng.shuffle(recs)
-    for k in gone:
-        del d.edges[k]
-    d.edges = {k: lab for k, lab in d.edges.items() if not k & dead}
-    d.edges.update(ins)
-    for v in dead:
-        del d.vertices[v]
-    d.vertices.update(new)
+    d.change(dead, new, gone, ins)
     return UpdateStream.from_records(recs)
 
 

@@ -17,11 +17,11 @@ from gpu.formats import (
     DELETE_VERTEX,
     INSERT_EDGE,
     NO_LABEL,
-    LabeledGraph,
     UpdateStream,
 )
 from gpu.query import QueryGraph
 from gpu.signature import LABELS_PER_WORD, fields_ge
+from tests.graphs import Data
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 
@@ -61,27 +61,7 @@ def test_fields_ge_every_field_pair_exhaustive():
 # --------------------------------------------------------------------------- model
 
 
-class Model:
-    """Vertices and edges by external id."""
-
-    def __init__(self, vertices: dict[int, int], edges: dict[frozenset, int]):
-        self.vertices = dict(vertices)
-        self.edges = dict(edges)
-
-    def nbrs(self, v: int) -> list[int]:
-        return [next(iter(k - {v})) for k in self.edges if v in k]
-
-
-def labeled(m: Model) -> LabeledGraph:
-    ids = sorted(m.vertices)
-    keys = [tuple(sorted(k)) for k in m.edges]
-    return LabeledGraph(np.array(ids, np.int64), np.array([m.vertices[v] for v in ids], np.int32),
-                        np.array([k[0] for k in keys], np.int64),
-                        np.array([k[1] for k in keys], np.int64),
-                        np.array([m.edges[frozenset(k)] for k in keys], np.int32))
-
-
-def random_batch(rng: random.Random, m: Model, labels: int, next_id: list[int]):
+def random_batch(rng: random.Random, m: Data, labels: int, next_id: list[int]):
     """A valid batch (records) and its effect applied to m."""
     recs = []
     alive = sorted(m.vertices)
@@ -108,17 +88,11 @@ def random_batch(rng: random.Random, m: Model, labels: int, next_id: list[int]):
             ins[k] = rng.randrange(2)
             recs.append((INSERT_EDGE, a, b, ins[k]))
     rng.shuffle(recs)
-    for k in gone:
-        del m.edges[k]
-    m.edges = {k: lab for k, lab in m.edges.items() if not k & dead}
-    m.edges.update(ins)
-    for v in dead:
-        del m.vertices[v]
-    m.vertices.update(new)
+    m.change(dead, new, gone, ins)
     return UpdateStream.from_records(recs)
 
 
-def brute_candidates(m: Model, q: QueryGraph) -> dict[int, int]:
+def brute_candidates(m: Data, q: QueryGraph) -> dict[int, int]:
     """Bit u of vertex v: same label, deg >=, and min(3, count) >= for every label."""
     qcounts = [Counter(int(q.labels[b]) for b in q.neighbors(a)) for a in range(q.num_vertices)]
     out = {}
@@ -135,7 +109,7 @@ def brute_candidates(m: Model, q: QueryGraph) -> dict[int, int]:
     return out
 
 
-def check_bits(engine: Engine, m: Model, queries: dict[int, QueryGraph]) -> None:
+def check_bits(engine: Engine, m: Data, queries: dict[int, QueryGraph]) -> None:
     engine.check()
     g = engine.graph
     for qid, q in queries.items():
@@ -154,18 +128,18 @@ def query(labels, edges, elabels=None) -> QueryGraph:
     return QueryGraph.build("q", np.arange(len(labels)), labels, edges, elabels)
 
 
-def random_model(rng: random.Random, n: int, labels: int, p: float) -> Model:
+def random_model(rng: random.Random, n: int, labels: int, p: float) -> Data:
     verts = {v: rng.randrange(labels) for v in range(n)}
     edges = {frozenset((a, b)): rng.randrange(2)
              for a in range(n) for b in range(a + 1, n) if rng.random() < p}
-    return Model(verts, edges)
+    return Data(verts, edges)
 
 
 @pytest.mark.parametrize("cfg", [EngineConfig.tiny, EngineConfig], ids=["tiny", "default"])
 def test_candidate_bits_follow_random_batches(cfg):
     rng = random.Random(11)
     m = random_model(rng, 14, 3, 0.3)
-    engine = Engine(labeled(m), backend="cpu", config=cfg())
+    engine = Engine(m.labeled(), backend="cpu", config=cfg())
     queries = {}
     shapes = [
         query([0, 1, 1, 1], [(0, 1), (0, 2), (0, 3)]),             # star: needs count 3
@@ -186,7 +160,7 @@ def test_label_set_grows_past_one_word():
     rng = random.Random(4)
     nlab = 40
     m = random_model(rng, 60, nlab, 0.12)
-    engine = Engine(labeled(m), backend="cpu", config=EngineConfig.tiny())
+    engine = Engine(m.labeled(), backend="cpu", config=EngineConfig.tiny())
     queries = {}
     # first query: labels 0..19 (a random tree)
     q1 = query(list(range(20)), [(rng.randrange(i), i) for i in range(1, 20)])
@@ -238,7 +212,7 @@ def test_label_set_grows_past_one_word():
 def test_removed_query_keeps_others_right():
     rng = random.Random(8)
     m = random_model(rng, 12, 2, 0.35)
-    engine = Engine(labeled(m), backend="cpu", config=EngineConfig.tiny())
+    engine = Engine(m.labeled(), backend="cpu", config=EngineConfig.tiny())
     qa = query([0, 1, 1], [(0, 1), (0, 2)])
     qb = query([5, 6], [(0, 1)])           # labels absent from the data
     ida, idb = engine.add_query(qa), engine.add_query(qb)
@@ -259,8 +233,8 @@ def test_degree_matters_when_counts_saturate():
              20: 1, 21: 1, 22: 1, 23: 1, 24: 1}  # 20: four label-1 neighbours
     edges = {frozenset((c, c + i)): 0 for c in (0, 10, 20) for i in range(1, 5)
              if c + i in verts}
-    m = Model(verts, edges)
-    engine = Engine(labeled(m), backend="cpu", config=EngineConfig.tiny())
+    m = Data(verts, edges)
+    engine = Engine(m.labeled(), backend="cpu", config=EngineConfig.tiny())
     q = query([1, 1, 1, 1, 1], [(0, 1), (0, 2), (0, 3), (0, 4)])
     qid = engine.add_query(q)
     check_bits(engine, m, {qid: q})
