@@ -131,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--snapshot-every", type=int, metavar="N",
                        help="graph snapshot every N batches (default 10000; 0: off)")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    serve.add_argument("--access-log", action="store_true", default=None,
+                       help="log every HTTP request (off by default)")
     serve.set_defaults(command=_serve)
     return parser
 
@@ -275,7 +277,7 @@ def _match(args, progress: Progress) -> int:
 
 
 _SERVE_FLAGS = ("data_dir", "host", "port", "backend", "graph", "labels", "num_labels",
-                "label_seed", "synchronous", "snapshot_every", "log_level")
+                "label_seed", "synchronous", "snapshot_every", "log_level", "access_log")
 
 
 def _serve(args, progress: Progress) -> int:

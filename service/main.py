@@ -134,5 +134,6 @@ def serve(settings: Settings) -> None:
     # another; with the default 5 ms GIL switch interval every hand-off can wait that long.
     sys.setswitchinterval(0.0005)
     config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
-                            log_level=settings.log_level, timeout_graceful_shutdown=10)
+                            log_level=settings.log_level, access_log=settings.access_log,
+                            timeout_graceful_shutdown=10)
     _Server(config).run()

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     subscriber_buffer: int = Field(1024, ge=1)
     sse_ping_seconds: float = Field(15.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # One log line per HTTP request (uvicorn's access log): off by default, since at
+    # hundreds of batches per second it is a measurable share of the event loop's time.
+    access_log: bool = False
 
     @field_validator("api_key", "graph", "labels", "num_labels", mode="before")
     @classmethod
