@@ -219,3 +219,43 @@ def test_server_module_runs_as_a_program():
     out = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--help"],
                          capture_output=True, text=True, env=env, check=True)
     assert "--data-dir" in out.stdout
+
+
+def test_sigterm_ends_open_streams_and_the_server_promptly(tmp_path):
+    """uvicorn waits for open connections before the lifespan shutdown; the server ends the
+    result streams first, so a connected SSE client gets a last `shutdown` event and the
+    process exits well within the graceful-shutdown timeout."""
+    server = Server(tmp_path / "data", tmp_path / "server.log")
+    try:
+        r = httpx.post(server.url + "/v1/queries", content=(DEMO / "triangle.graph").read_text(),
+                       headers={"content-type": "text/plain"})
+        qid = r.json()["id"]
+        last_event, opened = [], threading.Event()
+
+        def follow():
+            with httpx.stream("GET", f"{server.url}/v1/queries/{qid}/events",
+                              timeout=httpx.Timeout(5, read=30)) as stream:
+                opened.set()
+                for line in stream.iter_lines():
+                    if line.startswith("event:"):
+                        last_event.append(line[6:].strip())
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        assert opened.wait(30)
+        time.sleep(0.2)   # the subscription is registered
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=30)
+        assert time.monotonic() - t0 < 8, "shutdown waited for the open stream"
+        follower.join(timeout=10)
+        assert last_event[-1:] == ["shutdown"]
+        # uvicorn re-raises the signal once its graceful shutdown is done.
+        assert server.proc.returncode in (0, -signal.SIGTERM)
+        # The lifespan's shutdown ran: the store closed, and SQLite removed its WAL file.
+        assert (tmp_path / "data" / "store.db").exists()
+        assert not (tmp_path / "data" / "store.db-wal").exists()
+    finally:
+        if server.proc.poll() is None:
+            server.kill()
+        else:
+            server._log.close()
