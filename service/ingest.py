@@ -67,7 +67,7 @@ class BatchInput:
             return f"record {line}"
         if self.media_type == NPY:
             return f"row {line - 1}"
-        return f"line {line}"
+        return f"body:{line}"   # as the text parser names lines
 
 
 def parse_batch(body: bytes, media_type: str, max_updates: int) -> BatchInput:

@@ -1016,7 +1016,7 @@ POOL = 10  # vertex ids of the machine's batches: the graph's and a few more
 # Where a refused batch's message says the bad record is.
 RECORD_AT = {JSON: re.compile(r"(insert_vertices|delete_vertices|insert_edges|delete_edges)"
                               r"\[\d+\]: "),
-             TEXT: re.compile(r"line \d+: "), NPY: re.compile(r"row \d+: ")}
+             TEXT: re.compile(r"body:\d+: "), NPY: re.compile(r"row \d+: ")}
 
 
 def _event(data: dict) -> dict:
