@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,11 +153,17 @@ class Engine:
         return self.graph.ext[rows].astype(np.int64).reshape(rows.shape)
 
     # ---- batches --------------------------------------------------------
-    def apply(self, stream: UpdateStream, list_limit: int = 0) -> BatchResult:
+    def apply(self, stream: UpdateStream, list_limit: int | Mapping[int, int] = 0
+              ) -> BatchResult:
         """Apply one batch atomically; report each query's positive/negative matches.
 
-        Raises BatchRejected (nothing changed) when the batch is invalid.
+        `list_limit` is the most matches listed per query and sign: one number for every
+        query, or a number per query id (queries left out are counted only, which keeps
+        their faster count-only search).  Raises BatchRejected (nothing changed) when the
+        batch is invalid.
         """
+        if not isinstance(list_limit, Mapping):
+            list_limit = dict.fromkeys(self._queries, list_limit)
         t0 = time.perf_counter()
         batch = normalize(stream, self.graph)
         t1 = time.perf_counter()
@@ -180,7 +187,7 @@ class Engine:
             pos, neg = positive[qid], negative[qid]
             delta = QueryDelta(positive=pos.count, negative=neg.count,
                                seconds=pos_seconds[qid] + neg_seconds[qid])
-            if list_limit > 0:
+            if list_limit.get(qid, 0) > 0:
                 delta.added = pos.rows
                 delta.removed = neg.rows
                 delta.truncated = pos.truncated or neg.truncated
@@ -194,7 +201,7 @@ class Engine:
         for qid, standing in self._queries.items():
             standing.leaves.edges(self.signatures.cand[qid], us, vs, labels, sign)
 
-    def _incremental(self, us, vs, labels, list_limit: int
+    def _incremental(self, us, vs, labels, list_limit: Mapping[int, int]
                      ) -> tuple[dict[int, MatchSet], dict[int, float]]:
         """Matches using at least one of the edges us-vs, each once (total-order rule),
         and each query's matching seconds."""
@@ -219,7 +226,7 @@ class Engine:
             for qid, standing in self._queries.items():
                 t0 = time.perf_counter()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
-                                  list_limit)
+                                  list_limit.get(qid, 0))
                 seconds[qid] = time.perf_counter() - t0
                 # Rows are converted now: slots of deleted vertices may be reused later.
                 results[qid] = MatchSet(found.count, self._external(found.rows),

@@ -267,9 +267,12 @@ class EngineService:
                 return replay
         staged = self.labels.stage()
         stream = batch.to_stream(staged)
-        listing = [s.max_matches for s in self.queries.values() if s.deliver == "matches"]
+        # Only the queries that deliver matches list them; the others keep the count-only
+        # search (grouped leaf-rooted tasks, no second listing pass).
+        listing = {s.engine_qid: s.max_matches for s in self.queries.values()
+                   if s.deliver == "matches"}
         try:
-            result = self.engine.apply(stream, list_limit=max(listing, default=0))
+            result = self.engine.apply(stream, list_limit=listing)
         except BatchRejected as exc:
             self.metrics.rejected()
             raise InputError(f"{batch.where(exc.line)}: {exc.reason}") from None

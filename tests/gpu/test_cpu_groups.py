@@ -235,3 +235,36 @@ def test_plan_groups_only_tails_that_cannot_take_a_members_leaf():
     assert pair.leaf_root[t] == 0 and pair.tail_free[t] and pair.leaf_from[t] == 6
     # A counted last level may collide: the weights handle it.
     assert set(grouped(PATTERNS["diamond_leaf"])) == {(0, 1), (1, 0)}
+
+
+def test_list_limits_per_query_keep_the_others_grouped(group_spy):
+    """One query lists its matches, the others only count them: the counted ones still
+    take the grouped search, the listed one lists exactly its new and lost matches."""
+    rng = random.Random(23)
+    d = hub_data(rng, 13, 2, 1)
+    engine = Engine(d.labeled(), backend="cpu")
+    qids = {engine.add_query(p.query()): p for p in
+            (Pattern([0, 1, 0], [(0, 1), (1, 2)]), Pattern([0, 0, 1], [(0, 1), (1, 2), (0, 2)]))}
+    listed = next(iter(qids))
+    before = {qid: embeddings(d, p) for qid, p in qids.items()}
+    groupings = 0
+    for _ in range(15):
+        group_spy.clear()
+        res = engine.apply(hub_batch(rng, d, 1), list_limit={listed: 10_000})
+        groupings += len(group_spy)
+        after = {qid: embeddings(d, p) for qid, p in qids.items()}
+        for qid in qids:
+            delta = res.queries[qid]
+            assert delta.positive == len(after[qid] - before[qid])
+            assert delta.negative == len(before[qid] - after[qid])
+            if qid == listed:
+                assert {tuple(r) for r in delta.added.tolist()} == after[qid] - before[qid]
+                assert {tuple(r) for r in delta.removed.tolist()} == before[qid] - after[qid]
+            else:
+                assert delta.added is None
+        # Grouping is tried for the counted query only (listing takes the one-by-one
+        # path): at most once per phase.
+        assert len(group_spy) <= 2
+        before = after
+    assert groupings > 0, "the counted query never took the grouped search"
+    engine.check()
