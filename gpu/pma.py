@@ -1,0 +1,526 @@
+"""The device graph's edge store: a packed memory array (GPMA) of sorted directed edge keys.
+
+Every directed edge is one 64-bit key ``src << 32 | dst`` with a 32-bit value (its edge
+label), kept in one sorted array with gaps (GAMMA §V-C after Sha et al., PVLDB 2017).
+The array is cut into segments of `segment_size` slots; each segment holds its elements
+packed at its front (`cnt` per segment) and fills its gaps with copies of the last real key
+at or before it, so the whole key array stays non-decreasing: a binary search for a key
+lands on its real slot (copies only follow their original), and ``row[u]`` (the first slot
+of u's keys) is a plain lower bound.  A slot is real iff its offset in its segment is below
+the segment's count, so a reader skips gaps without a flag.
+
+A batch is applied bottom-up over the implicit tree of windows (2^L segments at level L):
+each update is located in its leaf segment by binary search; a window whose updates keep
+its density within the level's thresholds is rewritten (its elements and its updates
+merged and spread evenly over its segments); one that would not passes its updates to its
+parent.  The root rebuilds the array with a capacity for a fixed target density when even
+it would overflow or underflow, so the average density stays between the root thresholds
+(what bounds memory per edge).  Every step is a data-parallel array operation over the
+slots of the windows being rewritten, so a batch costs what it touches, never the whole
+array (except the rare rebuild, amortised over the batches that filled it).
+
+The arrays live on whatever `xp` is given: CuPy on the device (the engine's device graph),
+NumPy on the host (the same algorithm, checked by the CPU test suite).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEAD = np.int32(np.iinfo(np.int32).min)     # value of a slot deleted earlier in the batch
+MAX_VERTEX = (1 << 31) - 1
+_SHIFT = np.uint64(32)
+
+
+class PMAUpdateError(ValueError):
+    """A batch the PMA refuses (nothing changed): names the offending edge."""
+
+
+@dataclass(frozen=True)
+class PMAConfig:
+    segment_size: int = 16          # slots per leaf segment (a power of two)
+    leaf_upper: float = 1.0         # density thresholds at the leaves and at the root,
+    root_upper: float = 0.85        # interpolated linearly over the levels between
+    leaf_lower: float = 0.125
+    root_lower: float = 0.5
+    target: float = 0.67            # density a rebuild (growth or shrink) leaves
+    min_segments: int = 1
+
+    def __post_init__(self) -> None:
+        s = self.segment_size
+        if s < 2 or s & (s - 1):
+            raise ValueError(f"PMAConfig.segment_size must be a power of two >= 2, got {s}")
+        if not (0 <= self.leaf_lower < self.root_lower < self.target < self.root_upper
+                <= self.leaf_upper <= 1.0):
+            raise ValueError("PMAConfig thresholds must satisfy leaf_lower < root_lower < "
+                             "target < root_upper <= leaf_upper <= 1")
+        if self.min_segments < 1:
+            raise ValueError("PMAConfig.min_segments must be positive")
+
+
+@dataclass
+class PMAStats:
+    """What the last batch did (the benchmark reports these)."""
+    levels: int = 0                 # highest level rewritten (-1: nothing)
+    windows: int = 0                # windows rewritten, all levels
+    slots: int = 0                  # slots rewritten, all levels
+    rebuilt: bool = False
+    fixup: bool = False             # the whole-array gap repair ran (empty segments)
+    per_level: list = field(default_factory=list)
+
+
+def edge_keys(xp, src, dst):
+    """Keys of the directed edges src -> dst (uint64)."""
+    return (xp.asarray(src).astype(np.uint64) << _SHIFT) | xp.asarray(dst).astype(np.uint64)
+
+
+def key_src(keys):
+    return (keys >> _SHIFT).astype(np.int64)
+
+
+def key_dst(keys):
+    return (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+class PackedMemoryArray:
+    """Sorted directed edge keys with gaps, row offsets and degrees, on `xp`."""
+
+    def __init__(self, xp=np, num_vertices: int = 0, config: PMAConfig | None = None):
+        self.xp = xp
+        self.config = config or PMAConfig()
+        self.S = self.config.segment_size
+        self.num_vertices = 0
+        self.num_edges = 0
+        self.stats = PMAStats()
+        self._bk = self._bv = self._dk = self._ipend = None     # the batch being applied
+        self._allocate(self.config.min_segments)
+        self.row = xp.zeros(1, dtype=np.int64)
+        self.deg = xp.zeros(0, dtype=np.int32)
+        self.ensure_vertices(num_vertices)
+
+    # ---- structure -----------------------------------------------------
+    def _allocate(self, nseg: int) -> None:
+        xp = self.xp
+        self.nseg = nseg
+        self.capacity = nseg * self.S
+        self.keys = xp.zeros(self.capacity, dtype=np.uint64)
+        self.vals = xp.zeros(self.capacity, dtype=np.int32)
+        self.cnt = xp.zeros(nseg, dtype=np.int32)
+        self.height = max(0, math.ceil(math.log2(nseg)))
+
+    def ensure_vertices(self, n: int) -> None:
+        """Make vertex ids 0..n-1 valid (new ones have no edges)."""
+        if n <= self.num_vertices:
+            return
+        if n > MAX_VERTEX:
+            raise PMAUpdateError(f"vertex id {n - 1} exceeds {MAX_VERTEX - 1}")
+        xp = self.xp
+        old = self.num_vertices
+        if n + 1 > self.row.shape[0]:
+            size = max(n + 1, 2 * self.row.shape[0])
+            row = xp.full(size, self.capacity, dtype=np.int64)
+            row[:old + 1] = self.row[:old + 1]
+            deg = xp.zeros(size, dtype=np.int32)
+            deg[:old] = self.deg[:old]
+            self.row, self.deg = row, deg
+        # No key has a source >= old (and gaps before any key copy 0), so the new
+        # rows all point past the end.
+        self.row[old + 1:n + 1] = self.capacity
+        self.num_vertices = n
+
+    def memory_bytes(self) -> int:
+        """Device bytes the structure holds (keys, values, counts, rows, degrees)."""
+        return int(self.keys.nbytes + self.vals.nbytes + self.cnt.nbytes
+                   + self.row.nbytes + self.deg.nbytes)
+
+    def density(self) -> float:
+        return self.num_edges / self.capacity
+
+    def _thresholds(self, level: int) -> tuple[float, float]:
+        c = self.config
+        t = level / self.height if self.height else 1.0
+        return (c.leaf_lower + (c.root_lower - c.leaf_lower) * t,
+                c.leaf_upper + (c.root_upper - c.leaf_upper) * t)
+
+    # ---- reading -------------------------------------------------------
+    def real_mask(self, lo: int = 0, hi: int | None = None):
+        """Which slots in [lo, hi) hold an edge."""
+        xp = self.xp
+        hi = self.capacity if hi is None else hi
+        slots = xp.arange(lo, hi, dtype=np.int64)
+        return (slots % self.S) < self.cnt[slots // self.S]
+
+    def edges(self):
+        """(keys, values) of every stored edge, in key order."""
+        real = self.real_mask()
+        return self.keys[real], self.vals[real]
+
+    def neighbours(self, u: int):
+        """(dst, values) of u's out-edges, in order (tests, debugging)."""
+        lo, hi = int(self.row[u]), int(self.row[u + 1])
+        real = self.real_mask(lo, hi)
+        return key_dst(self.keys[lo:hi][real]), self.vals[lo:hi][real]
+
+    def find(self, keys):
+        """Slot of each key, or -1 where it is not stored."""
+        xp = self.xp
+        keys = xp.asarray(keys, dtype=np.uint64)
+        pos = xp.searchsorted(self.keys, keys).astype(np.int64)
+        return xp.where(self._stored_at(pos, keys), pos, -1)
+
+    def _stored_at(self, pos, keys):
+        """Whether each key is stored at its lower-bound slot pos."""
+        inside = self.xp.minimum(pos, self.capacity - 1)
+        return ((pos < self.capacity) & (self.keys[inside] == keys)
+                & ((inside % self.S) < self.cnt[inside // self.S]))
+
+    # ---- bulk load -----------------------------------------------------
+    def load(self, keys, vals) -> None:
+        """Replace the contents with these directed edges (any order, no duplicates)."""
+        xp = self.xp
+        keys = xp.asarray(keys, dtype=np.uint64)
+        vals = xp.asarray(vals, dtype=np.int32)
+        order = xp.argsort(keys)
+        keys, vals = keys[order], vals[order]
+        self._check_new(keys, vals)
+        if keys.size:
+            self.ensure_vertices(max(int(key_src(keys[-1:])[0]), int(key_dst(keys).max())) + 1)
+        self.stats = PMAStats()
+        self._rebuild(keys, vals)
+        self._bk = self._bv = None
+
+    # ---- batches -------------------------------------------------------
+    def apply(self, insert_keys, insert_vals, delete_keys) -> PMAStats:
+        """Insert absent edges and delete present ones, atomically: a refused batch
+        (a duplicate, an insert already stored, a delete not stored, a key in both)
+        raises PMAUpdateError and changes nothing."""
+        xp = self.xp
+        ik = xp.asarray(insert_keys, dtype=np.uint64).ravel()
+        iv = xp.asarray(insert_vals, dtype=np.int32).ravel()
+        dk = xp.asarray(delete_keys, dtype=np.uint64).ravel()
+        if ik.shape != iv.shape:
+            raise PMAUpdateError(f"{ik.size} insert keys but {iv.size} values")
+        order = xp.argsort(ik)
+        ik, iv = ik[order], iv[order]
+        dk = xp.sort(dk)
+        self._check_new(ik, iv)
+        self._check_unique(dk, "delete")
+        if ik.size:
+            n = self.num_vertices
+            outside = (key_src(ik) >= n) | (key_dst(ik) >= n)
+            if bool(outside.any()):
+                raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(outside))])} names a "
+                                     f"vertex beyond the {n} vertices (ensure_vertices first)")
+        if ik.size and dk.size:
+            both = xp.searchsorted(dk, ik)
+            hit = (both < dk.size) & (dk[xp.minimum(both, dk.size - 1)] == ik)
+            if bool(hit.any()):
+                raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(hit))])} is both "
+                                     f"inserted and deleted")
+        ipos = xp.searchsorted(self.keys, ik).astype(np.int64)
+        present = self._stored_at(ipos, ik)
+        if bool(present.any()):
+            raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(present))])} is "
+                                 f"already stored")
+        dpos = xp.searchsorted(self.keys, dk).astype(np.int64)
+        missing = ~self._stored_at(dpos, dk)
+        if bool(missing.any()):
+            raise PMAUpdateError(f"edge {self._name(dk[int(xp.argmax(missing))])} is not "
+                                 f"stored")
+        self.stats = PMAStats(levels=-1)
+        if ik.size == 0 and dk.size == 0:
+            return self.stats
+        self.vals[dpos] = DEAD
+        iseg = xp.minimum(ipos // self.S, self.nseg - 1)
+        dseg = dpos // self.S
+        self._bk, self._bv, self._dk = ik, iv, dk
+        try:
+            self._update(iseg, dseg)
+        finally:
+            self._bk = self._bv = self._dk = None
+        if not self.stats.rebuilt:      # a rebuild recounted both
+            self.num_edges += int(ik.size) - int(dk.size)
+            _scatter_add(xp, self.deg, key_src(ik), 1)
+            _scatter_add(xp, self.deg, key_src(dk), -1)
+        return self.stats
+
+    def _check_new(self, keys, vals) -> None:
+        """Sorted keys: no duplicates, no loops, valid values."""
+        xp = self.xp
+        self._check_unique(keys, "insert")
+        if keys.size == 0:
+            return
+        loop = key_src(keys) == key_dst(keys)
+        if bool(loop.any()):
+            raise PMAUpdateError(f"edge {self._name(keys[int(xp.argmax(loop))])} is a loop")
+        bad = vals == DEAD
+        if bool(bad.any()):
+            raise PMAUpdateError(f"edge {self._name(keys[int(xp.argmax(bad))])} has the "
+                                 f"reserved value {int(DEAD)}")
+
+    def _check_unique(self, keys, what: str) -> None:
+        if keys.size > 1:
+            dup = keys[1:] == keys[:-1]
+            if bool(dup.any()):
+                raise PMAUpdateError(f"edge {self._name(keys[int(self.xp.argmax(dup))])} "
+                                     f"appears twice among the {what}s")
+
+    @staticmethod
+    def _name(key) -> str:
+        key = int(key)
+        return f"{key >> 32} -> {key & 0xFFFFFFFF}"
+
+    def _update(self, iseg, dseg) -> None:
+        """Apply the batch (its inserts in self._bk, deletes marked DEAD) bottom-up."""
+        xp = self.xp
+        self._ipend = xp.ones(iseg.size, dtype=bool)     # not yet written into a window
+        dpend = xp.ones(dseg.size, dtype=bool)
+        windows = xp.unique(xp.concatenate([iseg, dseg]))
+        rewritten = []      # (first slot, end slot, delete range) of every window rewritten
+        for level in range(self.height + 1):
+            s0 = windows << level
+            s1 = xp.minimum((windows + 1) << level, self.nseg)
+            ib, ie = xp.searchsorted(iseg, s0), xp.searchsorted(iseg, s1)
+            db, de = xp.searchsorted(dseg, s0), xp.searchsorted(dseg, s1)
+            total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
+                     + _pending(xp, self._ipend, ib, ie))
+            slots = (s1 - s0) * self.S
+            lower, upper = self._thresholds(level)
+            if level == self.height:
+                t = int(total[0])
+                if t > upper * self.capacity or (t < lower * self.capacity
+                                                 and self.nseg > self.config.min_segments):
+                    self._rebuild_with_pending()
+                    return
+                fit = xp.ones(1, dtype=bool)
+            else:
+                fit = (total <= upper * slots) & ((de == db) | (total >= lower * slots))
+            done = xp.flatnonzero(fit)
+            if done.size:
+                self._merge(s0[done], s1[done], ib[done], ie[done], total[done])
+                gone, _ = _ranges(xp, db[done], de[done] - db[done])
+                dpend[gone] = False
+                rewritten.append((s0[done] * self.S, s1[done] * self.S, db[done], de[done]))
+                self.stats.levels = level
+                self.stats.windows += int(done.size)
+                self.stats.slots += int(slots[done].sum())
+                self.stats.per_level.append((level, int(done.size), int(slots[done].sum())))
+            up = xp.flatnonzero(~fit)
+            if up.size == 0:
+                break
+            windows = xp.unique(windows[up] >> 1)
+        self._repair(rewritten)
+
+    def _merge(self, s0, s1, ib, ie, total, target=None) -> None:
+        """Rewrite windows [s0, s1) (segments) with their live elements and the batch's
+        inserts ib..ie, spread evenly; into `target` (keys, vals, cnt, d0, d1) if given."""
+        xp, S = self.xp, self.S
+        slot, owner = _ranges(xp, s0 * S, (s1 - s0) * S)
+        seg = slot // S
+        live = ((slot - seg * S) < self.cnt[seg]) & (self.vals[slot] != DEAD)
+        at = slot[live]
+        okeys, ovals = self.keys[at], self.vals[at]
+        ins, _ = _ranges(xp, ib, ie - ib)
+        ins = ins[self._ipend[ins]]
+        self._ipend[ins] = False
+        ikeys, ivals = self._bk[ins], self._bv[ins]
+        merged_k = xp.empty(okeys.size + ikeys.size + 1, dtype=np.uint64)
+        merged_v = xp.empty(okeys.size + ikeys.size + 1, dtype=np.int32)
+        # Both lists are sorted and their windows ordered, so one global merge keeps each
+        # window's elements together in order.
+        r_old = xp.arange(okeys.size, dtype=np.int64) + xp.searchsorted(ikeys, okeys)
+        r_ins = xp.arange(ikeys.size, dtype=np.int64) + xp.searchsorted(okeys, ikeys)
+        merged_k[r_old], merged_v[r_old] = okeys, ovals
+        merged_k[r_ins], merged_v[r_ins] = ikeys, ivals
+        merged_k[-1], merged_v[-1] = 0, 0       # what a slot with nothing before it copies
+        start = _exclusive_cumsum(xp, total)
+        if target is None:
+            keys, vals, cnt, d0, d1 = self.keys, self.vals, self.cnt, s0, s1
+        else:
+            keys, vals, cnt, d0, d1 = target
+        slot, owner = _ranges(xp, d0 * S, (d1 - d0) * S)
+        offset = slot - (d0 * S)[owner]
+        k, off = offset // S, offset % S
+        m = (d1 - d0)[owner]
+        t = total[owner]
+        base, extra = t // m, t % m
+        count = base + (k < extra)
+        first = k * base + xp.minimum(k, extra)
+        rank = xp.where(off < count, first + off, first + count - 1)
+        source = xp.where(rank >= 0, start[owner] + rank, merged_k.size - 1)
+        keys[slot] = merged_k[source]
+        vals[slot] = merged_v[source]
+        heads = off == 0
+        cnt[slot[heads] // S] = count[heads].astype(np.int32)
+        if bool((rank < 0).any()):
+            self.stats.fixup = True
+
+    def _repair(self, rewritten) -> None:
+        """Gap copies after empty segments, then row offsets of the vertices whose first
+        slot may have moved."""
+        xp = self.xp
+        if not rewritten:
+            return
+        begin = xp.concatenate([r[0] for r in rewritten])
+        end = xp.concatenate([r[1] for r in rewritten])
+        db = xp.concatenate([r[2] for r in rewritten])
+        de = xp.concatenate([r[3] for r in rewritten])
+        following = end // self.S
+        inside = following < self.nseg
+        if self.stats.fixup or bool((self.cnt[following[inside]] == 0).any()):
+            self.stats.fixup = True
+            self._fill_gaps()
+        # Vertices whose row can change: after the last source before the window, up to
+        # the last source in it now or before the batch (a deleted edge's).
+        lo = xp.where(begin > 0, key_src(self.keys[xp.maximum(begin - 1, 0)]), -1)
+        hi = key_src(self.keys[end - 1])
+        if self._dk is not None and self._dk.size:
+            last_del = key_src(self._dk[xp.maximum(de - 1, 0)])
+            hi = xp.where(de > db, xp.maximum(hi, last_del), hi)
+        hi = xp.minimum(hi, self.num_vertices - 1)
+        lo = xp.minimum(lo, hi)
+        vertex, _ = _ranges(xp, lo + 1, hi - lo)
+        if vertex.size:
+            self.row[vertex] = xp.searchsorted(self.keys, vertex.astype(np.uint64) << _SHIFT)
+
+    def _fill_gaps(self) -> None:
+        """Every gap copies the last real key before it (0 before the first): whole array,
+        needed only when segments are empty (a nearly empty graph)."""
+        xp = self.xp
+        real = self.real_mask()
+        seen = xp.cumsum(real)
+        positions = xp.flatnonzero(real)
+        gap = ~real
+        before = seen[gap]
+        fill = xp.zeros(before.shape, dtype=np.uint64)
+        some = before > 0
+        fill[some] = self.keys[positions[before[some] - 1]]
+        self.keys[gap] = fill
+
+    def _rebuild_with_pending(self) -> None:
+        """The root overflowed or underflowed: live elements plus the pending inserts,
+        laid out anew at the target density."""
+        xp = self.xp
+        slot = xp.arange(self.capacity, dtype=np.int64)
+        live = ((slot % self.S) < self.cnt[slot // self.S]) & (self.vals != DEAD)
+        ok, ov = self.keys[live], self.vals[live]
+        ik, iv = self._bk[self._ipend], self._bv[self._ipend]
+        keys = xp.concatenate([ok, ik])
+        vals = xp.concatenate([ov, iv])
+        order = xp.argsort(keys)
+        self._rebuild(keys[order], vals[order])
+
+    def _rebuild(self, keys, vals) -> None:
+        """Lay out sorted keys at the target density, as one window."""
+        xp = self.xp
+        n = int(keys.size)
+        nseg = max(self.config.min_segments,
+                   math.ceil(n / (self.config.target * self.S)))
+        self._allocate(nseg)
+        self._bk, self._bv = keys, vals
+        self._ipend = xp.ones(n, dtype=bool)
+        zero = xp.zeros(1, dtype=np.int64)
+        total = xp.asarray([n], dtype=np.int64)
+        # An empty source window and every key as its inserts, spread over all segments.
+        self._merge(zero, zero, zero, total, total,
+                    target=(self.keys, self.vals, self.cnt, zero,
+                            xp.asarray([nseg], dtype=np.int64)))
+        self.num_edges = n
+        if self.stats.fixup:
+            self._fill_gaps()
+        vertices = xp.arange(self.num_vertices + 1, dtype=np.int64)
+        self.row[:self.num_vertices + 1] = xp.searchsorted(
+            self.keys, vertices.astype(np.uint64) << _SHIFT)
+        self.deg[:self.num_vertices] = xp.bincount(
+            key_src(keys), minlength=self.num_vertices)[:self.num_vertices].astype(np.int32)
+        self.stats.rebuilt = True
+        self.stats.levels = self.height
+        self.stats.slots += self.capacity
+
+    # ---- checking ------------------------------------------------------
+    def check(self, expected_keys=None, expected_vals=None) -> None:
+        """Assert every invariant on `xp` (tests, benchmarks): non-decreasing keys with
+        valid gap copies, counts, rows, degrees; and, if given, exactly these edges."""
+        xp, S = self.xp, self.S
+        keys, vals, cnt = self.keys, self.vals, self.cnt
+        assert keys.shape == (self.capacity,) and cnt.shape == (self.nseg,)
+        assert bool(((cnt >= 0) & (cnt <= S)).all()), "segment count out of range"
+        real = self.real_mask()
+        assert int(real.sum()) == self.num_edges, "edge count"
+        assert bool((keys[1:] >= keys[:-1]).all()), "keys not non-decreasing"
+        rk = keys[real]
+        assert bool((rk[1:] > rk[:-1]).all()), "duplicate stored key"
+        assert not bool((vals[real] == DEAD).any()), "dead slot left"
+        # Gap copies: the last real key before the gap, or 0.
+        seen = xp.cumsum(real)[~real]
+        want = xp.zeros(seen.shape, dtype=np.uint64)
+        want[seen > 0] = rk[seen[seen > 0] - 1]
+        assert bool((keys[~real] == want).all()), "stale gap copy"
+        n = self.num_vertices
+        want_row = xp.searchsorted(keys, xp.arange(n + 1, dtype=np.uint64) << _SHIFT)
+        assert bool((self.row[:n + 1] == want_row).all()), "row offsets"
+        src = key_src(rk)
+        assert bool((src < n).all() and (key_dst(rk) < n).all()), "vertex range"
+        assert bool((self.deg[:n] == xp.bincount(src, minlength=n)[:n]).all()), "degrees"
+        if expected_keys is not None:
+            ek = xp.asarray(expected_keys, dtype=np.uint64)
+            order = xp.argsort(ek)
+            assert rk.shape == ek.shape and bool((rk == ek[order]).all()), \
+                "stored edges differ"
+            if expected_vals is not None:
+                ev = xp.asarray(expected_vals, dtype=np.int32)[order]
+                assert bool((vals[real] == ev).all()), "values"
+
+
+# ---- array helpers (NumPy and CuPy alike) -------------------------------------------
+def _exclusive_cumsum(xp, counts):
+    out = xp.zeros(counts.size, dtype=np.int64)
+    if counts.size > 1:
+        out[1:] = xp.cumsum(counts[:-1])
+    return out
+
+
+def _ranges(xp, starts, lengths):
+    """The concatenation of [starts[j], starts[j] + lengths[j]) and the j of each entry."""
+    lengths = lengths.astype(np.int64)
+    offsets = _exclusive_cumsum(xp, lengths)
+    total = int(lengths.sum()) if lengths.size else 0
+    if total == 0:
+        return xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=np.int64)
+    # Each range's start bumps the owner; empty ranges bump it at the same place.
+    owner = xp.cumsum(xp.bincount(offsets[1:], minlength=total + 1)[:total]).astype(np.int64)
+    index = xp.arange(total, dtype=np.int64) - offsets[owner] + starts.astype(np.int64)[owner]
+    return index, owner
+
+
+def _pending(xp, flags, starts, ends):
+    """How many of flags[starts[j]:ends[j]] are set, for each j."""
+    running = xp.zeros(flags.size + 1, dtype=np.int64)
+    running[1:] = xp.cumsum(flags)
+    return running[ends] - running[starts]
+
+
+def _range_sums(xp, values, starts, ends):
+    """sum(values[starts[j]:ends[j]]) for each j."""
+    index, _ = _ranges(xp, starts, ends - starts)
+    sums = xp.zeros(starts.size, dtype=np.int64)
+    if index.size:
+        running = xp.cumsum(values[index].astype(np.int64))
+        last = _exclusive_cumsum(xp, ends - starts) + (ends - starts) - 1
+        nonempty = ends > starts
+        totals = running[last[nonempty]]
+        prev = xp.concatenate([xp.zeros(1, dtype=np.int64), totals[:-1]])
+        sums[nonempty] = totals - prev
+    return sums
+
+
+def _scatter_add(xp, target, index, value) -> None:
+    if index.size == 0:
+        return
+    if xp is np:
+        np.add.at(target, index, value)
+    else:
+        import cupyx
+        cupyx.scatter_add(target, index, xp.full(index.shape, value, dtype=target.dtype))
