@@ -12,6 +12,9 @@
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
 #                "--max-queries 3"), GH_TIMEOUT bounds each run (seconds, default 300)
+#   pma          the packed-memory-array tests on cupy, then benchmarks.pma_bench (R-MAT;
+#                PMA_ARGS adds flags, e.g. "--scale 20 --edges 10000000"; PMA_TIMEOUT
+#                bounds it, seconds, default 400)
 #   stream-EXP   benchmarks.stream_bench on cuda for EXP in rate|mixed|latency (e.g.
 #                stream-latency), appending to $OUT/stream.jsonl; STREAM_ARGS adds flags
 #                (e.g. "--kinds dense --max-queries 3"), STREAM_TIMEOUT bounds each run
@@ -64,6 +67,13 @@ for stage in "${stages[@]}"; do
                     --backend "$backend" --kinds "$kind" --json "$OUT/gh-$backend.jsonl" \
                     ${GH_ARGS:-} 2>&1 | tee -a "$OUT/gh-$backend.txt" | tail -12
             done ;;
+        pma)
+            python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_pma.py 2>&1 \
+                | tee "$OUT/pma-tests.txt" | tail -5
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+            timeout "${PMA_TIMEOUT:-400}" python3 -m benchmarks.pma_bench --check \
+                --json "$OUT/pma.jsonl" ${PMA_ARGS:-} 2>&1 | tee -a "$OUT/pma.txt" | tail -30
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         stream-*)
             timeout "${STREAM_TIMEOUT:-300}" python3 -m benchmarks.stream_bench --graph "$GRAPH" \
                 --backend cuda --experiments "${stage#stream-}" --json "$OUT/stream.jsonl" \
