@@ -167,7 +167,7 @@ class PackedMemoryArray:
         """Slot of each key, or -1 where it is not stored."""
         xp = self.xp
         keys = xp.asarray(keys, dtype=np.uint64)
-        pos = xp.searchsorted(self.keys, keys).astype(np.int64)
+        pos = _search(xp, self.keys, keys)
         return xp.where(self._stored_at(pos, keys), pos, -1)
 
     def _stored_at(self, pos, keys):
@@ -219,12 +219,12 @@ class PackedMemoryArray:
             if bool(hit.any()):
                 raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(hit))])} is both "
                                      f"inserted and deleted")
-        ipos = xp.searchsorted(self.keys, ik).astype(np.int64)
+        ipos = _search(xp, self.keys, ik)
         present = self._stored_at(ipos, ik)
         if bool(present.any()):
             raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(present))])} is "
                                  f"already stored")
-        dpos = xp.searchsorted(self.keys, dk).astype(np.int64)
+        dpos = _search(xp, self.keys, dk)
         missing = ~self._stored_at(dpos, dk)
         if bool(missing.any()):
             raise PMAUpdateError(f"edge {self._name(dk[int(xp.argmax(missing))])} is not "
@@ -282,8 +282,8 @@ class PackedMemoryArray:
         for level in range(self.height + 1):
             s0 = windows << level
             s1 = xp.minimum((windows + 1) << level, self.nseg)
-            ib, ie = xp.searchsorted(iseg, s0), xp.searchsorted(iseg, s1)
-            db, de = xp.searchsorted(dseg, s0), xp.searchsorted(dseg, s1)
+            ib, ie = _search(xp, iseg, s0), _search(xp, iseg, s1)
+            db, de = _search(xp, dseg, s0), _search(xp, dseg, s1)
             total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
                      + _pending(xp, self._ipend, ib, ie))
             slots = (s1 - s0) * self.S
@@ -330,8 +330,8 @@ class PackedMemoryArray:
         merged_v = xp.empty(okeys.size + ikeys.size + 1, dtype=np.int32)
         # Both lists are sorted and their windows ordered, so one global merge keeps each
         # window's elements together in order.
-        r_old = xp.arange(okeys.size, dtype=np.int64) + xp.searchsorted(ikeys, okeys)
-        r_ins = xp.arange(ikeys.size, dtype=np.int64) + xp.searchsorted(okeys, ikeys)
+        r_old = xp.arange(okeys.size, dtype=np.int64) + _search(xp, ikeys, okeys)
+        r_ins = xp.arange(ikeys.size, dtype=np.int64) + _search(xp, okeys, ikeys)
         merged_k[r_old], merged_v[r_old] = okeys, ovals
         merged_k[r_ins], merged_v[r_ins] = ikeys, ivals
         merged_k[-1], merged_v[-1] = 0, 0       # what a slot with nothing before it copies
@@ -390,7 +390,7 @@ class PackedMemoryArray:
         needed only when segments are empty (a nearly empty graph)."""
         xp = self.xp
         real = self.real_mask()
-        seen = xp.cumsum(real)
+        seen = xp.cumsum(real, dtype=np.int64)
         positions = xp.flatnonzero(real)
         gap = ~real
         before = seen[gap]
@@ -433,8 +433,8 @@ class PackedMemoryArray:
         vertices = xp.arange(self.num_vertices + 1, dtype=np.int64)
         self.row[:self.num_vertices + 1] = xp.searchsorted(
             self.keys, vertices.astype(np.uint64) << _SHIFT)
-        self.deg[:self.num_vertices] = xp.bincount(
-            key_src(keys), minlength=self.num_vertices)[:self.num_vertices].astype(np.int32)
+        self.deg[:self.num_vertices] = _bincount(
+            xp, key_src(keys), self.num_vertices)[:self.num_vertices].astype(np.int32)
         self.stats.rebuilt = True
         self.stats.levels = self.height
         self.stats.slots += self.capacity
@@ -454,7 +454,7 @@ class PackedMemoryArray:
         assert bool((rk[1:] > rk[:-1]).all()), "duplicate stored key"
         assert not bool((vals[real] == DEAD).any()), "dead slot left"
         # Gap copies: the last real key before the gap, or 0.
-        seen = xp.cumsum(real)[~real]
+        seen = xp.cumsum(real, dtype=np.int64)[~real]
         want = xp.zeros(seen.shape, dtype=np.uint64)
         want[seen > 0] = rk[seen[seen > 0] - 1]
         assert bool((keys[~real] == want).all()), "stale gap copy"
@@ -463,7 +463,7 @@ class PackedMemoryArray:
         assert bool((self.row[:n + 1] == want_row).all()), "row offsets"
         src = key_src(rk)
         assert bool((src < n).all() and (key_dst(rk) < n).all()), "vertex range"
-        assert bool((self.deg[:n] == xp.bincount(src, minlength=n)[:n]).all()), "degrees"
+        assert bool((self.deg[:n] == _bincount(xp, src, n)[:n]).all()), "degrees"
         if expected_keys is not None:
             ek = xp.asarray(expected_keys, dtype=np.uint64)
             order = xp.argsort(ek)
@@ -475,6 +475,20 @@ class PackedMemoryArray:
 
 
 # ---- array helpers (NumPy and CuPy alike) -------------------------------------------
+def _search(xp, sorted_values, wanted):
+    """Lower bounds of `wanted` in `sorted_values` (0 for an empty one), int64."""
+    if sorted_values.size == 0 or wanted.size == 0:
+        return xp.zeros(wanted.shape, dtype=np.int64)
+    return xp.searchsorted(sorted_values, wanted).astype(np.int64)
+
+
+def _bincount(xp, values, length: int):
+    """bincount with at least `length` bins (an empty input gives zeros)."""
+    if values.size == 0:
+        return xp.zeros(length, dtype=np.int64)
+    return xp.bincount(values, minlength=length)
+
+
 def _exclusive_cumsum(xp, counts):
     out = xp.zeros(counts.size, dtype=np.int64)
     if counts.size > 1:
@@ -490,7 +504,7 @@ def _ranges(xp, starts, lengths):
     if total == 0:
         return xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=np.int64)
     # Each range's start bumps the owner; empty ranges bump it at the same place.
-    owner = xp.cumsum(xp.bincount(offsets[1:], minlength=total + 1)[:total]).astype(np.int64)
+    owner = xp.cumsum(_bincount(xp, offsets[1:], total + 1)[:total]).astype(np.int64)
     index = xp.arange(total, dtype=np.int64) - offsets[owner] + starts.astype(np.int64)[owner]
     return index, owner
 
@@ -498,7 +512,7 @@ def _ranges(xp, starts, lengths):
 def _pending(xp, flags, starts, ends):
     """How many of flags[starts[j]:ends[j]] are set, for each j."""
     running = xp.zeros(flags.size + 1, dtype=np.int64)
-    running[1:] = xp.cumsum(flags)
+    running[1:] = xp.cumsum(flags, dtype=np.int64)
     return running[ends] - running[starts]
 
 
