@@ -111,6 +111,10 @@ def main(argv=None) -> int:
     ap.add_argument("--segment-size", type=int, default=PMAConfig.segment_size)
     ap.add_argument("--labels", type=int, default=5, help="edge labels drawn uniformly")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-leaf-kernel", action="store_true",
+                    help="merge leaves with the generic array path (comparison)")
+    ap.add_argument("--profile", action="store_true",
+                    help="time each phase of a batch (synchronises between phases)")
     ap.add_argument("--check", action="store_true", help="check every invariant at the end")
     ap.add_argument("--json", help="append result lines here")
     args = ap.parse_args(argv)
@@ -123,6 +127,7 @@ def main(argv=None) -> int:
 
     def report(record: dict) -> None:
         record = {"device": device, "scale": args.scale, "dist": args.dist,
+                  "leaf_kernel": not args.no_leaf_kernel, "profile": args.profile,
                   "segment_size": args.segment_size, "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                             time.gmtime()),
                   **record}
@@ -148,7 +153,8 @@ def main(argv=None) -> int:
           file=sys.stderr, flush=True)
 
     pma = PackedMemoryArray(xp, num_vertices=1 << args.scale,
-                            config=PMAConfig(segment_size=args.segment_size))
+                            config=PMAConfig(segment_size=args.segment_size,
+                                             leaf_kernel=not args.no_leaf_kernel))
     if xp is not np:
         pool = xp.get_default_memory_pool()
         pool.free_all_blocks()
@@ -172,6 +178,8 @@ def main(argv=None) -> int:
     for size in args.batch_sizes:
         for kind in ("insert", "delete", "mixed"):
             times, stats = [], []
+            pma.profile = args.profile
+            pma.phase_seconds = {}
             for _ in range(args.batches):
                 n_ins = size if kind == "insert" else size // 2 if kind == "mixed" else 0
                 n_del = size - n_ins
@@ -198,6 +206,10 @@ def main(argv=None) -> int:
                     "rebuilds": sum(s.rebuilt for s in stats),
                     "max_level": max(s.levels for s in stats),
                     "slots_rewritten_median": int(statistics.median(s.slots for s in stats)),
+                    "fixups": sum(s.fixup for s in stats),
+                    **({"phase_ms": {k: round(1000 * v / len(times), 2)
+                                     for k, v in pma.phase_seconds.items()}}
+                       if args.profile else {}),
                     "directed_edges": pma.num_edges, "density": round(pma.density(), 4),
                     "bytes_per_directed_edge": round(pma.memory_bytes() / pma.num_edges, 2)})
     if xp is not np:

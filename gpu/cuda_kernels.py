@@ -149,3 +149,41 @@ def _scratch(name: str, size: int) -> cp.ndarray:
     if buf is None or buf.size < size:
         buf = _SCRATCH[name] = cp.empty(size, dtype=np.int32)
     return buf
+
+
+def merge_leaves(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, windows: cp.ndarray,
+                 ins_begin: cp.ndarray, ins_end: cp.ndarray, del_begin: cp.ndarray,
+                 del_end: cp.ndarray, batch_keys: cp.ndarray, batch_vals: cp.ndarray,
+                 ins_pending: cp.ndarray, del_pending: cp.ndarray, segment_size: int,
+                 upper_count: int, lower_count: int) -> tuple[cp.ndarray, int]:
+    """Launch gpu/kernels/pma.cu:merge_leaves over the touched leaf segments `windows`;
+    returns (fit per window as bool, how many segments it emptied)."""
+    for name, dtype, array in (("keys", np.uint64, keys), ("vals", np.int32, vals),
+                               ("cnt", np.int32, cnt), ("windows", np.int64, windows),
+                               ("ins_begin", np.int64, ins_begin),
+                               ("ins_end", np.int64, ins_end),
+                               ("del_begin", np.int64, del_begin),
+                               ("del_end", np.int64, del_end),
+                               ("batch_keys", np.uint64, batch_keys),
+                               ("batch_vals", np.int32, batch_vals),
+                               ("ins_pending", np.bool_, ins_pending),
+                               ("del_pending", np.bool_, del_pending)):
+        _check(name, array, dtype, 1)
+    if segment_size not in (2, 4, 8, 16, 32):
+        raise ValueError(f"merge_leaves needs a segment size of 2..32, got {segment_size}")
+    count = windows.shape[0]
+    if any(a.shape[0] != count for a in (ins_begin, ins_end, del_begin, del_end)):
+        raise ValueError("windows and their insert/delete ranges differ in length")
+    fit = cp.zeros(count, dtype=np.bool_)
+    emptied = cp.zeros(1, dtype=np.int32)
+    if count == 0:
+        return fit, 0
+    threads = 256
+    warps = -(-count // (32 // segment_size))
+    blocks = -(-warps * 32 // threads)
+    module("pma").get_function("merge_leaves")(
+        (blocks,), (threads,),
+        (keys, vals, cnt, windows, ins_begin, ins_end, del_begin, del_end, np.int64(count),
+         batch_keys, batch_vals, ins_pending, del_pending, fit, np.int32(segment_size),
+         np.int32(upper_count), np.int32(lower_count), emptied))
+    return fit, int(emptied[0])

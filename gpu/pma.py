@@ -25,6 +25,7 @@ NumPy on the host (the same algorithm, checked by the CPU test suite).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,6 +48,9 @@ class PMAConfig:
     root_lower: float = 0.5
     target: float = 0.67            # density a rebuild (growth or shrink) leaves
     min_segments: int = 1
+    # On CuPy, merge the touched leaf segments with the CUDA kernel (gpu/kernels/pma.cu)
+    # instead of the generic array path (off: the comparison in the benchmark).
+    leaf_kernel: bool = True
 
     def __post_init__(self) -> None:
         s = self.segment_size
@@ -95,6 +99,9 @@ class PackedMemoryArray:
         self.num_edges = 0
         self.stats = PMAStats()
         self._bk = self._bv = self._dk = self._ipend = None     # the batch being applied
+        self.profile = False        # time the phases of each batch (synchronising)
+        self.phase_seconds: dict[str, float] = {}
+        self._clock = 0.0
         self._allocate(self.config.min_segments)
         self.row = xp.zeros(1, dtype=np.int64)
         self.deg = xp.zeros(0, dtype=np.int32)
@@ -143,6 +150,17 @@ class PackedMemoryArray:
         t = level / self.height if self.height else 1.0
         return (c.leaf_lower + (c.root_lower - c.leaf_lower) * t,
                 c.leaf_upper + (c.root_upper - c.leaf_upper) * t)
+
+    def _phase(self, name: str | None) -> None:
+        """With `profile` on: charge the time since the last mark to `name`."""
+        if not self.profile:
+            return
+        if self.xp is not np:
+            self.xp.cuda.Device().synchronize()
+        now = time.perf_counter()
+        if name is not None:
+            self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + now - self._clock
+        self._clock = now
 
     # ---- reading -------------------------------------------------------
     def real_mask(self, lo: int = 0, hi: int | None = None):
@@ -202,6 +220,7 @@ class PackedMemoryArray:
         dk = xp.asarray(delete_keys, dtype=np.uint64).ravel()
         if ik.shape != iv.shape:
             raise PMAUpdateError(f"{ik.size} insert keys but {iv.size} values")
+        self._phase(None)
         order = xp.argsort(ik)
         ik, iv = ik[order], iv[order]
         dk = xp.sort(dk)
@@ -230,6 +249,7 @@ class PackedMemoryArray:
             raise PMAUpdateError(f"edge {self._name(dk[int(xp.argmax(missing))])} is not "
                                  f"stored")
         self.stats = PMAStats(levels=-1)
+        self._phase("sort and check")
         if ik.size == 0 and dk.size == 0:
             return self.stats
         self.vals[dpos] = DEAD
@@ -244,6 +264,7 @@ class PackedMemoryArray:
             self.num_edges += int(ik.size) - int(dk.size)
             _scatter_add(xp, self.deg, key_src(ik), 1)
             _scatter_add(xp, self.deg, key_src(dk), -1)
+        self._phase("degrees")
         return self.stats
 
     def _check_new(self, keys, vals) -> None:
@@ -284,34 +305,57 @@ class PackedMemoryArray:
             s1 = xp.minimum((windows + 1) << level, self.nseg)
             ib, ie = _search(xp, iseg, s0), _search(xp, iseg, s1)
             db, de = _search(xp, dseg, s0), _search(xp, dseg, s1)
-            total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
-                     + _pending(xp, self._ipend, ib, ie))
             slots = (s1 - s0) * self.S
             lower, upper = self._thresholds(level)
-            if level == self.height:
-                t = int(total[0])
-                if t > upper * self.capacity or (t < lower * self.capacity
-                                                 and self.nseg > self.config.min_segments):
-                    self._rebuild_with_pending()
-                    return
-                fit = xp.ones(1, dtype=bool)
+            if level == 0 and level < self.height and self._leaf_kernel():
+                fit = self._merge_leaves(windows, ib, ie, db, de, dpend, lower, upper)
             else:
-                fit = (total <= upper * slots) & ((de == db) | (total >= lower * slots))
+                total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
+                         + _pending(xp, self._ipend, ib, ie))
+                if level == self.height:
+                    t = int(total[0])
+                    if t > upper * self.capacity or (t < lower * self.capacity
+                                                     and self.nseg > self.config.min_segments):
+                        self._rebuild_with_pending()
+                        self._phase("rebuild")
+                        return
+                    fit = xp.ones(1, dtype=bool)
+                else:
+                    fit = (total <= upper * slots) & ((de == db) | (total >= lower * slots))
+                done = xp.flatnonzero(fit)
+                if done.size:
+                    self._merge(s0[done], s1[done], ib[done], ie[done], total[done])
+                    gone, _ = _ranges(xp, db[done], de[done] - db[done])
+                    dpend[gone] = False
             done = xp.flatnonzero(fit)
             if done.size:
-                self._merge(s0[done], s1[done], ib[done], ie[done], total[done])
-                gone, _ = _ranges(xp, db[done], de[done] - db[done])
-                dpend[gone] = False
                 rewritten.append((s0[done] * self.S, s1[done] * self.S, db[done], de[done]))
                 self.stats.levels = level
                 self.stats.windows += int(done.size)
                 self.stats.slots += int(slots[done].sum())
                 self.stats.per_level.append((level, int(done.size), int(slots[done].sum())))
+            self._phase(f"level {min(level, 2)}{'+' if level >= 2 else ''}")
             up = xp.flatnonzero(~fit)
             if up.size == 0:
                 break
             windows = xp.unique(windows[up] >> 1)
         self._repair(rewritten)
+        self._phase("rows")
+
+    def _leaf_kernel(self) -> bool:
+        return self.config.leaf_kernel and self.xp is not np and self.S <= 32
+
+    def _merge_leaves(self, windows, ib, ie, db, de, dpend, lower, upper):
+        """Level 0 on the device: gpu/kernels/pma.cu merges every leaf that stays within
+        the leaf thresholds in place; returns which did."""
+        from gpu import cuda_kernels
+        fit, emptied = cuda_kernels.merge_leaves(
+            self.keys, self.vals, self.cnt, windows, ib, ie, db, de, self._bk, self._bv,
+            self._ipend, dpend, self.S, math.floor(upper * self.S + 1e-9),
+            math.ceil(lower * self.S - 1e-9))
+        if emptied:
+            self.stats.fixup = True
+        return fit
 
     def _merge(self, s0, s1, ib, ie, total, target=None) -> None:
         """Rewrite windows [s0, s1) (segments) with their live elements and the batch's
@@ -531,10 +575,5 @@ def _range_sums(xp, values, starts, ends):
 
 
 def _scatter_add(xp, target, index, value) -> None:
-    if index.size == 0:
-        return
-    if xp is np:
-        np.add.at(target, index, value)
-    else:
-        import cupyx
-        cupyx.scatter_add(target, index, xp.full(index.shape, value, dtype=target.dtype))
+    if index.size:
+        xp.add.at(target, index, xp.full(index.shape, value, dtype=target.dtype))
