@@ -414,3 +414,57 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
                                 plan, leaves, scratch, None, out, pos, limit, listing)
     return counts
+
+
+@nb.njit(cache=True, nogil=True)
+def count_small(us, vs, labels, ranks, roots, root_labels, serial_below, group_size, graph,
+                cand, plan, leaves, max_deg):
+    """make_tasks, the grouping test and a serial run_tasks in one call, for small batches.
+
+    Returns the matches (orbit multiplicity included) of the tasks the update edges us-vs
+    start, searched one by one on this thread, or -1 when the general path would do
+    otherwise: `serial_below` or more tasks (a parallel region), or, with group_size > 0,
+    a leaf group of at least `group_size` members (group_leaf_tasks).  Tasks are made and
+    checked exactly as make_tasks does; a small batch then costs one dispatch per query
+    and phase instead of a dozen NumPy calls on one-element arrays.  It releases the GIL:
+    the service's event loop and writer run on the other core while it searches."""
+    multiplicity, leaf_root = plan[9], plan[10]
+    ntypes, k = roots.shape[0], us.shape[0]
+    tu = np.empty(ntypes * k, dtype=np.int32)
+    tv = np.empty(ntypes * k, dtype=np.int32)
+    tr = np.empty(ntypes * k, dtype=np.int32)
+    tt = np.empty(ntypes * k, dtype=np.int32)
+    ntasks = 0
+    for t in range(ntypes):
+        a, b = np.uint32(roots[t, 0]), np.uint32(roots[t, 1])
+        for i in range(k):
+            if labels[i] == root_labels[t] and (cand[us[i]] >> a) & np.uint32(1) != 0 \
+                    and (cand[vs[i]] >> b) & np.uint32(1) != 0:
+                tu[ntasks], tv[ntasks], tr[ntasks], tt[ntasks] = us[i], vs[i], ranks[i], t
+                ntasks += 1
+    if ntasks >= serial_below:
+        return np.int64(-1)
+    if group_size > 0:
+        # group_leaf_tasks' key: (type, data vertex of the leaf's parent).
+        for i in range(ntasks):
+            level = leaf_root[tt[i]]
+            if level < 0:
+                continue
+            parent = tu[i] if level == 1 else tv[i]
+            members = 0
+            for j in range(ntasks):
+                if tt[j] == tt[i] and (tu[j] if level == 1 else tv[j]) == parent:
+                    members += 1
+            if members >= group_size:
+                return np.int64(-1)
+    total = np.int64(0)
+    if ntasks == 0:
+        return total
+    n = plan[1].shape[1]
+    scratch = new_scratch(n, max_deg + 1)
+    no_out = np.empty((0, n), dtype=np.int32)
+    for i in range(ntasks):
+        found = _search(tu[i], tv[i], tr[i], tt[i], graph, cand, plan, leaves, scratch, None,
+                        no_out, np.int64(0), np.int64(0), False)
+        total += found * multiplicity[tt[i]]
+    return total

@@ -25,6 +25,15 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     vertex are searched in groups of at least that many (gpu/cpu_groups.py).  Fewer
     than `serial_below` tasks run on the calling thread alone."""
     n = types.orders.shape[1]
+    if list_limit <= 0 and len(us) < serial_below:
+        # Small batch: the same tasks, searched one by one, in one compiled call.
+        total = cpu_executor.count_small(
+            us, vs, labels, ranks, types.roots, types.root_labels, np.int64(serial_below),
+            np.int64(max(2, group_min) if group_min > 0 else 0), _graph_arrays(graph), cand,
+            _plan_arrays(types, leaves), _leaf_arrays(leaves, updates),
+            np.int64(graph.max_degree))
+        if total >= 0:
+            return MatchSet(int(total), _no_rows(n), False)
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
@@ -43,19 +52,32 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
         numba.set_num_threads(threads)
 
 
+def _graph_arrays(graph) -> tuple:
+    return (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank, graph.label)
+
+
+def _plan_arrays(types: TaskTypes, leaves: LeafCounts) -> tuple:
+    leaf_from = types.leaf_from if leaves.active else \
+        np.full(types.count, types.orders.shape[1], np.int32)
+    return (types.query_labels, types.orders, types.bw_count, types.bw_level, types.bw_label,
+            types.tail_free, leaf_from, types.tail_head, types.perms, types.multiplicity,
+            types.leaf_root)
+
+
+def _leaf_arrays(leaves: LeafCounts, updates: UpdateIndex) -> tuple:
+    return (leaves.column, leaves.nc, updates.start, updates.count, updates.nbr, updates.rank,
+            updates.elab)
+
+
+def _no_rows(n: int) -> np.ndarray:
+    return np.empty((0, n), dtype=np.int32)
+
+
 def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,
              group_min) -> MatchSet:
     n = types.orders.shape[1]
-    graph_arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
-                    graph.label)
-    plan_arrays = (types.query_labels, types.orders, types.bw_count, types.bw_level,
-                   types.bw_label, types.tail_free,
-                   types.leaf_from if leaves.active else np.full(types.count, n, np.int32),
-                   types.tail_head, types.perms, types.multiplicity, types.leaf_root)
-    leaf_arrays = (leaves.column, leaves.nc, updates.start, updates.count, updates.nbr,
-                   updates.rank, updates.elab)
-    shared = (graph_arrays, cand, plan_arrays, leaf_arrays, np.int64(graph.max_degree),
-              np.int64(chunk))
+    shared = (_graph_arrays(graph), cand, _plan_arrays(types, leaves),
+              _leaf_arrays(leaves, updates), np.int64(graph.max_degree), np.int64(chunk))
     no_out = np.empty((0, n), dtype=np.int32)
     if list_limit <= 0 and group_min > 0:
         (tu, tv, tr, tt), groups = group_leaf_tasks(types, tu, tv, tr, tt, group_min)

@@ -1,0 +1,113 @@
+"""The small-batch path of the CPU executor (cpu_executor.count_small) against the general
+path (make_tasks, group_leaf_tasks, run_tasks) and a brute-force matcher.
+
+Two engines take the same random batches: one with the default config, which sends
+batches of fewer than `serial_below_tasks` update edges through count_small, and one
+with `serial_below_tasks=1`, which never does.  Their counts must equal each other and
+the brute-force deltas.  Hub batches make count_small hand batches back (a leaf group
+would form), and a spy proves both outcomes happened.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpu.cpu_executor
+from gpu.config import EngineConfig
+from gpu.engine import Engine
+from tests.graphs import embeddings, random_batch, random_data
+from tests.gpu.test_cpu_groups import PATTERNS, hub_batch, hub_data
+
+
+@pytest.fixture
+def small_spy(monkeypatch):
+    """Records what every count_small call returned (-1: handed back to the general path)."""
+    seen: list[int] = []
+    real = gpu.cpu_executor.count_small
+
+    def spy(*args):
+        total = real(*args)
+        seen.append(int(total))
+        return total
+
+    monkeypatch.setattr(gpu.cpu_executor, "count_small", spy)
+    return seen
+
+
+def _engines(d, nlabels: int, nelabels: int, config: EngineConfig):
+    """(small-path engine, general-path engine, {qid: pattern}) with every usable pattern."""
+    small = Engine(d.labeled(), backend="cpu", config=config)
+    general = Engine(d.labeled(), backend="cpu", config=EngineConfig(serial_below_tasks=1))
+    patterns = {}
+    for name in sorted(PATTERNS):
+        p = PATTERNS[name]
+        if max(p.edges.values()) >= nelabels:
+            continue
+        p = type(p)([lab % nlabels for lab in p.labels],
+                    [(a, b, lab) for (a, b), lab in p.edges.items()])
+        qid = small.add_query(p.query())
+        assert general.add_query(p.query()) == qid
+        patterns[qid] = p
+    return small, general, patterns
+
+
+def _check_batch(small, general, patterns, d, batch, before):
+    res, ref = small.apply(batch), general.apply(batch)
+    after = {qid: embeddings(d, p) for qid, p in patterns.items()}
+    for qid in patterns:
+        got, want = res.queries[qid], ref.queries[qid]
+        assert (got.positive, got.negative) == (want.positive, want.negative), qid
+        assert got.positive == len(after[qid] - before[qid]), qid
+        assert got.negative == len(before[qid] - after[qid]), qid
+    assert res.applied == ref.applied and res.ignored == ref.ignored
+    return after
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), nlabels=st.sampled_from([1, 2, 3]),
+       nelabels=st.sampled_from([1, 2]), group_min=st.sampled_from([0, 2, 3]))
+def test_random_batches_equal_general_path_and_brute_force(small_spy, seed, nlabels, nelabels,
+                                                           group_min):
+    rng = random.Random(seed)
+    d = random_data(rng, 12, nlabels, nelabels, 0.3)
+    config = EngineConfig(leaf_groups=group_min > 0, leaf_group_min=max(group_min, 1))
+    small, general, patterns = _engines(d, nlabels, nelabels, config)
+    before = {qid: embeddings(d, p) for qid, p in patterns.items()}
+    next_id = [1000]
+    for _ in range(6):
+        batch = random_batch(rng, d, nlabels, nelabels, next_id)
+        before = _check_batch(small, general, patterns, d, batch, before)
+    small.check()
+
+
+def test_hub_batches_hand_groups_back(small_spy):
+    """Batches around two hubs: count_small searches some itself and hands back those
+    where a leaf group would form; counts stay equal either way."""
+    rng = random.Random(5)
+    d = hub_data(rng, 13, 1, 1)
+    small, general, patterns = _engines(d, 1, 1, EngineConfig())
+    before = {qid: embeddings(d, p) for qid, p in patterns.items()}
+    for _ in range(25):
+        before = _check_batch(small, general, patterns, d, hub_batch(rng, d, 1), before)
+    small.check()
+    assert any(total >= 0 for total in small_spy), "count_small never searched"
+    assert any(total > 0 for total in small_spy), "count_small never found a match"
+    assert -1 in small_spy, "count_small never handed a batch back"
+
+
+def test_many_tasks_go_to_the_general_path(small_spy):
+    """More tasks than serial_below_tasks: handed back (the general path runs them in a
+    parallel region), with the same counts."""
+    rng = random.Random(9)
+    d = random_data(rng, 12, 1, 1, 0.5)
+    small, general, patterns = _engines(d, 1, 1, EngineConfig(serial_below_tasks=3))
+    before = {qid: embeddings(d, p) for qid, p in patterns.items()}
+    next_id = [1000]
+    for _ in range(8):
+        batch = random_batch(rng, d, 1, 1, next_id)
+        before = _check_batch(small, general, patterns, d, batch, before)
+    assert -1 in small_spy and any(total >= 0 for total in small_spy)
