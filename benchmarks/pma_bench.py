@@ -94,6 +94,15 @@ def fresh_edges(xp, rng, args, perm, pma, count: int, taken):
     return out[rng.permutation(out.size)[:count]]
 
 
+def _per_level(stats) -> dict:
+    """Mean windows rewritten per batch at each level."""
+    out: dict[int, float] = {}
+    for st in stats:
+        for level, windows, _slots in st.per_level:
+            out[level] = out.get(level, 0) + windows / len(stats)
+    return {str(k): round(v, 1) for k, v in sorted(out.items())}
+
+
 def both_directions(xp, keys):
     u, v = key_src(keys), key_dst(keys)
     return xp.concatenate([edge_keys(xp, u, v), edge_keys(xp, v, u)])
@@ -111,8 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--segment-size", type=int, default=PMAConfig.segment_size)
     ap.add_argument("--labels", type=int, default=5, help="edge labels drawn uniformly")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-leaf-kernel", action="store_true",
-                    help="merge leaves with the generic array path (comparison)")
+    ap.add_argument("--no-kernels", action="store_true",
+                    help="the generic array path instead of the CUDA kernels (comparison)")
     ap.add_argument("--profile", action="store_true",
                     help="time each phase of a batch (synchronises between phases)")
     ap.add_argument("--check", action="store_true", help="check every invariant at the end")
@@ -127,7 +136,7 @@ def main(argv=None) -> int:
 
     def report(record: dict) -> None:
         record = {"device": device, "scale": args.scale, "dist": args.dist,
-                  "leaf_kernel": not args.no_leaf_kernel, "profile": args.profile,
+                  "kernels": not args.no_kernels, "profile": args.profile,
                   "segment_size": args.segment_size, "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                             time.gmtime()),
                   **record}
@@ -154,7 +163,7 @@ def main(argv=None) -> int:
 
     pma = PackedMemoryArray(xp, num_vertices=1 << args.scale,
                             config=PMAConfig(segment_size=args.segment_size,
-                                             leaf_kernel=not args.no_leaf_kernel))
+                                             kernels=not args.no_kernels))
     if xp is not np:
         pool = xp.get_default_memory_pool()
         pool.free_all_blocks()
@@ -207,6 +216,7 @@ def main(argv=None) -> int:
                     "max_level": max(s.levels for s in stats),
                     "slots_rewritten_median": int(statistics.median(s.slots for s in stats)),
                     "fixups": sum(s.fixup for s in stats),
+                    "windows_per_level": _per_level(stats),
                     **({"phase_ms": {k: round(1000 * v / len(times), 2)
                                      for k, v in pma.phase_seconds.items()}}
                        if args.profile else {}),

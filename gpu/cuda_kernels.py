@@ -187,3 +187,62 @@ def merge_leaves(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, windows: c
          batch_keys, batch_vals, ins_pending, del_pending, fit, np.int32(segment_size),
          np.int32(upper_count), np.int32(lower_count), emptied))
     return fit, int(emptied[0])
+
+
+WINDOW_MAX = 1024       # gpu/kernels/pma.cu: slots of the largest window merge_windows takes
+
+
+def merge_windows(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, seg_begin: cp.ndarray,
+                  seg_end: cp.ndarray, ins_begin: cp.ndarray, ins_end: cp.ndarray,
+                  totals: cp.ndarray, batch_keys: cp.ndarray, batch_vals: cp.ndarray,
+                  ins_pending: cp.ndarray, segment_size: int) -> int:
+    """Launch gpu/kernels/pma.cu:merge_windows, one block per window [seg_begin, seg_end)
+    (at most WINDOW_MAX slots each); returns how many segments it left empty."""
+    for name, dtype, array in (("keys", np.uint64, keys), ("vals", np.int32, vals),
+                               ("cnt", np.int32, cnt), ("seg_begin", np.int64, seg_begin),
+                               ("seg_end", np.int64, seg_end),
+                               ("ins_begin", np.int64, ins_begin),
+                               ("ins_end", np.int64, ins_end), ("totals", np.int64, totals),
+                               ("batch_keys", np.uint64, batch_keys),
+                               ("batch_vals", np.int32, batch_vals),
+                               ("ins_pending", np.bool_, ins_pending)):
+        _check(name, array, dtype, 1)
+    count = seg_begin.shape[0]
+    if count == 0:
+        return 0
+    if int((seg_end - seg_begin).max()) * segment_size > WINDOW_MAX:
+        raise ValueError(f"merge_windows takes windows of at most {WINDOW_MAX} slots")
+    flags = cp.zeros(2, dtype=np.int32)
+    module("pma").get_function("merge_windows")(
+        (count,), (256,),
+        (keys, vals, cnt, seg_begin, seg_end, ins_begin, ins_end, totals, batch_keys,
+         batch_vals, ins_pending, np.int32(segment_size), flags[:1], flags[1:]))
+    emptied, miscounted = (int(x) for x in flags.get())
+    if miscounted:
+        raise RuntimeError(f"merge_windows: {miscounted} windows hold another count than "
+                           f"the fit test used")
+    return emptied
+
+
+def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, slot_begin: cp.ndarray,
+             slot_end: cp.ndarray, row: cp.ndarray) -> None:
+    """Launch gpu/kernels/pma.cu:set_rows over the slots [slot_begin, slot_end) of the
+    windows a batch rewrote: the row offset of every vertex whose first edge is there."""
+    for name, dtype, array in (("keys", np.uint64, keys), ("cnt", np.int32, cnt),
+                               ("slot_begin", np.int64, slot_begin),
+                               ("slot_end", np.int64, slot_end), ("row", np.int64, row)):
+        _check(name, array, dtype, 1)
+    count = slot_begin.shape[0]
+    if count == 0:
+        return
+    lengths = slot_end - slot_begin
+    offsets = cp.zeros(count, dtype=np.int64)
+    cp.cumsum(lengths[:-1], out=offsets[1:])
+    total = int(offsets[-1] + lengths[-1])
+    if total == 0:
+        return
+    threads = 256
+    module("pma").get_function("set_rows")(
+        (-(-total // threads),), (threads,),
+        (keys, cnt, np.int32(segment_size), slot_begin, offsets, np.int64(count),
+         np.int64(total), row))

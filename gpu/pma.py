@@ -48,9 +48,10 @@ class PMAConfig:
     root_lower: float = 0.5
     target: float = 0.67            # density a rebuild (growth or shrink) leaves
     min_segments: int = 1
-    # On CuPy, merge the touched leaf segments with the CUDA kernel (gpu/kernels/pma.cu)
-    # instead of the generic array path (off: the comparison in the benchmark).
-    leaf_kernel: bool = True
+    # On CuPy, merge leaves and small windows and set row offsets with the CUDA kernels of
+    # gpu/kernels/pma.cu instead of the generic array path (off: the reference the
+    # kernels are tested against, and the comparison in the benchmark).
+    kernels: bool = True
 
     def __post_init__(self) -> None:
         s = self.segment_size
@@ -324,7 +325,11 @@ class PackedMemoryArray:
                     fit = (total <= upper * slots) & ((de == db) | (total >= lower * slots))
                 done = xp.flatnonzero(fit)
                 if done.size:
-                    self._merge(s0[done], s1[done], ib[done], ie[done], total[done])
+                    if self._window_kernel(level):
+                        self._merge_windows(s0[done], s1[done], ib[done], ie[done],
+                                            total[done])
+                    else:
+                        self._merge(s0[done], s1[done], ib[done], ie[done], total[done])
                     gone, _ = _ranges(xp, db[done], de[done] - db[done])
                     dpend[gone] = False
             done = xp.flatnonzero(fit)
@@ -343,7 +348,20 @@ class PackedMemoryArray:
         self._phase("rows")
 
     def _leaf_kernel(self) -> bool:
-        return self.config.leaf_kernel and self.xp is not np and self.S <= 32
+        return self.config.kernels and self.xp is not np and self.S <= 32
+
+    def _window_kernel(self, level: int) -> bool:
+        if not self.config.kernels or self.xp is np:
+            return False
+        from gpu import cuda_kernels
+        return (self.S << level) <= cuda_kernels.WINDOW_MAX
+
+    def _merge_windows(self, s0, s1, ib, ie, total) -> None:
+        """_merge on the device, one block per window (gpu/kernels/pma.cu)."""
+        from gpu import cuda_kernels
+        if cuda_kernels.merge_windows(self.keys, self.vals, self.cnt, s0, s1, ib, ie, total,
+                                      self._bk, self._bv, self._ipend, self.S):
+            self.stats.fixup = True
 
     def _merge_leaves(self, windows, ib, ie, db, de, dpend, lower, upper):
         """Level 0 on the device: gpu/kernels/pma.cu merges every leaf that stays within
@@ -425,6 +443,12 @@ class PackedMemoryArray:
             hi = xp.where(de > db, xp.maximum(hi, last_del), hi)
         hi = xp.minimum(hi, self.num_vertices - 1)
         lo = xp.minimum(lo, hi)
+        if self.config.kernels and xp is not np:
+            # Vertices whose first edge is in a rewritten window, from its slots; by
+            # search only those past its last edge that lost their edges in it.
+            from gpu import cuda_kernels
+            cuda_kernels.set_rows(self.keys, self.cnt, self.S, begin, end, self.row)
+            lo = xp.maximum(lo, xp.minimum(key_src(self.keys[end - 1]), hi))
         vertex, _ = _ranges(xp, lo + 1, hi - lo)
         if vertex.size:
             self.row[vertex] = xp.searchsorted(self.keys, vertex.astype(np.uint64) << _SHIFT)

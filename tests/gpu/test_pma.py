@@ -240,13 +240,14 @@ def test_check_catches_a_corrupted_structure(corrupt):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("segment_size", [2, 16, 32])
-def test_leaf_kernel_equals_the_array_path(segment_size):
-    """The CUDA leaf merge leaves exactly the layout the generic array path leaves."""
+def test_kernels_equal_the_array_path(segment_size):
+    """The CUDA kernels (leaf and window merges, rows) leave exactly the layout the generic
+    array path leaves."""
     import cupy
     rng = np.random.default_rng(segment_size)
     n = 300
     pmas = [PackedMemoryArray(cupy, num_vertices=n,
-                              config=PMAConfig(segment_size=segment_size, leaf_kernel=kernel))
+                              config=PMAConfig(segment_size=segment_size, kernels=kernel))
             for kernel in (True, False)]
     ref = Reference()
     for step in range(150):
