@@ -256,6 +256,11 @@ def test_kernels_equal_the_array_path(segment_size):
         for pma in pmas:
             pma.apply(cupy.asarray(ik), cupy.asarray(iv), cupy.asarray(dk))
         _apply(ref, ik, iv, dk)
-        for name in ("keys", "vals", "cnt", "row", "deg"):
+        for name in ("keys", "cnt", "row", "deg"):
             assert bool((getattr(pmas[0], name) == getattr(pmas[1], name)).all()), name
-    pmas[0].check(*ref.arrays())
+        # A gap's value is not part of the state (readers skip gaps by count).
+        real = pmas[0].real_mask()
+        assert bool((pmas[0].vals[real] == pmas[1].vals[real]).all()), "vals"
+        if step % 10 == 0:
+            for pma in pmas:
+                pma.check(*ref.arrays())
