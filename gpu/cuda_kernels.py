@@ -225,9 +225,10 @@ def merge_windows(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, seg_begin
 
 
 def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, slot_begin: cp.ndarray,
-             slot_end: cp.ndarray, row: cp.ndarray) -> None:
-    """Launch gpu/kernels/pma.cu:set_rows over the slots [slot_begin, slot_end) of the
-    windows a batch rewrote: the row offset of every vertex whose first edge is there."""
+             slot_end: cp.ndarray, window_slots: int, row: cp.ndarray) -> None:
+    """Launch gpu/kernels/pma.cu:set_rows over the slots [slot_begin, slot_end) of windows
+    of at most `window_slots` slots that a batch rewrote: the row offset of every vertex
+    whose first edge is there."""
     for name, dtype, array in (("keys", np.uint64, keys), ("cnt", np.int32, cnt),
                                ("slot_begin", np.int64, slot_begin),
                                ("slot_end", np.int64, slot_end), ("row", np.int64, row)):
@@ -235,14 +236,10 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, slot_begin: c
     count = slot_begin.shape[0]
     if count == 0:
         return
-    lengths = slot_end - slot_begin
-    offsets = cp.zeros(count, dtype=np.int64)
-    cp.cumsum(lengths[:-1], out=offsets[1:])
-    total = int(offsets[-1] + lengths[-1])
-    if total == 0:
-        return
+    if slot_end.shape[0] != count:
+        raise ValueError("slot_begin and slot_end differ in length")
     threads = 256
     module("pma").get_function("set_rows")(
-        (-(-total // threads),), (threads,),
-        (keys, cnt, np.int32(segment_size), slot_begin, offsets, np.int64(count),
-         np.int64(total), row))
+        (-(-count * window_slots // threads),), (threads,),
+        (keys, cnt, np.int32(segment_size), slot_begin, slot_end, np.int64(count),
+         np.int64(window_slots), row))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpu import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
 from gpu.device import resolve_backend
@@ -61,6 +62,7 @@ class Engine:
         self.signatures.resize(self.graph)
         self._queries: dict[int, _Standing] = {}
         self._updates = UpdateIndex(self.graph.label.shape[0])
+        self._upkeep = upkeep.QueryArrays()
         self._next_id = 1
         self.batches_applied = 0
         self._device = None
@@ -198,8 +200,16 @@ class Engine:
                                     "update": (t3 - t2) + (t5 - t4)})
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
-        for qid, standing in self._queries.items():
-            standing.leaves.edges(self.signatures.cand[qid], us, vs, labels, sign)
+        if len(us) and self._queries:
+            upkeep.leaf_edges(self._query_arrays(), us, vs,
+                              np.ascontiguousarray(labels, dtype=np.int32), np.int32(sign))
+
+    def _query_arrays(self):
+        """Every standing query's upkeep arrays as a typed list (gpu/upkeep.py), or None."""
+        sig = self.signatures
+        return self._upkeep.get([(sig.cand[qid], s.leaves.nc, s.leaves.leaf_q,
+                                  s.leaves.leaf_elab) + sig.query_side(qid)
+                                 for qid, s in self._queries.items()])
 
     def _incremental(self, us, vs, labels, list_limit: Mapping[int, int]
                      ) -> tuple[dict[int, MatchSet], dict[int, float]]:
@@ -243,25 +253,30 @@ class Engine:
     def _mutate(self, batch: EffectiveBatch) -> None:
         g, sig = self.graph, self.signatures
         # New vertices first: normalize() gave them slots before this batch frees any.
-        slots = g.add_vertices(batch.add_ids, batch.add_labels)
-        assert np.array_equal(slots, batch.add_slots)
-        sig.vertices_added(g, slots)
-        for standing in self._queries.values():
-            standing.leaves.resize(g.label.shape[0])
-        g.delete_edges(batch.delete_u, batch.delete_v)
-        sig.edges_changed(batch.delete_u, batch.delete_v, -1)
+        slots = batch.add_slots
+        if len(batch.add_ids):
+            slots = g.add_vertices(batch.add_ids, batch.add_labels)
+            assert np.array_equal(slots, batch.add_slots)
+            sig.vertices_added(g, slots)
+            for standing in self._queries.values():
+                standing.leaves.resize(g.label.shape[0])
+        if len(batch.delete_u):
+            g.delete_edges(batch.delete_u, batch.delete_v)
+            sig.edges_changed(batch.delete_u, batch.delete_v, -1)
         g.delete_vertices(batch.delete_slots)
-        g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
-        sig.edges_changed(batch.insert_u, batch.insert_v, +1)
+        if len(batch.insert_u):
+            g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
+            sig.edges_changed(batch.insert_u, batch.insert_v, +1)
         # Leaf counts follow the new edges under the old candidate bits, then the bit changes.
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
         touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
                                             batch.insert_v, batch.delete_slots, slots]))
         touched = touched.astype(np.int32)
-        old_bits = {qid: sig.cand[qid][touched] for qid in self._queries}
-        sig.refresh(g, touched)
-        for qid, standing in self._queries.items():
-            standing.leaves.candidates_changed(g, touched, old_bits[qid], sig.cand[qid][touched])
+        # SignatureTable.refresh and LeafCounts.candidates_changed for every query at once.
+        sig.encode(touched)
+        if len(touched) and self._queries:
+            upkeep.refresh_candidates(self._query_arrays(), touched, g.alive, g.label, g.deg,
+                                      sig.codes, g.start, g.nbr, g.elab)
         if self._device is not None:
             self._device.sync(g, touched)
             for qid in self._queries:

@@ -41,7 +41,7 @@ class PMAUpdateError(ValueError):
 
 @dataclass(frozen=True)
 class PMAConfig:
-    segment_size: int = 16          # slots per leaf segment (a power of two)
+    segment_size: int = 32          # slots per leaf segment (a power of two)
     leaf_upper: float = 1.0         # density thresholds at the leaves and at the root,
     root_upper: float = 0.85        # interpolated linearly over the levels between
     leaf_lower: float = 0.125
@@ -334,7 +334,8 @@ class PackedMemoryArray:
                     dpend[gone] = False
             done = xp.flatnonzero(fit)
             if done.size:
-                rewritten.append((s0[done] * self.S, s1[done] * self.S, db[done], de[done]))
+                rewritten.append((s0[done] * self.S, s1[done] * self.S, db[done], de[done],
+                                  self.S << level))
                 self.stats.levels = level
                 self.stats.windows += int(done.size)
                 self.stats.slots += int(slots[done].sum())
@@ -447,7 +448,9 @@ class PackedMemoryArray:
             # Vertices whose first edge is in a rewritten window, from its slots; by
             # search only those past its last edge that lost their edges in it.
             from gpu import cuda_kernels
-            cuda_kernels.set_rows(self.keys, self.cnt, self.S, begin, end, self.row)
+            for first, last, _, _, window_slots in rewritten:
+                cuda_kernels.set_rows(self.keys, self.cnt, self.S, first, last, window_slots,
+                                      self.row)
             lo = xp.maximum(lo, xp.minimum(key_src(self.keys[end - 1]), hi))
         vertex, _ = _ranges(xp, lo + 1, hi - lo)
         if vertex.size:

@@ -161,6 +161,14 @@ class SignatureTable:
         self.cand[qid] = np.zeros(self.slot_of.shape[0], dtype=np.uint32)
         self.refresh(graph, np.arange(graph.num_slots, dtype=np.int32), only=qid)
 
+    def query_side(self, qid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(labels, degrees, codes) of the query's vertices, as `_candidates` reads them."""
+        return self._query_side[qid][1:]
+
+    def encode(self, vertices: np.ndarray) -> None:
+        """Re-encode `vertices` without recomputing any candidate bits (see refresh)."""
+        _encode(self.counts, self.codes, vertices)
+
     def remove_query(self, qid: int) -> None:
         self.cand.pop(qid)
         self._query_side.pop(qid)

@@ -239,18 +239,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK) merge_windows(
 
 extern "C" __global__ void set_rows(
     const unsigned long long* keys, const int* cnt, const int S,
-    const long long* slot_begin, const long long* offsets, const long long num_windows,
-    const long long total, long long* row)
+    const long long* slot_begin, const long long* slot_end, const long long num_windows,
+    const long long window_slots, long long* row)
 {
     const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (t >= total) return;
-    long long lo = 0, hi = num_windows;      // the window holding t: last offset <= t
-    while (hi - lo > 1) {
-        const long long mid = (lo + hi) >> 1;
-        if (offsets[mid] <= t) lo = mid; else hi = mid;
-    }
-    const long long i = slot_begin[lo] + (t - offsets[lo]);
-    if ((i % S) >= cnt[i / S]) return;
+    const long long w = t / window_slots;     // windows of one level: all this size but the last
+    if (w >= num_windows) return;
+    const long long i = slot_begin[w] + t % window_slots;
+    if (i >= slot_end[w] || (i % S) >= cnt[i / S]) return;
     const long long cur = (long long)(keys[i] >> 32);
     const unsigned long long before = i > 0 ? keys[i - 1] : 0ull;
     const long long prev = before == 0ull ? -1 : (long long)(before >> 32);

@@ -1,0 +1,69 @@
+"""Per-batch upkeep of every standing query's candidate bits and leaf counts, in one
+compiled call per step instead of one call per query.
+
+A batch's upkeep runs the same kernels for each standing query (gpu/leafcount.py,
+gpu/signature.py); for a one-edge batch the Python calls around them cost more than the
+work.  `QueryArrays` keeps one tuple of arrays per standing query in a numba typed list,
+rebuilt whenever one of them is replaced (a query added or removed, the vertex capacity
+grown, the signature labels widened); the kernels below walk that list.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from numba.typed import List
+
+from gpu.leafcount import _cand_changed, _edge_contrib
+from gpu.signature import _candidates
+
+
+@nb.njit(cache=True, nogil=True)
+def leaf_edges(queries, us, vs, labels, sign):
+    """LeafCounts.edges for every query: add (+1) or take out (-1) edges us-vs."""
+    for q in range(len(queries)):
+        cand, nc, leaf_q, leaf_elab = queries[q][0], queries[q][1], queries[q][2], queries[q][3]
+        _edge_contrib(nc, cand, leaf_q, leaf_elab, us, vs, labels, sign)
+
+
+@nb.njit(cache=True, nogil=True)
+def refresh_candidates(queries, vertices, alive, label, deg, codes, start, nbr, elab):
+    """For every query: recompute the candidate bits of `vertices` (their codes are
+    already re-encoded) and follow the changes into the neighbours' leaf counts
+    (SignatureTable.refresh, then LeafCounts.candidates_changed)."""
+    old = np.empty(vertices.shape[0], dtype=np.uint32)
+    new = np.empty(vertices.shape[0], dtype=np.uint32)
+    for q in range(len(queries)):
+        cand, nc, leaf_q, leaf_elab, q_label, q_deg, q_codes = queries[q]
+        for i in range(vertices.shape[0]):
+            old[i] = cand[vertices[i]]
+        _candidates(cand, vertices, alive, label, deg, codes, q_label, q_deg, q_codes)
+        for i in range(vertices.shape[0]):
+            new[i] = cand[vertices[i]]
+        _cand_changed(nc, leaf_q, leaf_elab, vertices, old, new, start, deg, nbr, elab)
+
+
+class QueryArrays:
+    """The typed list of (cand, nc, leaf_q, leaf_elab, q_label, q_deg, q_codes) per query."""
+
+    def __init__(self) -> None:
+        self._key: tuple = ()
+        self._list = None
+
+    def get(self, parts: list[tuple]):
+        """The typed list for `parts` (one such tuple per query, in order), None when empty.
+
+        Rebuilt only when an array is not the one the list holds (the list keeps the old
+        arrays alive, so their ids cannot have been reused).  Only cand, nc and q_codes
+        are compared: a standing query's other arrays are never replaced."""
+        key = tuple((id(p[0]), id(p[1]), id(p[6])) for p in parts)
+        if key != self._key:
+            self._list = None
+            if parts:
+                typed = List()
+                for part in parts:
+                    # Kernels write cand and nc in place: they must be these very arrays.
+                    assert all(a.flags.c_contiguous for a in part)
+                    typed.append(part)
+                self._list = typed
+            self._key = key
+        return self._list
