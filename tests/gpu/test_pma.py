@@ -198,8 +198,7 @@ def test_memory_per_edge_stays_bounded(xp):
 
 def test_a_one_edge_batch_rewrites_a_few_segments(xp):
     """Per-batch cost follows the batch: one insert and one delete among 60,000 edges
-    rewrite their leaf
-    windows (or a few levels above them), not the array."""
+    rewrite their leaf windows (or a few levels above them), not the array."""
     rng = np.random.default_rng(11)
     n = 4000
     src, dst = rng.integers(0, n, 70000), rng.integers(0, n, 70000)
