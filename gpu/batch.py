@@ -221,9 +221,10 @@ def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
     applied, ignored = _counts(), _counts()
     label = np.array([stream.label[0]], dtype=np.int32)
     empty = _NO_INT32
-    effective = dict(add_ids=np.empty(0, dtype=np.int64), add_labels=empty, add_slots=empty,
-                     delete_slots=empty, delete_u=empty, delete_v=empty, delete_labels=empty,
-                     insert_u=empty, insert_v=empty, insert_labels=empty)
+    effective = {"add_ids": np.empty(0, dtype=np.int64), "add_labels": empty,
+                 "add_slots": empty, "delete_slots": empty, "delete_u": empty,
+                 "delete_v": empty, "delete_labels": empty, "insert_u": empty,
+                 "insert_v": empty, "insert_labels": empty}
     if kind == INSERT_EDGE:
         if pos >= 0:
             ignored["edges_inserted"] = 1

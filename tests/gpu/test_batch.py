@@ -10,7 +10,10 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import gpu.batch
 from gpu.batch import COUNT_KEYS, BatchRejected, normalize
 from gpu.config import EngineConfig
 from gpu.formats import (
@@ -342,3 +345,46 @@ def test_random_batches_net_effect_matches_reference():
         for key in COUNT_KEYS:
             if key != "edges_deleted" or not implicit:
                 assert b.applied[key] == applied[key], (key, records)
+
+
+_ONE_RECORD = st.tuples(st.sampled_from([V, DV, E, DE]),
+                        st.sampled_from(sorted(VERTICES) + [7, 99]),
+                        st.sampled_from(sorted(VERTICES) + [7, 99]),
+                        st.sampled_from([NO_LABEL, 0, 1, 2]))
+
+
+def _effect_or_error(batch, graph):
+    try:
+        effect = normalize(batch, graph)
+    except BatchRejected as exc:
+        return str(exc)
+    return {name: (value.dtype.str, value.tolist()) if isinstance(value, np.ndarray)
+            else value for name, value in vars(effect).items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(record=_ONE_RECORD)
+def test_one_record_scalar_path_equals_general_path(record):
+    """A one-record batch takes _single_edge (scalar code) where it applies: the effect
+    (every array, value and dtype, and the counts) or the rejection is the general path's."""
+    kind, a, b, label = record
+    if kind in (V, E) and label == NO_LABEL:
+        label = 0
+    batch = stream([(kind, a, b, label)])
+    g = make_graph(EngineConfig())
+    fast = _effect_or_error(batch, g)
+    real = gpu.batch._single_edge
+    gpu.batch._single_edge = lambda stream, graph: None
+    try:
+        general = _effect_or_error(batch, g)
+    finally:
+        gpu.batch._single_edge = real
+    assert fast == general
+
+
+def test_one_record_scalar_path_is_taken():
+    g = make_graph(EngineConfig())
+    assert gpu.batch._single_edge(stream([(E, 1, 4, 0)]), g) is not None
+    assert gpu.batch._single_edge(stream([(DE, 2, 1, NO_LABEL)]), g) is not None
+    assert gpu.batch._single_edge(stream([(E, 1, 7, 0)]), g) is None      # 7 is missing
+    assert gpu.batch._single_edge(stream([(V, 7, 0, 1)]), g) is None      # not an edge

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 import gpu.cpu_executor
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from tests.graphs import embeddings, random_batch, random_data
 from tests.gpu.test_cpu_groups import PATTERNS, hub_batch, hub_data
+from tests.graphs import embeddings, random_batch, random_data
 
 
 @pytest.fixture
