@@ -243,3 +243,28 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, slot_begin: c
         (-(-count * window_slots // threads),), (threads,),
         (keys, cnt, np.int32(segment_size), slot_begin, slot_end, np.int64(count),
          np.int64(window_slots), row))
+
+
+def window_totals(cnt: cp.ndarray, seg_begin: cp.ndarray, seg_end: cp.ndarray,
+                  ins_pending: cp.ndarray, ins_begin: cp.ndarray, ins_end: cp.ndarray,
+                  del_pending: cp.ndarray, del_begin: cp.ndarray,
+                  del_end: cp.ndarray) -> cp.ndarray:
+    """Launch gpu/kernels/pma.cu:window_totals: what each window [seg_begin, seg_end)
+    would hold after its pending inserts and deletes (int64 per window)."""
+    for name, dtype, array in (("cnt", np.int32, cnt), ("seg_begin", np.int64, seg_begin),
+                               ("seg_end", np.int64, seg_end),
+                               ("ins_pending", np.bool_, ins_pending),
+                               ("ins_begin", np.int64, ins_begin),
+                               ("ins_end", np.int64, ins_end),
+                               ("del_pending", np.bool_, del_pending),
+                               ("del_begin", np.int64, del_begin),
+                               ("del_end", np.int64, del_end)):
+        _check(name, array, dtype, 1)
+    count = seg_begin.shape[0]
+    totals = cp.zeros(count, dtype=np.int64)
+    if count:
+        module("pma").get_function("window_totals")(
+            (-(-count // 256),), (256,),
+            (cnt, seg_begin, seg_end, ins_pending, ins_begin, ins_end, del_pending,
+             del_begin, del_end, np.int64(count), totals))
+    return totals

@@ -311,8 +311,13 @@ class PackedMemoryArray:
             if level == 0 and level < self.height and self._leaf_kernel():
                 fit = self._merge_leaves(windows, ib, ie, db, de, dpend, lower, upper)
             else:
-                total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
-                         + _pending(xp, self._ipend, ib, ie))
+                if self._window_kernel(level):
+                    from gpu import cuda_kernels
+                    total = cuda_kernels.window_totals(self.cnt, s0, s1, self._ipend, ib, ie,
+                                                       dpend, db, de)
+                else:
+                    total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
+                             + _pending(xp, self._ipend, ib, ie))
                 if level == self.height:
                     t = int(total[0])
                     if t > upper * self.capacity or (t < lower * self.capacity

@@ -252,3 +252,23 @@ extern "C" __global__ void set_rows(
     const long long prev = before == 0ull ? -1 : (long long)(before >> 32);
     for (long long u = prev + 1; u <= cur; ++u) row[u] = i;
 }
+
+// ---------------------------------------------------------------------------------------
+// window_totals: elements a window above the leaves will hold: its segments' counts, less
+// its still-pending deletes (marked DEAD in place), plus its still-pending inserts.  One
+// thread per window (windows of at most WINDOW_MAX slots, so a short loop).
+
+extern "C" __global__ void window_totals(
+    const int* cnt, const long long* seg_begin, const long long* seg_end,
+    const unsigned char* ins_pending, const long long* ins_begin, const long long* ins_end,
+    const unsigned char* del_pending, const long long* del_begin, const long long* del_end,
+    const long long num_windows, long long* totals)
+{
+    const long long w = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (w >= num_windows) return;
+    long long total = 0;
+    for (long long s = seg_begin[w]; s < seg_end[w]; ++s) total += cnt[s];
+    for (long long j = ins_begin[w]; j < ins_end[w]; ++j) total += ins_pending[j];
+    for (long long j = del_begin[w]; j < del_end[w]; ++j) total -= del_pending[j];
+    totals[w] = total;
+}
