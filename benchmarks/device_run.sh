@@ -15,6 +15,8 @@
 #   pma          the packed-memory-array tests on cupy, then benchmarks.pma_bench (R-MAT;
 #                PMA_ARGS adds flags, e.g. "--scale 20 --edges 10000000"; PMA_TIMEOUT
 #                bounds it, seconds, default 400)
+#   scale        benchmarks.scale_bench on cuda (R-MAT engine load, update throughput,
+#                match latency); SCALE_ARGS adds flags, SCALE_TIMEOUT bounds it (default 500)
 #   stream-EXP   benchmarks.stream_bench on cuda for EXP in rate|mixed|latency (e.g.
 #                stream-latency), appending to $OUT/stream.jsonl; STREAM_ARGS adds flags
 #                (e.g. "--kinds dense --max-queries 3"), STREAM_TIMEOUT bounds each run
@@ -73,6 +75,10 @@ for stage in "${stages[@]}"; do
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
             timeout "${PMA_TIMEOUT:-400}" python3 -m benchmarks.pma_bench --check \
                 --json "$OUT/pma.jsonl" ${PMA_ARGS:-} 2>&1 | tee -a "$OUT/pma.txt" | tail -30
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        scale)
+            timeout "${SCALE_TIMEOUT:-500}" python3 -m benchmarks.scale_bench --backend cuda \
+                --json "$OUT/scale.jsonl" ${SCALE_ARGS:-} 2>&1 | tee -a "$OUT/scale.txt" | tail -20
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         stream-*)
             timeout "${STREAM_TIMEOUT:-300}" python3 -m benchmarks.stream_bench --graph "$GRAPH" \

@@ -91,6 +91,9 @@ def _parse_args(argv):
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
+    p.add_argument("--gpu-busy", action="store_true",
+                   help="cuda: time the matching kernels with CUDA events and report their "
+                        "share of each batch's wall time")
     p.add_argument("--verbose", action="store_true", help="progress lines on stderr")
     args = p.parse_args(argv)
     resolve_queries_dir(args)
@@ -252,6 +255,16 @@ def measure_alone(engine: Engine, query: QueryGraph, batch: UpdateStream, undo: 
     return res, delta, wall, exact
 
 
+def _kernel_clock(args, backend: str):
+    """With --gpu-busy on cuda: the executor's kernel clock, reset and running."""
+    if not args.gpu_busy or backend != "cuda":
+        return None
+    from gpu.cuda_executor import KERNEL_CLOCK
+    KERNEL_CLOCK.enabled = True
+    KERNEL_CLOCK.reset()
+    return KERNEL_CLOCK
+
+
 def run(args, backend: str) -> list[dict]:
     """Run the experiment on a resolved backend; return one record per query."""
     verbose = args.verbose or sys.stderr.isatty()
@@ -283,6 +296,7 @@ def run(args, backend: str) -> list[dict]:
         for kind, queries in sets.items():
             queries = queries[: args.max_queries]
             for i, (path, query) in enumerate(queries):
+                clock = _kernel_clock(args, backend)
                 res, result, wall, exact = measure_alone(engine, query, batch, undo, args.check,
                                                          str(path))
                 record = {
@@ -305,6 +319,10 @@ def run(args, backend: str) -> list[dict]:
                 }
                 if args.check:
                     record["check"] = exact
+                if clock is not None:
+                    # How busy the GPU was: matching-kernel time over the batch's wall time.
+                    record["kernel_seconds"] = clock.seconds()
+                    record["gpu_busy"] = record["kernel_seconds"] / wall
                 records.append(record)
                 if out:
                     out.write(json.dumps(record) + "\n")

@@ -23,6 +23,39 @@ from gpu.results import MatchSet
 BUFFER_SHARE = 0.25
 
 
+class KernelClock:
+    """Device time of the matching kernels, from CUDA events around each launch (off by
+    default; benchmarks turn it on to report how busy the GPU was during a batch)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._events: list[tuple[cp.cuda.Event, cp.cuda.Event]] = []
+
+    def reset(self) -> None:
+        self._events.clear()
+
+    def launch(self, kernel, *args, **kwargs) -> None:
+        if not self.enabled:
+            kernel(*args, **kwargs)
+            return
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        kernel(*args, **kwargs)
+        end.record()
+        self._events.append((start, end))
+
+    def seconds(self) -> float:
+        """Kernel seconds since the last reset (waits for them)."""
+        total = 0.0
+        for start, end in self._events:
+            end.synchronize()
+            total += cp.cuda.get_elapsed_time(start, end) / 1000.0
+        return total
+
+
+KERNEL_CLOCK = KernelClock()
+
+
 def _list_positions(start: np.ndarray, deg: np.ndarray, vertices: np.ndarray) -> np.ndarray:
     """Pool positions of the lists of `vertices`, concatenated."""
     s = start[vertices].astype(np.int64)
@@ -173,8 +206,9 @@ def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTy
     no_offsets = cp.zeros(0, dtype=np.int64)
     no_out = cp.zeros((0, n), dtype=np.int32)
     members = types.perms.shape[1]
-    cuda_kernels.match_tasks(graph, plan, n, members, tasks, bufs, width, warps, counts,
-                             no_offsets, no_out, 0, False, sharing, share_capacity, share_every)
+    KERNEL_CLOCK.launch(cuda_kernels.match_tasks, graph, plan, n, members, tasks, bufs,
+                        width, warps, counts, no_offsets, no_out, 0, False, sharing,
+                        share_capacity, share_every)
     per_task = counts * plan[-1][tasks[3]]
     total = int(per_task.sum())
     if list_limit <= 0 or total == 0:
@@ -182,7 +216,7 @@ def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTy
     offsets = cp.zeros(len(tu), dtype=np.int64)
     cp.cumsum(per_task[:-1], out=offsets[1:])
     rows = cp.full((min(total, list_limit), n), -1, dtype=np.int32)
-    cuda_kernels.match_tasks(graph, plan, n, members, tasks, bufs, width, warps,
-                             cp.zeros(len(tu), dtype=np.int64), offsets, rows, rows.shape[0],
-                             True)
+    KERNEL_CLOCK.launch(cuda_kernels.match_tasks, graph, plan, n, members, tasks, bufs,
+                        width, warps, cp.zeros(len(tu), dtype=np.int64), offsets, rows,
+                        rows.shape[0], True)
     return MatchSet(total, rows.get(), total > rows.shape[0])
