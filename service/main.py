@@ -94,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                              (ServiceUnavailable, 503)):
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(ValidationError, _invalid_body)
+    app.add_middleware(batches.BatchFastPath, handlers=app.exception_handlers)
     app.openapi = lambda: _openapi_with_bodies(app)
     return app
 

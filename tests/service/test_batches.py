@@ -177,3 +177,76 @@ def test_response_is_json_with_timings(client):
     assert set(body) == {"batch", "applied", "ignored", "results", "timings"}
     assert body["applied"]["vertices_added"] == 1
     assert {"validate", "match", "update", "engine"} <= set(body["timings"])
+
+
+_KEY = "k" * 24
+# (body, content type, extra headers): good batches, and every kind of refusal the route has.
+_REQUESTS = [
+    (json.dumps({"insert_vertices": [[1, 0], [2, 0], [3, 1]]}), "application/json", {}),
+    (json.dumps({"insert_edges": [[1, 2], [2, 3]]}), "application/json", {}),
+    (json.dumps({"insert_edges": [[1, 3]]}), "application/json; charset=utf-8", {}),
+    ("-e 1 2\ne 1 2 1\n", "text/plain", {}),
+    (json.dumps({"delete_edges": [[2, 3]]}), None, {}),                    # JSON by default
+    (json.dumps({"insert_edges": [[1, 99]]}), "application/json", {}),     # missing vertex
+    (json.dumps({"insert_edges": [[1, "x"]]}), "application/json", {}),    # pydantic error
+    (json.dumps({"insert_edgez": []}), "application/json", {}),
+    ("e 1 2\nq 2 3\n", "text/plain", {}),
+    ("<xml/>", "text/xml", {}),
+    (json.dumps({"insert_edges": [[2, 2]]}), "application/json", {}),      # self-loop
+    (json.dumps({"insert_vertices": [[4, "new-label"]]}), "application/json", {}),
+    (json.dumps({"insert_vertices": [[5, 0]]}), "application/json", {"Idempotency-Key": "a"}),
+    (json.dumps({"insert_vertices": [[5, 0]]}), "application/json", {"Idempotency-Key": "a"}),
+    (json.dumps({"insert_vertices": [[6, 0]]}), "application/json", {"Idempotency-Key": "a"}),
+    (json.dumps({"insert_vertices": [[7, 0]]}), "application/json",
+     {"Idempotency-Key": "x" * 201}),                                      # header refused
+    (json.dumps({"insert_vertices": [[7, 0]]}), "application/json",
+     {"Idempotency-Key": "x" * 200}),
+    ("x" * 5000, "application/json", {}),                                   # over the limit
+    (json.dumps({"insert_vertices": [[8, 0]]}), "application/json", {"Authorization": ""}),
+    (json.dumps({"insert_vertices": [[8, 0]]}), "application/json",
+     {"Authorization": "Bearer wrong-key-wrong-key"}),
+    (json.dumps({"insert_vertices": [[8, 0]]}), "application/json",
+     {"Authorization": "Basic " + _KEY}),
+]
+
+
+def _answers(tmp_path, name: str, fast: bool) -> list[tuple]:
+    """Every request of _REQUESTS on a fresh service, with or without BatchFastPath."""
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from service.routes.batches import BatchFastPath
+    from service.settings import Settings
+    from tests.service.conftest import BACKEND, wait_ready
+
+    settings = Settings(data_dir=tmp_path / name, synchronous="normal", backend=BACKEND,
+                        api_key=_KEY, max_request_bytes=4096)
+    app = create_app(settings)
+    if not fast:
+        app.user_middleware = [m for m in app.user_middleware if m.cls is not BatchFastPath]
+    out = []
+    with TestClient(app) as client:
+        wait_ready(client)
+        for body, media, extra in _REQUESTS:
+            headers = {"Authorization": f"Bearer {_KEY}", **extra}
+            if media is not None:
+                headers["Content-Type"] = media
+            r = client.post("/v1/batches", content=body, headers=headers)
+            answer = r.json()
+            if r.status_code == 200:
+                answer.pop("timings")
+            out.append((r.status_code, answer, r.headers.get("content-type"),
+                        r.headers.get("idempotent-replayed"),
+                        r.headers.get("www-authenticate")))
+        out.append(client.get("/v1/graph", headers={"Authorization": f"Bearer {_KEY}"})
+                   .json()["batches"])
+    return out
+
+
+def test_fast_path_answers_exactly_as_the_route(tmp_path):
+    """BatchFastPath (the default) against the FastAPI route alone: the same statuses,
+    bodies and headers for accepted, refused, replayed and unauthorised batches."""
+    fast, route = _answers(tmp_path, "fast", True), _answers(tmp_path, "route", False)
+    statuses = {answer[0] for answer in fast[:-1]}
+    assert {200, 401, 409, 413, 415, 422} <= statuses
+    assert fast == route
