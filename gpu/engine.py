@@ -152,6 +152,8 @@ class Engine:
                            self.config.serial_below_tasks)
 
     def _external(self, rows: np.ndarray) -> np.ndarray:
+        if rows.shape[0] == 0:
+            return np.empty(rows.shape, dtype=np.int64)
         return self.graph.ext[rows].astype(np.int64).reshape(rows.shape)
 
     # ---- batches --------------------------------------------------------

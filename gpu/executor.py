@@ -5,6 +5,8 @@ this boundary would copy between host and device.
 """
 from __future__ import annotations
 
+import weakref
+
 import numba
 import numpy as np
 
@@ -28,12 +30,11 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     if list_limit <= 0 and len(us) < serial_below:
         # Small batch: the same tasks, searched one by one, in one compiled call.
         total = cpu_executor.count_small(
-            us, vs, labels, ranks, types.roots, types.root_labels, np.int64(serial_below),
-            np.int64(max(2, group_min) if group_min > 0 else 0), _graph_arrays(graph), cand,
-            _plan_arrays(types, leaves), _leaf_arrays(leaves, updates),
-            np.int64(graph.max_degree))
+            us, vs, labels, ranks, types.roots, types.root_labels, serial_below,
+            max(2, group_min) if group_min > 0 else 0, _graph_arrays(graph), cand,
+            _plan_arrays(types, leaves), _leaf_arrays(leaves, updates), graph.max_degree)
         if total >= 0:
-            return MatchSet(int(total), _no_rows(n), False)
+            return MatchSet(int(total), np.empty((0, n), dtype=np.int32), False)
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
@@ -56,21 +57,25 @@ def _graph_arrays(graph) -> tuple:
     return (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank, graph.label)
 
 
+# The plan tuple of each TaskTypes, with and without leaf counting (built once per plan).
+_PLAN_ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _plan_arrays(types: TaskTypes, leaves: LeafCounts) -> tuple:
-    leaf_from = types.leaf_from if leaves.active else \
-        np.full(types.count, types.orders.shape[1], np.int32)
-    return (types.query_labels, types.orders, types.bw_count, types.bw_level, types.bw_label,
-            types.tail_free, leaf_from, types.tail_head, types.perms, types.multiplicity,
-            types.leaf_root)
+    built = _PLAN_ARRAYS.setdefault(types, {})
+    active = leaves.active
+    if active not in built:
+        leaf_from = types.leaf_from if active else \
+            np.full(types.count, types.orders.shape[1], np.int32)
+        built[active] = (types.query_labels, types.orders, types.bw_count, types.bw_level,
+                         types.bw_label, types.tail_free, leaf_from, types.tail_head,
+                         types.perms, types.multiplicity, types.leaf_root)
+    return built[active]
 
 
 def _leaf_arrays(leaves: LeafCounts, updates: UpdateIndex) -> tuple:
     return (leaves.column, leaves.nc, updates.start, updates.count, updates.nbr, updates.rank,
             updates.elab)
-
-
-def _no_rows(n: int) -> np.ndarray:
-    return np.empty((0, n), dtype=np.int32)
 
 
 def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,

@@ -210,6 +210,10 @@ def all_edges(start, deg, nbr, elab, num_slots):
 
 def _directed_sorted(us, vs, labels, vertex_label):
     """Both directions of undirected edges, sorted by source, then neighbour-list order."""
+    if len(us) == 1:    # two entries with distinct sources: sorted by source alone
+        u, v = sorted((int(us[0]), int(vs[0])))
+        return (np.array([u, v], dtype=np.int32), np.array([v, u], dtype=np.int32),
+                np.full(2, labels[0], dtype=np.int32))
     src = np.concatenate([us, vs]).astype(np.int32)
     dst = np.concatenate([vs, us]).astype(np.int32)
     lab = np.concatenate([labels, labels]).astype(np.int32)
@@ -357,12 +361,21 @@ class DynamicGraph:
         if len(us) == 0:
             return
         src, dst, lab = _directed_sorted(us, vs, labels, self.label)
-        touched, counts = np.unique(src, return_counts=True)
+        if len(us) == 1:    # one edge: two lists, one entry each (scalar code is faster)
+            touched = src.tolist()
 
-        def worst() -> int:
-            """Room for every touched list to relocate under the current capacities."""
-            return int(np.maximum(np.maximum(2 * self.cap[touched], self.deg[touched] + counts),
-                                  self.config.min_list_capacity).sum())
+            def worst() -> int:
+                """Room for every touched list to relocate under the current capacities."""
+                return sum(max(2 * int(self.cap[t]), int(self.deg[t]) + 1,
+                               self.config.min_list_capacity) for t in touched)
+        else:
+            touched, counts = np.unique(src, return_counts=True)
+
+            def worst() -> int:
+                """Room for every touched list to relocate under the current capacities."""
+                return int(np.maximum(np.maximum(2 * self.cap[touched],
+                                                 self.deg[touched] + counts),
+                                      self.config.min_list_capacity).sum())
         self._reserve_pool(worst)
         self.top, garbage = _insert_sorted(self.nbr, self.nlab, self.elab, self.rank, self.label,
                                            self.start, self.deg,

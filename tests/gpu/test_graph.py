@@ -367,3 +367,39 @@ def test_pool_overflow_after_compaction():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_one_edge_batches_match_model(name):
+    """Batches of one edge, as a service sees them (insert_edges and _directed_sorted take
+    their scalar path): lists relocate and the pool grows as with larger batches."""
+    rng = random.Random(77 + len(name))
+    g, m = DynamicGraph(CONFIGS[name]()), Model()
+    ids = [fresh_ext(rng, m, set()) for _ in range(1)]
+    relocations = 0
+    for step in range(600):
+        if len(m.label) < 24 and rng.random() < 0.2:
+            ids = [fresh_ext(rng, m, set())]
+            labels = [rng.randrange(3)]
+            g.add_vertices(arr(ids, np.int64), arr(labels))
+            m.add(ids, labels)
+        alive = sorted(m.label)
+        if len(alive) < 2:
+            continue
+        garbage = g.garbage
+        if m.edges and rng.random() < 0.3:
+            k = rng.choice(sorted(m.edges))
+            u, v = (k[1], k[0]) if rng.random() < 0.5 else k
+            g.delete_edges(arr([u]), arr([v]))
+            del m.edges[k]
+        else:
+            u, v = rng.sample(alive, 2)
+            k = (min(u, v), max(u, v))
+            if k in m.edges:
+                continue
+            label = rng.randrange(3)
+            g.insert_edges(arr([u]), arr([v]), arr([label]))
+            m.edges[k] = label
+        relocations += g.garbage > garbage
+        compare(g, m, rng)
+    assert relocations > 0
