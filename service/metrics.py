@@ -29,6 +29,10 @@ class Metrics:
         self.matches = Counter("motifstream_matches",
                                "Incremental matches reported, over all queries", ["sign"],
                                registry=r)
+        # The labelled children, looked up once (each lookup takes a lock).
+        self._inserted, self._deleted = self.edges.labels("insert"), self.edges.labels("delete")
+        self._positive = self.matches.labels("positive")
+        self._negative = self.matches.labels("negative")
         self._service = None
         r.register(_StateCollector(self))
 
@@ -40,10 +44,10 @@ class Metrics:
         self.batch_seconds.observe(seconds)
         self.batches.inc()
         self.updates.inc(updates)
-        self.edges.labels("insert").inc(result.applied.get("edges_inserted", 0))
-        self.edges.labels("delete").inc(result.applied.get("edges_deleted", 0))
-        self.matches.labels("positive").inc(sum(d.positive for d in result.queries.values()))
-        self.matches.labels("negative").inc(sum(d.negative for d in result.queries.values()))
+        self._inserted.inc(result.applied.get("edges_inserted", 0))
+        self._deleted.inc(result.applied.get("edges_deleted", 0))
+        self._positive.inc(sum(d.positive for d in result.queries.values()))
+        self._negative.inc(sum(d.negative for d in result.queries.values()))
 
     def rejected(self) -> None:
         self.rejections.inc()

@@ -410,8 +410,12 @@ def _set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
     conn.execute("UPDATE meta SET value = ? WHERE key = ?", (value, key))
 
 
+# json.dumps with any non-default option builds a new encoder per call; this one is reused.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
 def _json_counts(counts: dict[str, int]) -> str:
-    return json.dumps({str(k): int(v) for k, v in counts.items()}, sort_keys=True)
+    return _SORTED_JSON.encode({str(k): int(v) for k, v in counts.items()})
 
 
 def _live_query_ids(
