@@ -157,16 +157,20 @@ class DeviceMirror:
         if cached is not None and cached[0] is types:
             return cached[1]
         level_of = np.argsort(types.orders, axis=1).astype(np.int32)
-        host = (types.query_labels, types.orders, level_of, types.bw_count, types.bw_level,
+        # Labels per type (not per query), so types of several queries share a launch.
+        labels = np.tile(np.asarray(types.query_labels, dtype=np.int32), (types.count, 1))
+        host = (labels, types.orders, level_of, types.bw_count, types.bw_level,
                 types.bw_label, types.tail_free.astype(np.uint8), types.perms,
                 types.multiplicity)
         dev = tuple(cp.asarray(np.ascontiguousarray(a)) for a in host)
         per_query[id(types)] = (types, dev)
         return dev
 
-    def graph_arrays(self, qid: int) -> tuple:
+    def graph_arrays(self, qids) -> tuple:
+        """The graph arrays and the address of each query's candidate bits, in order."""
         a = self.arrays
-        return (a["start"], a["deg"], a["nbr"], a["nlab"], a["elab"], a["rank"], self.cand[qid])
+        ptrs = cp.asarray(np.array([self.cand[q].data.ptr for q in qids], dtype=np.uint64))
+        return (a["start"], a["deg"], a["nbr"], a["nlab"], a["elab"], a["rank"], ptrs)
 
 
 def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int) -> tuple[int, int]:
@@ -183,6 +187,79 @@ def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int) -> tuple[int,
     return warps, width
 
 
+class _Launch:
+    """The tasks of one or more queries (of one size) as one kernel launch."""
+
+    def __init__(self, mirror: DeviceMirror, jobs, us, vs, labels, ranks) -> None:
+        n = jobs[0][2].orders.shape[1]
+        host_tasks, plans, rows, self.bounds = [], [], [], [0]
+        type_base = 0
+        for row, (qid, cand, types) in enumerate(jobs):
+            tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
+            host_tasks.append((tu, tv, tr, tt + np.int32(type_base)))
+            plans.append(mirror.plan_arrays(qid, types))
+            rows.append(np.full(types.count, row, dtype=np.int32))
+            type_base += types.count
+            self.bounds.append(self.bounds[-1] + len(tu))
+        self.n = n
+        self.num_tasks = self.bounds[-1]
+        if self.num_tasks == 0:
+            return
+        self.tasks = tuple(cp.asarray(np.concatenate(column)) for column in zip(*host_tasks))
+        members = max(plan[7].shape[1] for plan in plans)
+        if len(plans) == 1:
+            stacked = list(plans[0])
+        else:
+            # perms [T, members, n] padded to the widest orbit (read only when listing,
+            # which runs one query per launch).
+            stacked = [cp.concatenate(parts) for parts in zip(*plans)]
+            stacked[7] = cp.concatenate([cp.pad(plan[7], ((0, 0), (0, members - plan[7].shape[1]),
+                                                          (0, 0))) for plan in plans])
+        self.members = members
+        self.plan = (stacked[0], cp.asarray(np.concatenate(rows)), *stacked[1:])
+        self.graph = mirror.graph_arrays([job[0] for job in jobs])
+        self.warps, self.width = _warps_and_width(mirror, n, self.num_tasks)
+        self.bufs = cp.empty(self.warps * n * self.width, dtype=np.int32)
+
+    def run(self, counts, offsets, out, limit: int, listing: bool, sharing: bool,
+            share_capacity: int, share_every: int) -> None:
+        KERNEL_CLOCK.launch(cuda_kernels.match_tasks, self.graph, self.plan, self.n,
+                            self.members, self.tasks, self.bufs, self.width, self.warps,
+                            counts, offsets, out, limit, listing, sharing, share_capacity,
+                            share_every)
+
+    def per_task(self, counts):
+        """Matches per task: the searched count times the type's orbit size."""
+        return counts * self.plan[-1][self.tasks[3]]
+
+
+def execute_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarray,
+                        labels: np.ndarray, ranks: np.ndarray, sharing: bool = True,
+                        share_capacity: int = cuda_kernels.SHARE_CAPACITY,
+                        share_every: int = cuda_kernels.SHARE_EVERY) -> list[MatchSet]:
+    """Count the matches of several queries started from edges us-vs, in one launch per
+    query size: `jobs` is [(qid, host candidate bits, task types)]; one MatchSet each."""
+    results: list[MatchSet | None] = [None] * len(jobs)
+    by_size: dict[int, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_size.setdefault(job[2].orders.shape[1], []).append(i)
+    for n, members in by_size.items():
+        launch = _Launch(mirror, [jobs[i] for i in members], us, vs, labels, ranks)
+        totals = [0] * len(members)
+        if launch.num_tasks:
+            counts = cp.zeros(launch.num_tasks, dtype=np.int64)
+            launch.run(counts, cp.zeros(0, dtype=np.int64), cp.zeros((0, n), dtype=np.int32),
+                       0, False, sharing, share_capacity, share_every)
+            running = cp.cumsum(launch.per_task(counts))
+            ends = cp.asarray(np.asarray(launch.bounds[1:], dtype=np.int64) - 1)
+            at_ends = cp.where(ends >= 0, running[cp.maximum(ends, 0)], 0).get()
+            totals = np.diff(np.concatenate([[0], at_ends])).tolist()
+            # A query with no task has an end before its start: its total is the diff, 0.
+        for i, total in zip(members, totals, strict=True):
+            results[i] = MatchSet(int(total), np.empty((0, n), dtype=np.int32), False)
+    return results
+
+
 def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTypes,
                  us: np.ndarray, vs: np.ndarray, labels: np.ndarray, ranks: np.ndarray,
                  list_limit: int, sharing: bool = True,
@@ -192,31 +269,24 @@ def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTy
 
     `cand` is the host copy of the query's candidate bits (tasks are made on the host);
     `sharing` lets busy warps hand work to idle ones while counting."""
+    if list_limit <= 0:
+        return execute_cuda_counts(mirror, [(qid, cand, types)], us, vs, labels, ranks,
+                                   sharing, share_capacity, share_every)[0]
     n = types.orders.shape[1]
     empty = np.empty((0, n), dtype=np.int32)
-    tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
-    if len(tu) == 0:
+    launch = _Launch(mirror, [(qid, cand, types)], us, vs, labels, ranks)
+    if launch.num_tasks == 0:
         return MatchSet(0, empty, False)
-    tasks = tuple(cp.asarray(a) for a in (tu, tv, tr, tt))
-    plan = mirror.plan_arrays(qid, types)
-    graph = mirror.graph_arrays(qid)
-    warps, width = _warps_and_width(mirror, n, len(tu))
-    bufs = cp.empty(warps * n * width, dtype=np.int32)
-    counts = cp.zeros(len(tu), dtype=np.int64)
-    no_offsets = cp.zeros(0, dtype=np.int64)
-    no_out = cp.zeros((0, n), dtype=np.int32)
-    members = types.perms.shape[1]
-    KERNEL_CLOCK.launch(cuda_kernels.match_tasks, graph, plan, n, members, tasks, bufs,
-                        width, warps, counts, no_offsets, no_out, 0, False, sharing,
-                        share_capacity, share_every)
-    per_task = counts * plan[-1][tasks[3]]
+    counts = cp.zeros(launch.num_tasks, dtype=np.int64)
+    launch.run(counts, cp.zeros(0, dtype=np.int64), cp.zeros((0, n), dtype=np.int32), 0,
+               False, sharing, share_capacity, share_every)
+    per_task = launch.per_task(counts)
     total = int(per_task.sum())
-    if list_limit <= 0 or total == 0:
-        return MatchSet(total, empty, False)
-    offsets = cp.zeros(len(tu), dtype=np.int64)
+    if total == 0:
+        return MatchSet(0, empty, False)
+    offsets = cp.zeros(launch.num_tasks, dtype=np.int64)
     cp.cumsum(per_task[:-1], out=offsets[1:])
     rows = cp.full((min(total, list_limit), n), -1, dtype=np.int32)
-    KERNEL_CLOCK.launch(cuda_kernels.match_tasks, graph, plan, n, members, tasks, bufs,
-                        width, warps, cp.zeros(len(tu), dtype=np.int64), offsets, rows,
-                        rows.shape[0], True)
+    launch.run(cp.zeros(launch.num_tasks, dtype=np.int64), offsets, rows, rows.shape[0], True,
+               False, share_capacity, share_every)
     return MatchSet(total, rows.get(), total > rows.shape[0])

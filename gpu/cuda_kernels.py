@@ -50,8 +50,9 @@ def _check(name: str, array, dtype, ndim: int | None = None) -> None:
 
 
 GRAPH_DTYPES = (("start", np.int64), ("deg", np.int32), ("nbr", np.int32), ("nlab", np.int32),
-                ("elab", np.int32), ("rank", np.int32), ("cand", np.uint32))
-PLAN_DTYPES = (("q_label", np.int32), ("orders", np.int32), ("level_of", np.int32),
+                ("elab", np.int32), ("rank", np.int32), ("cand_ptrs", np.uint64))
+PLAN_DTYPES = (("q_label", np.int32), ("cand_row", np.int32), ("orders", np.int32),
+               ("level_of", np.int32),
                ("bw_count", np.int32), ("bw_level", np.int32), ("bw_label", np.int32),
                ("tail_free", np.uint8), ("perms", np.int32), ("multiplicity", np.int64))
 TASK_DTYPES = (("task_u", np.int32), ("task_v", np.int32), ("task_rank", np.int32),

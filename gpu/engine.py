@@ -151,6 +151,17 @@ class Engine:
                            us, vs, labels, ranks, limit, self.config.task_chunk, group_min,
                            self.config.serial_below_tasks)
 
+    def _count_on_device(self, qids: list[int], us, vs, labels, ranks) -> list[MatchSet]:
+        """Incremental counts of several standing queries in one CUDA launch per size."""
+        if not qids:
+            return []
+        from gpu.cuda_executor import execute_cuda_counts
+        jobs = [(qid, self.signatures.cand[qid], self._queries[qid].plan.incremental)
+                for qid in qids]
+        return execute_cuda_counts(self._device, jobs, us, vs, labels, ranks,
+                                   self.config.work_sharing, self.config.share_capacity,
+                                   self.config.share_every)
+
     def _external(self, rows: np.ndarray) -> np.ndarray:
         if rows.shape[0] == 0:
             return np.empty(rows.shape, dtype=np.int64)
@@ -235,7 +246,19 @@ class Engine:
                 self.graph.set_ranks(us, vs, ranks)
                 self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
         try:
-            for qid, standing in self._queries.items():
+            listed = dict(self._queries)
+            if self._device is not None:
+                # The counted queries share one launch (per query size); listing ones go
+                # one by one.  Their seconds are the shared launch's, split evenly.
+                counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
+                t0 = time.perf_counter()
+                for qid, found in zip(counted, self._count_on_device(counted, us, vs, labels,
+                                                                     ranks), strict=True):
+                    results[qid] = MatchSet(found.count, self._external(found.rows), False)
+                    listed.pop(qid)
+                for qid in counted:
+                    seconds[qid] = (time.perf_counter() - t0) / len(counted)
+            for qid, standing in listed.items():
                 t0 = time.perf_counter()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
                                   list_limit.get(qid, 0))

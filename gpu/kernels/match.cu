@@ -29,13 +29,16 @@ struct Graph {
     const int* nlab;
     const int* elab;
     const int* rank;
-    const unsigned* cand;
+    // Candidate bits of each query in the launch (one device array per query, by
+    // address), so one launch serves the tasks of several standing queries.
+    const unsigned long long* cand_ptrs;
 };
 
 struct Plan {
     int n;                    // query vertices
     int width;                // orbit members per type (perms' middle dimension)
-    const int* q_label;       // [n]
+    const int* q_label;       // [T, n]     a type's query vertex labels
+    const int* cand_row;      // [T]        which of cand_ptrs a type's query reads
     const int* orders;        // [T, n]
     const int* level_of;      // [T, n]     level of each query vertex
     const int* bw_count;      // [T, n]
@@ -111,7 +114,8 @@ __device__ long long scan_level(const Graph& g, const Plan& p, int t, int level,
     const int n = p.n;
     const int q = p.orders[t * n + level];
     const unsigned bit = 1u << q;
-    const int want = p.q_label[q];
+    const int want = p.q_label[t * n + q];
+    const unsigned* cand = (const unsigned*)g.cand_ptrs[p.cand_row[t]];
     const int nbc = p.bw_count[t * n + level];
     const int* bwl = p.bw_level + ((long long)t * n + level) * n;
     const int* bwlab = p.bw_label + ((long long)t * n + level) * n;
@@ -143,7 +147,7 @@ __device__ long long scan_level(const Graph& g, const Plan& p, int t, int level,
         long long i = base + lane;
         bool ok = i < phi;
         int w = ok ? g.nbr[i] : -1;
-        if (ok) ok = (g.cand[w] & bit) && g.elab[i] == plab && !blocked(g.rank[i], cur);
+        if (ok) ok = (cand[w] & bit) && g.elab[i] == plab && !blocked(g.rank[i], cur);
         for (int j = 0; j < nbc; ++j) {
             long long lj = __shfl_sync(FULL_MASK, lo, j);
             long long hj = __shfl_sync(FULL_MASK, hi, j);
@@ -411,12 +415,15 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
 // counts[i] += searched matches of task i (before orbit multiplicity); counts start at
 // zero.  In listing mode task i writes rows from offsets[i] (tasks starting at or past
 // `limit` are skipped) and work sharing is off, so rows keep their order.
-extern "C" __global__ void match_tasks(
+// 128 threads (4 warps) per block; at least 7 blocks per SM keeps the kernel at 72
+// registers, as before the per-type candidate tables (80 without the bound, no spills with it).
+extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
         // graph
         const long long* start, const int* deg, const int* nbr, const int* nlab,
-        const int* elab, const int* rank, const unsigned* cand,
+        const int* elab, const int* rank, const unsigned long long* cand_ptrs,
         // plan
-        int n, int width_members, const int* q_label, const int* orders, const int* level_of,
+        int n, int width_members, const int* q_label, const int* cand_row, const int* orders,
+        const int* level_of,
         const int* bw_count, const int* bw_level, const int* bw_label,
         const unsigned char* tail_free, const int* perms, const long long* multiplicity,
         // tasks
@@ -426,9 +433,9 @@ extern "C" __global__ void match_tasks(
         int* bufs, long long width, unsigned long long* ctl, int* records, int* ready,
         long long capacity, int sharing, int share_every, unsigned long long* counts,
         const long long* offsets, int* out, long long limit, int listing) {
-    const Graph g{start, deg, nbr, nlab, elab, rank, cand};
-    const Plan p{n, width_members, q_label, orders, level_of, bw_count, bw_level, bw_label,
-                 tail_free, perms, multiplicity};
+    const Graph g{start, deg, nbr, nlab, elab, rank, cand_ptrs};
+    const Plan p{n, width_members, q_label, cand_row, orders, level_of, bw_count, bw_level,
+                 bw_label, tail_free, perms, multiplicity};
     const Tasks tk{num_tasks, task_u, task_v, task_rank, task_type};
     const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
     extern __shared__ WarpState states[];

@@ -176,3 +176,26 @@ def test_launcher_rejects_wrong_dtypes():
         cuda_kernels.match_tasks(tuple(arrays), (), 3, 1, (), cp.zeros(1, np.int32), 1, 4,
                                  cp.zeros(0, np.int64), cp.zeros(0, np.int64),
                                  cp.zeros((0, 3), np.int32), 0, False)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_counted_queries_share_one_launch(seed):
+    """Count-only queries of several sizes and orbit widths run in one launch per size
+    (per-type labels and candidate tables); listed ones beside them run alone.  Every
+    count equals the CPU executor's, batch after batch."""
+    full = skewed_graph(seed)
+    initial, stream = split_stream(full, 0.3, seed)
+    pair = engines(initial, QUERIES)
+    listed = {qid: 500 for qid in pair[1].query_ids() if qid % 3 == 0}
+    for batch in stream.batches(max(1, len(stream) // 5)):
+        results = [e.apply(batch, list_limit=listed) for e in pair]
+        for qid, want in results[0].queries.items():
+            got = results[1].queries[qid]
+            assert (got.positive, got.negative) == (want.positive, want.negative), qid
+            assert (got.added is None) == (qid not in listed)
+    undo = UpdateStream(np.full(len(stream), DELETE_EDGE), stream.a, stream.b, stream.label,
+                        stream.line, "undo")
+    results = [e.apply(undo) for e in pair]
+    for qid, want in results[0].queries.items():
+        got = results[1].queries[qid]
+        assert (got.positive, got.negative) == (want.positive, want.negative), qid
