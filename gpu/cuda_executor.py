@@ -212,9 +212,10 @@ class _Launch:
         else:
             # perms [T, members, n] padded to the widest orbit (read only when listing,
             # which runs one query per launch).
-            stacked = [cp.concatenate(parts) for parts in zip(*plans)]
-            stacked[7] = cp.concatenate([cp.pad(plan[7], ((0, 0), (0, members - plan[7].shape[1]),
-                                                          (0, 0))) for plan in plans])
+            stacked = [cp.concatenate([cp.pad(part, ((0, 0), (0, members - part.shape[1]),
+                                                     (0, 0))) for part in parts])
+                       if i == 7 else cp.concatenate(parts)
+                       for i, parts in enumerate(zip(*plans))]
         self.members = members
         self.plan = (stacked[0], cp.asarray(np.concatenate(rows)), *stacked[1:])
         self.graph = mirror.graph_arrays([job[0] for job in jobs])
