@@ -417,17 +417,32 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
 
 
 @nb.njit(cache=True, nogil=True)
-def count_small(us, vs, labels, ranks, roots, root_labels, serial_below, group_size, graph,
-                cand, plan, leaves, max_deg):
-    """make_tasks, the grouping test and a serial run_tasks in one call, for small batches.
+def count_small(queries, us, vs, labels, ranks, serial_below, group_size, graph, updates,
+                max_deg):
+    """make_tasks, the grouping test and a serial run_tasks for several queries' small batch.
 
-    Returns the matches (orbit multiplicity included) of the tasks the update edges us-vs
-    start, searched one by one on this thread, or -1 when the general path would do
+    `queries` is a typed list of (roots, root_labels, cand, plan, leaf column, leaf nc),
+    one per query; `updates` the update index's arrays, shared by all.  Returns each
+    query's matches (orbit multiplicity included) of the tasks the update edges us-vs
+    start, searched one by one on this thread, or -1 where the general path would do
     otherwise: `serial_below` or more tasks (a parallel region), or, with group_size > 0,
     a leaf group of at least `group_size` members (group_leaf_tasks).  Tasks are made and
-    checked exactly as make_tasks does; a small batch then costs one dispatch per query
-    and phase instead of a dozen NumPy calls on one-element arrays.  It releases the GIL:
-    the service's event loop and writer run on the other core while it searches."""
+    checked exactly as make_tasks does; a small batch then costs one dispatch per phase
+    instead of a dozen NumPy calls on one-element arrays per query.  It releases the GIL
+    once: the service's event loop and writer run on the other core while it searches."""
+    totals = np.empty(len(queries), dtype=np.int64)
+    for q in range(len(queries)):
+        roots, root_labels, cand, plan, column, nc = queries[q]
+        leaves = (column, nc, updates[0], updates[1], updates[2], updates[3], updates[4])
+        totals[q] = _count_small(us, vs, labels, ranks, roots, root_labels, serial_below,
+                                 group_size, graph, cand, plan, leaves, max_deg)
+    return totals
+
+
+@nb.njit(cache=True)
+def _count_small(us, vs, labels, ranks, roots, root_labels, serial_below, group_size, graph,
+                 cand, plan, leaves, max_deg):
+    """count_small for one query."""
     multiplicity, leaf_root = plan[9], plan[10]
     ntypes, k = roots.shape[0], us.shape[0]
     tu = np.empty(ntypes * k, dtype=np.int32)

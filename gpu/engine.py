@@ -20,7 +20,7 @@ from gpu import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
 from gpu.device import resolve_backend
-from gpu.executor import execute_cpu
+from gpu.executor import count_small_cpu, execute_cpu, small_query
 from gpu.formats import LabeledGraph, UpdateStream
 from gpu.graph import DynamicGraph
 from gpu.leafcount import LeafCounts, UpdateIndex
@@ -63,6 +63,7 @@ class Engine:
         self._queries: dict[int, _Standing] = {}
         self._updates = UpdateIndex(self.graph.label.shape[0])
         self._upkeep = upkeep.QueryArrays()
+        self._small_queries = upkeep.QueryArrays()
         self._next_id = 1
         self.batches_applied = 0
         self._device = None
@@ -162,6 +163,23 @@ class Engine:
                                    self.config.work_sharing, self.config.share_capacity,
                                    self.config.share_every)
 
+    def _count_small(self, qids: list[int], us, vs, labels, ranks) -> list[MatchSet | None]:
+        """Incremental counts of several standing queries in one compiled CPU call, for a
+        batch of fewer than `serial_below_tasks` edges; None where a query is handed back
+        (it runs alone, through _run), or for all of them when the batch is larger."""
+        if not qids or len(us) >= self.config.serial_below_tasks:
+            return [None] * len(qids)
+        sig = self.signatures
+        queries = self._small_queries.get([
+            small_query(sig.cand[qid], self._queries[qid].leaves,
+                        self._queries[qid].plan.incremental) for qid in qids])
+        group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
+        totals = count_small_cpu(self.graph, queries, self._updates, us, vs, labels, ranks,
+                                 group_min, self.config.serial_below_tasks)
+        return [MatchSet(int(total), np.empty((0, self._queries[qid].plan.query.num_vertices),
+                                              dtype=np.int32), False) if total >= 0 else None
+                for qid, total in zip(qids, totals.tolist(), strict=True)]
+
     def _external(self, rows: np.ndarray) -> np.ndarray:
         if rows.shape[0] == 0:
             return np.empty(rows.shape, dtype=np.int64)
@@ -246,18 +264,22 @@ class Engine:
                 self.graph.set_ranks(us, vs, ranks)
                 self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
         try:
-            listed = dict(self._queries)
+            # The counted queries share one call (on CUDA one launch per query size, on the
+            # CPU one compiled call for a small batch); listing ones, and those the shared
+            # call hands back, go one by one.  The shared call's seconds are split evenly.
+            counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
+            t0 = time.perf_counter()
             if self._device is not None:
-                # The counted queries share one launch (per query size); listing ones go
-                # one by one.  Their seconds are the shared launch's, split evenly.
-                counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
-                t0 = time.perf_counter()
-                for qid, found in zip(counted, self._count_on_device(counted, us, vs, labels,
-                                                                     ranks), strict=True):
-                    results[qid] = MatchSet(found.count, self._external(found.rows), False)
-                    listed.pop(qid)
-                for qid in counted:
-                    seconds[qid] = (time.perf_counter() - t0) / len(counted)
+                shared = self._count_on_device(counted, us, vs, labels, ranks)
+            else:
+                shared = self._count_small(counted, us, vs, labels, ranks)
+            found_together = {qid: found for qid, found in zip(counted, shared, strict=True)
+                              if found is not None}
+            for qid, found in found_together.items():
+                results[qid] = MatchSet(found.count, self._external(found.rows), False)
+            for qid in found_together:
+                seconds[qid] = (time.perf_counter() - t0) / len(found_together)
+            listed = {qid: s for qid, s in self._queries.items() if qid not in found_together}
             for qid, standing in listed.items():
                 t0 = time.perf_counter()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,

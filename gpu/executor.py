@@ -25,16 +25,9 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     `leaves` must hold counts without the edges in `updates` (the running phase's).
     With `group_min` > 0 and nothing to list, leaf-rooted tasks sharing their parent
     vertex are searched in groups of at least that many (gpu/cpu_groups.py).  Fewer
-    than `serial_below` tasks run on the calling thread alone."""
+    than `serial_below` tasks run on the calling thread alone.  Small counted batches
+    of several queries go through `count_small_cpu` first."""
     n = types.orders.shape[1]
-    if list_limit <= 0 and len(us) < serial_below:
-        # Small batch: the same tasks, searched one by one, in one compiled call.
-        total = cpu_executor.count_small(
-            us, vs, labels, ranks, types.roots, types.root_labels, serial_below,
-            max(2, group_min) if group_min > 0 else 0, _graph_arrays(graph), cand,
-            _plan_arrays(types, leaves), _leaf_arrays(leaves, updates), graph.max_degree)
-        if total >= 0:
-            return MatchSet(int(total), np.empty((0, n), dtype=np.int32), False)
     tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
@@ -51,6 +44,27 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
                         group_min)
     finally:
         numba.set_num_threads(threads)
+
+
+def small_query(cand: np.ndarray, leaves: LeafCounts, types: TaskTypes) -> tuple:
+    """One query's entry in the typed list `count_small_cpu` takes (upkeep.QueryArrays)."""
+    return (types.roots, types.root_labels, cand, _plan_arrays(types, leaves), leaves.column,
+            leaves.nc)
+
+
+def count_small_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np.ndarray,
+                    labels: np.ndarray, ranks: np.ndarray, group_min: int,
+                    serial_below: int) -> np.ndarray:
+    """The counts `execute_cpu` (nothing listed) gives each of several queries for a
+    batch of fewer than `serial_below` edges, in one compiled call: the same tasks,
+    searched one by one on this thread.  `queries` is a typed list of `small_query`
+    tuples.  A negative count hands that query back: `execute_cpu` would form a leaf
+    group or a parallel region, and must run it."""
+    assert len(us) < serial_below
+    return cpu_executor.count_small(queries, us, vs, labels, ranks, serial_below,
+                                    max(2, group_min) if group_min > 0 else 0,
+                                    _graph_arrays(graph), _update_arrays(updates),
+                                    graph.max_degree)
 
 
 def _graph_arrays(graph) -> tuple:
@@ -74,8 +88,11 @@ def _plan_arrays(types: TaskTypes, leaves: LeafCounts) -> tuple:
 
 
 def _leaf_arrays(leaves: LeafCounts, updates: UpdateIndex) -> tuple:
-    return (leaves.column, leaves.nc, updates.start, updates.count, updates.nbr, updates.rank,
-            updates.elab)
+    return (leaves.column, leaves.nc) + _update_arrays(updates)
+
+
+def _update_arrays(updates: UpdateIndex) -> tuple:
+    return (updates.start, updates.count, updates.nbr, updates.rank, updates.elab)
 
 
 def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,

@@ -43,27 +43,29 @@ def refresh_candidates(queries, vertices, alive, label, deg, codes, start, nbr, 
 
 
 class QueryArrays:
-    """The typed list of (cand, nc, leaf_q, leaf_elab, q_label, q_deg, q_codes) per query."""
+    """A typed list of one tuple of arrays per query, rebuilt only when an array changes:
+    (cand, nc, leaf_q, leaf_elab, q_label, q_deg, q_codes) for the kernels above, or
+    executor.small_query's tuples for the small-batch search."""
 
     def __init__(self) -> None:
         self._key: tuple = ()
+        self._parts: list[tuple] = []
         self._list = None
 
     def get(self, parts: list[tuple]):
-        """The typed list for `parts` (one such tuple per query, in order), None when empty.
+        """The typed list for `parts` (one tuple per query, in order), None when empty.
 
-        Rebuilt only when an array is not the one the list holds (the list keeps the old
-        arrays alive, so their ids cannot have been reused).  Only cand, nc and q_codes
-        are compared: a standing query's other arrays are never replaced."""
-        key = tuple((id(p[0]), id(p[1]), id(p[6])) for p in parts)
+        Rebuilt only when an element is not the one the list holds (the parts held keep
+        the old elements alive, so their ids cannot have been reused)."""
+        key = tuple(id(a) for part in parts for a in part)
         if key != self._key:
             self._list = None
             if parts:
                 typed = List()
                 for part in parts:
                     # Kernels write cand and nc in place: they must be these very arrays.
-                    assert all(a.flags.c_contiguous for a in part)
+                    assert all(a.flags.c_contiguous for a in part if isinstance(a, np.ndarray))
                     typed.append(part)
                 self._list = typed
-            self._key = key
+            self._key, self._parts = key, parts
         return self._list

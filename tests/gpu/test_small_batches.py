@@ -24,14 +24,14 @@ from tests.graphs import embeddings, random_batch, random_data
 
 @pytest.fixture
 def small_spy(monkeypatch):
-    """Records what every count_small call returned (-1: handed back to the general path)."""
+    """Records each query's count_small total (-1: handed back to the general path)."""
     seen: list[int] = []
     real = gpu.cpu_executor.count_small
 
     def spy(*args):
-        total = real(*args)
-        seen.append(int(total))
-        return total
+        totals = real(*args)
+        seen.extend(totals.tolist())
+        return totals
 
     monkeypatch.setattr(gpu.cpu_executor, "count_small", spy)
     return seen

@@ -1,0 +1,116 @@
+"""The shared small-batch call: one compiled cpu_executor.count_small call counts every
+counted query of a small batch (Engine._count_small), handing single queries back to the
+general path.
+
+A spy runs count_small again on each query alone and checks its count equals the shared
+call's; a second engine with `serial_below_tasks=1` (never the small path) and the
+brute-force matcher check the deltas.  Many queries of different sizes and shapes stand
+at once, several with automorphisms (one label: triangle, square, K4, star), and some are
+listed, so the shared list is a changing subset of the standing queries.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+from numba.typed import List
+
+import gpu.cpu_executor
+from gpu.config import EngineConfig
+from gpu.engine import Engine
+from tests.gpu.test_cpu_groups import PATTERNS, hub_batch, hub_data
+from tests.graphs import Pattern, embeddings, random_batch, random_data
+
+SYMMETRIC = {
+    "triangle": Pattern([0, 0, 0], [(0, 1), (1, 2), (0, 2)]),
+    "square": Pattern([0, 0, 0, 0], [(0, 1), (1, 2), (2, 3), (0, 3)]),
+    "k4": Pattern([0, 0, 0, 0], [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]),
+    "star4": Pattern([1, 0, 0, 0, 0], [(0, 1), (0, 2), (0, 3), (0, 4)]),
+    "two_triangles": Pattern([0, 0, 0, 0, 0], [(0, 1), (1, 2), (0, 2), (2, 3), (3, 4),
+                                               (2, 4)]),
+}
+
+
+@pytest.fixture
+def shared_spy(monkeypatch):
+    """Checks every shared count_small call against one call per query, and records
+    (queries in the call, their totals)."""
+    seen: list[tuple[int, list[int]]] = []
+    real = gpu.cpu_executor.count_small
+
+    def spy(queries, *rest):
+        totals = real(queries, *rest).tolist()
+        for q in range(len(queries)):
+            alone = List()
+            alone.append(queries[q])
+            assert real(alone, *rest).tolist() == [totals[q]], q
+        seen.append((len(queries), totals))
+        return real(queries, *rest)
+
+    monkeypatch.setattr(gpu.cpu_executor, "count_small", spy)
+    return seen
+
+
+def _patterns(nlabels: int, nelabels: int) -> list[Pattern]:
+    out = []
+    for name in sorted(PATTERNS):
+        p = PATTERNS[name]
+        if max(p.edges.values()) < nelabels:
+            out.append(Pattern([lab % nlabels for lab in p.labels],
+                               [(a, b, lab) for (a, b), lab in p.edges.items()]))
+    return out + [SYMMETRIC[name] for name in sorted(SYMMETRIC)
+                  if max(SYMMETRIC[name].labels) < nlabels]
+
+
+def _run(d, batches, nlabels: int, nelabels: int, config: EngineConfig, listed_every: int):
+    """Applies `batches` (a function of the data, changing it) to both engines and checks
+    every query's counts; every `listed_every`-th query is listed."""
+    shared = Engine(d.labeled(), backend="cpu", config=config)
+    general = Engine(d.labeled(), backend="cpu", config=EngineConfig(serial_below_tasks=1))
+    patterns = {}
+    for p in _patterns(nlabels, nelabels):
+        qid = shared.add_query(p.query())
+        assert general.add_query(p.query()) == qid
+        patterns[qid] = p
+    limits = {qid: 1000 if i % listed_every == listed_every - 1 else 0
+              for i, qid in enumerate(patterns)}
+    before = {qid: embeddings(d, p) for qid, p in patterns.items()}
+    for batch in batches(d):
+        res, ref = shared.apply(batch, limits), general.apply(batch, limits)
+        after = {qid: embeddings(d, p) for qid, p in patterns.items()}
+        for qid in patterns:
+            got, want = res.queries[qid], ref.queries[qid]
+            assert (got.positive, got.negative) == (want.positive, want.negative), qid
+            assert got.positive == len(after[qid] - before[qid]), qid
+            assert got.negative == len(before[qid] - after[qid]), qid
+            assert got.seconds >= 0
+        before = after
+    shared.check()
+    return len(patterns), limits
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_batches_match_per_query_and_brute_force(shared_spy, seed):
+    rng = random.Random(seed)
+    nlabels, nelabels = 1 + seed % 2, 1 + seed // 2 % 2
+    d = random_data(rng, 12, nlabels, nelabels, 0.3)
+    next_id = [1000]
+    config = EngineConfig(leaf_group_min=2 + seed % 2)
+    count, limits = _run(d, lambda d: (random_batch(rng, d, nlabels, nelabels, next_id)
+                                       for _ in range(12)), nlabels, nelabels, config, 4)
+    counted = sum(1 for limit in limits.values() if limit <= 0)
+    assert count > counted > 1
+    # Every counted query went into one call together, and some were counted there.
+    assert shared_spy and all(n == counted for n, _ in shared_spy)
+    assert any(total > 0 for _, totals in shared_spy for total in totals)
+
+
+def test_hub_batches_hand_single_queries_back(shared_spy):
+    """Around two hubs a leaf group forms for some queries of a call but not for others:
+    those are handed back alone, the rest counted together."""
+    rng = random.Random(5)
+    d = hub_data(rng, 13, 1, 1)
+    _run(d, lambda d: (hub_batch(rng, d, 1) for _ in range(25)), 1, 1, EngineConfig(), 1000)
+    mixed = [totals for _, totals in shared_spy
+             if -1 in totals and any(total > 0 for total in totals)]
+    assert mixed, "no call both handed a query back and counted another's matches"
