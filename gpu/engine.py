@@ -27,7 +27,7 @@ from gpu.leafcount import LeafCounts, UpdateIndex
 from gpu.plan import PlanStats, QueryPlan, TaskTypes, build_plan
 from gpu.query import QueryGraph
 from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
-from gpu.signature import SignatureTable
+from gpu.signature import SignatureTable, candidate_edge_counts
 
 __all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
 
@@ -92,14 +92,15 @@ class Engine:
         """Candidate-set sizes and data edges between candidate sets (registration only)."""
         g = self.graph
         cand = self.signatures.cand[qid][: g.num_slots]
-        bits = [(cand >> np.uint32(q)) & np.uint32(1) for q in range(query.num_vertices)]
-        sizes = np.array([float(b.sum()) for b in bits])
-        us, vs, labels = g.edges()
+        sizes = np.array([float(((cand >> np.uint32(q)) & np.uint32(1)).sum())
+                          for q in range(query.num_vertices)])
+        qa, qb = (np.ascontiguousarray(query.edges[:, k], dtype=np.int64) for k in (0, 1))
+        counts = candidate_edge_counts(g.start, g.deg, g.nbr, g.elab, g.num_slots, cand, qa,
+                                       qb, np.ascontiguousarray(query.edge_labels,
+                                                                dtype=np.int32))
         edges = np.zeros((query.num_vertices, query.num_vertices))
-        for (a, b), label in zip(query.edges.tolist(), query.edge_labels.tolist()):
-            right = labels == label
-            both_ways = (bits[a][us] & bits[b][vs]) + (bits[a][vs] & bits[b][us])
-            edges[a, b] = edges[b, a] = float(both_ways[right].sum())
+        for a, b, count in zip(qa.tolist(), qb.tolist(), counts.tolist(), strict=True):
+            edges[a, b] = edges[b, a] = float(count)
         return PlanStats(candidates=sizes, edges=edges)
 
     def remove_query(self, qid: int) -> None:

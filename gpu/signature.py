@@ -18,6 +18,31 @@ _HI = np.uint64(0xAAAAAAAAAAAAAAAA)
 _LO = np.uint64(0x5555555555555555)
 
 
+@nb.njit(cache=True)
+def candidate_edge_counts(start, deg, nbr, elab, num_slots, cand, qa, qb, ql):
+    """For each query edge j = (qa[j], qb[j]) with label ql[j]: the data edges u - v with
+    that label, counted once per orientation in which u is a candidate of qa[j] and v one
+    of qb[j] (the planner's measured edge counts; one pass over the lists, skipping the
+    vertices that are candidates of nothing)."""
+    out = np.zeros(qa.shape[0], dtype=np.int64)
+    for u in range(num_slots):
+        cu = np.int64(cand[u])
+        if cu == 0:
+            continue
+        for i in range(start[u], start[u] + deg[u]):
+            v = nbr[i]
+            if v <= u:
+                continue
+            cv = np.int64(cand[v])
+            if cv == 0:
+                continue
+            for j in range(qa.shape[0]):
+                if elab[i] == ql[j]:
+                    a, b = qa[j], qb[j]
+                    out[j] += ((cu >> a) & 1) * ((cv >> b) & 1) + ((cv >> a) & 1) * ((cu >> b) & 1)
+    return out
+
+
 @nb.njit(cache=True, inline="always")
 def fields_ge(d, q):
     """True when every 2-bit field of d is >= the same field of q (branch-free SWAR)."""

@@ -249,3 +249,33 @@ def test_degree_matters_when_counts_saturate():
     engine.apply(UpdateStream.from_records([(DELETE_EDGE, 20, 24, NO_LABEL)]))
     check_bits(engine, m, {qid: q})
     assert int(engine.signatures.cand[qid][slot[20]]) & 1 == 0
+
+
+def test_planner_edge_counts_follow_random_batches():
+    """The planner's measured edges between candidate sets (one pass over the lists in
+    compiled code) equal a count over the model's labelled edges, batch after batch."""
+    rng = random.Random(5)
+    m = random_model(rng, 16, 3, 0.35)
+    engine = Engine(m.labeled(), backend="cpu", config=EngineConfig.tiny())
+    queries = {}
+    for q in [query([0, 1, 1], [(0, 1), (1, 2)], [1, 0]),
+              query([0, 0, 0], [(0, 1), (1, 2), (0, 2)]),
+              query([2, 0, 1, 0], [(0, 1), (1, 2), (2, 3), (0, 3)], [0, 1, 1, 0])]:
+        queries[engine.add_query(q)] = q
+    seen = 0
+    next_id = [1000]
+    for _ in range(30):
+        for qid, q in queries.items():
+            bits = brute_candidates(m, q)
+            got = engine._plan_stats(qid, q).edges
+            for (a, b), label in zip(q.edges.tolist(), q.edge_labels.tolist()):
+                want = 0
+                for k, lab in m.edges.items():
+                    x, y = tuple(k)
+                    if lab == label:
+                        bx, by = bits.get(x, 0), bits.get(y, 0)
+                        want += (bx >> a & 1) * (by >> b & 1) + (by >> a & 1) * (bx >> b & 1)
+                assert got[a, b] == got[b, a] == want, (qid, a, b)
+                seen += want
+        engine.apply(random_batch(rng, m, 3, next_id))
+    assert seen > 0
