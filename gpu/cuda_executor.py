@@ -80,6 +80,8 @@ class DeviceMirror:
         self._host_cand: dict[int, np.ndarray] = {}
         self._plans: dict[int, dict[int, tuple[TaskTypes, tuple]]] = {}
         self._ranked: tuple | None = None       # (us, vs, ranks) on the device
+        self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
+        self._cand_ptrs: tuple | None = None    # (addresses, their device table)
         self.max_degree = 0
 
     # ---- graph ---------------------------------------------------------
@@ -148,6 +150,8 @@ class DeviceMirror:
         self.cand.pop(qid, None)
         self._host_cand.pop(qid, None)
         self._plans.pop(qid, None)
+        self._stacked = {key: value for key, value in self._stacked.items()
+                         if all(q != qid for q, _ in key)}
 
     # ---- plans ---------------------------------------------------------
     def plan_arrays(self, qid: int, types: TaskTypes) -> tuple:
@@ -166,11 +170,40 @@ class DeviceMirror:
         per_query[id(types)] = (types, dev)
         return dev
 
+    def stacked_plans(self, plans: list[tuple[int, TaskTypes]]) -> tuple[tuple, int]:
+        """The task types of several queries as one plan (types renumbered in order, the
+        per-type candidate-table row added) and its orbit width; kept while the same
+        queries stand with the same plans, so a batch does not stack them again."""
+        key = tuple((qid, id(types)) for qid, types in plans)
+        cached = self._stacked.get(key)
+        if cached is not None and all(a is b for a, (_, b) in zip(cached[0], plans,
+                                                                  strict=True)):
+            return cached[1], cached[2]
+        parts = [self.plan_arrays(qid, types) for qid, types in plans]
+        members = max(plan[7].shape[1] for plan in parts)
+        # perms [T, members, n] padded to the widest orbit (read only when listing, which
+        # runs one query per launch).
+        stacked = [cp.concatenate([cp.pad(part, ((0, 0), (0, members - part.shape[1]),
+                                                 (0, 0))) for part in column])
+                   if i == 7 else cp.concatenate(column)
+                   for i, column in enumerate(zip(*parts))]
+        rows = np.concatenate([np.full(types.count, row, dtype=np.int32)
+                               for row, (_, types) in enumerate(plans)])
+        plan = (stacked[0], cp.asarray(rows), *stacked[1:])
+        if len(self._stacked) >= 8:     # sets of counted queries come and go: keep a few
+            self._stacked.clear()
+        self._stacked[key] = (tuple(types for _, types in plans), plan, members)
+        return plan, members
+
     def graph_arrays(self, qids) -> tuple:
-        """The graph arrays and the address of each query's candidate bits, in order."""
+        """The graph arrays and the address of each query's candidate bits, in order
+        (the address table is uploaded again only when an address changed)."""
         a = self.arrays
-        ptrs = cp.asarray(np.array([self.cand[q].data.ptr for q in qids], dtype=np.uint64))
-        return (a["start"], a["deg"], a["nbr"], a["nlab"], a["elab"], a["rank"], ptrs)
+        ptrs = tuple(self.cand[q].data.ptr for q in qids)
+        if self._cand_ptrs is None or self._cand_ptrs[0] != ptrs:
+            self._cand_ptrs = (ptrs, cp.asarray(np.array(ptrs, dtype=np.uint64)))
+        return (a["start"], a["deg"], a["nbr"], a["nlab"], a["elab"], a["rank"],
+                self._cand_ptrs[1])
 
 
 def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int) -> tuple[int, int]:
@@ -192,13 +225,11 @@ class _Launch:
 
     def __init__(self, mirror: DeviceMirror, jobs, us, vs, labels, ranks) -> None:
         n = jobs[0][2].orders.shape[1]
-        host_tasks, plans, rows, self.bounds = [], [], [], [0]
+        host_tasks, self.bounds = [], [0]
         type_base = 0
-        for row, (qid, cand, types) in enumerate(jobs):
+        for qid, cand, types in jobs:
             tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
             host_tasks.append((tu, tv, tr, tt + np.int32(type_base)))
-            plans.append(mirror.plan_arrays(qid, types))
-            rows.append(np.full(types.count, row, dtype=np.int32))
             type_base += types.count
             self.bounds.append(self.bounds[-1] + len(tu))
         self.n = n
@@ -206,18 +237,7 @@ class _Launch:
         if self.num_tasks == 0:
             return
         self.tasks = tuple(cp.asarray(np.concatenate(column)) for column in zip(*host_tasks))
-        members = max(plan[7].shape[1] for plan in plans)
-        if len(plans) == 1:
-            stacked = list(plans[0])
-        else:
-            # perms [T, members, n] padded to the widest orbit (read only when listing,
-            # which runs one query per launch).
-            stacked = [cp.concatenate([cp.pad(part, ((0, 0), (0, members - part.shape[1]),
-                                                     (0, 0))) for part in parts])
-                       if i == 7 else cp.concatenate(parts)
-                       for i, parts in enumerate(zip(*plans))]
-        self.members = members
-        self.plan = (stacked[0], cp.asarray(np.concatenate(rows)), *stacked[1:])
+        self.plan, self.members = mirror.stacked_plans([(job[0], job[2]) for job in jobs])
         self.graph = mirror.graph_arrays([job[0] for job in jobs])
         self.warps, self.width = _warps_and_width(mirror, n, self.num_tasks)
         self.bufs = cp.empty(self.warps * n * self.width, dtype=np.int32)
