@@ -5,7 +5,8 @@
 #
 # Stages (default: tests gh-dense):
 #   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
-#   gpu-tests    only the gpu-marked tests
+#   gpu-tests    only the gpu-marked tests (GPU_TESTS_ARGS adds pytest flags, e.g.
+#                "--ignore tests/gpu/test_pma.py" when the packed memory array is unchanged)
 #   service-tests  the service and storage tests with the service on the cuda executor
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags)
 #   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
@@ -47,7 +48,8 @@ for stage in "${stages[@]}"; do
             python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/tests.txt" | tail -25
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         gpu-tests)
-            python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tee "$OUT/gpu-tests.txt" \
+            python3 -m pytest -q -p no:cacheprovider -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
+                | tee "$OUT/gpu-tests.txt" \
                 | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-tests)
