@@ -91,6 +91,9 @@ def _parse_args(argv):
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
+    p.add_argument("--device-graph", choices=("pma", "lists"), default="pma",
+                   help="cuda: the data graph's layout on the device (default pma; lists: the "
+                        "mirrored host lists)")
     p.add_argument("--gpu-busy", action="store_true",
                    help="cuda: time the matching kernels with CUDA events and report their "
                         "share of each batch's wall time")
@@ -286,6 +289,7 @@ def run(args, backend: str) -> list[dict]:
     t0 = time.perf_counter()
     engine = Engine(initial, backend=backend,
                     config=EngineConfig(work_sharing=not args.no_work_sharing,
+                                        device_graph=args.device_graph,
                                         share_every=args.share_every,
                                         leaf_groups=not args.no_leaf_groups),
                     coalesce=not args.no_coalesce)

@@ -30,6 +30,7 @@ import numpy as np
 from benchmarks.gh_table import run_header
 from benchmarks.pma_bench import _Rng, canonical, rmat_pairs
 from benchmarks.querygen import generate_queries
+from gpu.config import EngineConfig
 from gpu.device import cuda_available, device_memory_bytes, resolve_backend
 from gpu.engine import Engine
 from gpu.formats import DELETE_EDGE, INSERT_EDGE, LabeledGraph, UpdateStream
@@ -76,6 +77,9 @@ def main(argv=None) -> int:
     ap.add_argument("--edges", type=int, default=100_000_000, help="undirected edges")
     ap.add_argument("--labels", type=int, default=5, help="uniform random vertex labels")
     ap.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="auto")
+    ap.add_argument("--device-graph", choices=("pma", "lists"), default="pma",
+                    help="cuda: the data graph's layout on the device (default pma; lists: the "
+                        "mirrored host lists)")
     ap.add_argument("--kinds", nargs="+", default=["dense", "sparse"])
     ap.add_argument("--size", type=int, default=5, help="query vertices")
     ap.add_argument("--queries", type=int, default=2, help="queries per kind")
@@ -119,7 +123,8 @@ def main(argv=None) -> int:
     engines = {}
     for name in [backend] + (["cpu"] if args.cross_check and backend != "cpu" else []):
         t0 = time.perf_counter()
-        engines[name] = Engine(graph, backend=name)
+        engines[name] = Engine(graph, backend=name,
+                               config=EngineConfig(device_graph=args.device_graph))
         seconds = time.perf_counter() - t0
         record = {"what": "load", "backend": name, "edges": len(graph.edge_src),
                   "directed": 2 * len(graph.edge_src), "seconds": round(seconds, 2)}

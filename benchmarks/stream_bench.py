@@ -49,6 +49,7 @@ from benchmarks.gh_table import (
     run_header,
     warm_up,
 )
+from gpu.config import EngineConfig
 from gpu.device import resolve_backend
 from gpu.engine import Engine
 from gpu.formats import (
@@ -70,6 +71,9 @@ def _parse_args(argv):
                                 description=__doc__.split("\n", 1)[0])
     add_setup_args(p, seed_help="seed of the splits, the mixed stream and the query walks")
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
+    p.add_argument("--device-graph", choices=("pma", "lists"), default="pma",
+                   help="cuda: the data graph's layout on the device (default pma; lists: the "
+                        "mirrored host lists)")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
     p.add_argument("--json", type=Path, help="append one JSON line per measurement to this file")
     p.add_argument("--check", action="store_true",
@@ -205,13 +209,17 @@ class _StandingSet:
 # ---------------------------------------------------------------- experiments
 
 
+def _engine(args, initial, backend: str) -> Engine:
+    return Engine(initial, backend=backend, config=EngineConfig(device_graph=args.device_graph))
+
+
 def run_rate(args, backend, graph, sets, emit, log) -> list[dict]:
     """Per query, alone: one insertion batch of each rate, applied and undone."""
     records = []
     for rate in args.rates:
         initial, batch = split_stream(graph, rate, args.seed)
         undo = deletions_of(batch)
-        engine = Engine(initial, backend=backend)
+        engine = _engine(args, initial, backend)
         for kind, queries in sets.items():
             for i, (path, query) in enumerate(queries):
                 res, delta, wall, exact = measure_alone(engine, query, batch, undo, args.check,
@@ -235,7 +243,7 @@ def run_mixed(args, backend, initial, held_out, sets, emit, log) -> list[dict]:
     """Per set, all queries standing: one mixed insert/delete stream from the graph minus 10%."""
     records = []
     for kind, queries in sets.items():
-        standing = _StandingSet(Engine(initial, backend=backend), queries)
+        standing = _StandingSet(_engine(args, initial, backend), queries)
         start = standing.first_count() if args.check else None
         inserted = deleted = 0
         for batch in mixed_batches(initial, held_out, args.mixed_batch, args.mixed_batches,
@@ -264,7 +272,7 @@ def run_latency(args, backend, initial, held_out, sets, emit, log) -> list[dict]
                              f"{len(held_out)} held-out edges")
     records = []
     # Every set and size starts from, and leaves, the graph minus 10%: one engine serves all.
-    engine = Engine(initial, backend=backend)
+    engine = _engine(args, initial, backend)
     for kind, queries in sets.items():
         start = None
         for size, count in zip(args.latency_sizes, args.latency_batches):

@@ -35,20 +35,34 @@ class EngineConfig:
     share_capacity: int = 1 << 20
     # CUDA executor: advance steps between a busy warp's looks at the idle warps.
     share_every: int = 128
+    # CUDA executor: the data graph's layout on the device (gpu/device_graph.py): "pma",
+    # the packed memory array the kernel reads directly, or "lists", the host's pools
+    # mirrored per touched vertex (the comparison in the benchmarks).
+    device_graph: str = "pma"
+    # CUDA executor: slots per packed-memory-array segment (a power of two >= 2).
+    pma_segment_size: int = 32
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
                      "share_capacity", "share_every", "leaf_group_min",
-                     "serial_below_tasks"):
+                     "serial_below_tasks", "pma_segment_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
+        if self.device_graph not in ("pma", "lists"):
+            raise ValueError(f"EngineConfig.device_graph must be 'pma' or 'lists', got "
+                             f"{self.device_graph!r}")
+        size = self.pma_segment_size
+        if size < 2 or size & (size - 1):
+            raise ValueError(f"EngineConfig.pma_segment_size must be a power of two >= 2, "
+                             f"got {size}")
 
     @classmethod
     def tiny(cls) -> "EngineConfig":
-        """Smallest settings: forces growth, relocation, one-task chunks and the grouped
-        search of every leaf-rooted pair of tasks."""
+        """Smallest settings: forces growth, relocation, one-task chunks, the grouped
+        search of every leaf-rooted pair of tasks, and deep window trees in the PMA."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
-                   share_capacity=2, share_every=1, serial_below_tasks=1)
+                   share_capacity=2, share_every=1, serial_below_tasks=1,
+                   pma_segment_size=2)

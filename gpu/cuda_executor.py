@@ -1,12 +1,11 @@
-"""The CUDA executor: the device mirror of the data graph and candidate bits, and `execute_cuda`.
+"""The CUDA executor: the device's graph, candidate bits and plans, and `execute_cuda`.
 
 `execute_cuda` takes what `gpu.executor.execute_cpu` takes (with the mirror in
 place of the host graph) and returns the same `MatchSet`; this boundary is the
-only place that copies between host and device.  The mirror holds the host
-graph's pools as they are (lists with gaps between them, sorted by (label,
-id)) and follows each batch by copying only the lists of the vertices the
-batch touched, so per-batch traffic follows the batch; a pool that the host
-grew or compacted is copied whole, which is amortised like the growth itself.
+only place that copies between host and device.  The data graph on the device
+is a packed memory array updated from each batch's edge changes, or the host's
+pools mirrored per touched vertex (gpu/device_graph.py); candidate bits follow
+the touched vertices, so per-batch traffic follows the batch.
 
 Importing this module needs CuPy; `gpu.device` decides whether to.
 """
@@ -16,7 +15,9 @@ import cupy as cp
 import numpy as np
 
 from gpu import cuda_kernels
+from gpu.device_graph import make_device_graph
 from gpu.plan import TaskTypes, make_tasks
+from gpu.pma import PMAConfig
 from gpu.results import MatchSet
 
 # Share of free device memory the per-warp candidate buffers may take.
@@ -56,83 +57,39 @@ class KernelClock:
 KERNEL_CLOCK = KernelClock()
 
 
-def _list_positions(start: np.ndarray, deg: np.ndarray, vertices: np.ndarray) -> np.ndarray:
-    """Pool positions of the lists of `vertices`, concatenated."""
-    s = start[vertices].astype(np.int64)
-    d = deg[vertices].astype(np.int64)
-    total = int(d.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    first = np.repeat(s - (np.cumsum(d) - d), d)
-    return first + np.arange(total, dtype=np.int64)
-
-
 class DeviceMirror:
-    """Device copies of a DynamicGraph's arrays and of each query's candidate bits."""
+    """The device graph (gpu/device_graph.py, in the configured layout), each query's
+    candidate bits, and the device copies of the plans."""
 
-    POOLS = ("nbr", "nlab", "elab", "rank")
-    VERTEX = ("start", "deg", "label")
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, cp.ndarray] = {}
-        self._host: dict[str, np.ndarray] = {}     # the host array each copy was made from
+    def __init__(self, layout: str = "pma", segment_size: int = PMAConfig.segment_size) -> None:
+        self.graph = make_device_graph(layout, segment_size)
         self.cand: dict[int, cp.ndarray] = {}
         self._host_cand: dict[int, np.ndarray] = {}
         self._plans: dict[int, dict[int, tuple[TaskTypes, tuple]]] = {}
-        self._ranked: tuple | None = None       # (us, vs, ranks) on the device
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
         self._cand_ptrs: tuple | None = None    # (addresses, their device table)
-        self.max_degree = 0
 
     # ---- graph ---------------------------------------------------------
-    def sync(self, graph, touched: np.ndarray | None = None) -> None:
-        """Bring the copies up to date after a batch that touched `touched` (None: all)."""
-        self.max_degree = graph.max_degree
-        for name in self.VERTEX + self.POOLS:
-            host = getattr(graph, name)
-            if touched is None or self._host.get(name) is not host:
-                self.arrays[name] = cp.asarray(host)
-                self._host[name] = host
-        if touched is None or len(touched) == 0:
-            return
-        touched = np.asarray(touched, dtype=np.int64)
-        dev_touched = cp.asarray(touched)
-        for name in self.VERTEX:
-            self.arrays[name][dev_touched] = cp.asarray(getattr(graph, name)[touched])
-        positions = _list_positions(graph.start, graph.deg, touched)
-        if len(positions):
-            dev_positions = cp.asarray(positions)
-            for name in self.POOLS:
-                self.arrays[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
+    def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
+        """Follow the host graph after a batch (None: copy it whole); `touched` are the
+        vertices the batch touched, `batch` its EffectiveBatch."""
+        self.graph.sync(graph, touched, batch)
+
+    @property
+    def max_degree(self) -> int:
+        return self.graph.max_degree
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
-        """DynamicGraph.set_ranks on the device copy (found there, by a kernel); the
-        edges are kept for clear_ranks."""
-        self._ranked = tuple(cp.asarray(np.ascontiguousarray(a, dtype=np.int32))
-                             for a in (us, vs, ranks))
-        self._rank_kernel(clear=False)
+        """Rank the phase's update edges us-vs for the total-order rule."""
+        self.graph.set_ranks(us, vs, ranks)
 
     def clear_ranks(self) -> None:
-        """Zero the ranks set_ranks wrote."""
-        if self._ranked is not None:
-            self._rank_kernel(clear=True)
-            self._ranked = None
-
-    def _rank_kernel(self, clear: bool) -> None:
-        a = self.arrays
-        cuda_kernels.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
-                                    a["rank"], *self._ranked, clear=clear)
+        self.graph.clear_ranks()
 
     def check(self, graph, cands: dict[int, np.ndarray]) -> None:
-        """Assert the device copies equal the host structures where they are read (tests)."""
+        """Assert the device graph and candidate bits equal the host's (tests)."""
+        self.graph.check(graph)
         n = graph.num_slots
-        for name in self.VERTEX:
-            assert np.array_equal(self.arrays[name][:n].get(), getattr(graph, name)[:n]), name
-        alive = np.flatnonzero(graph.alive[:n])
-        positions = _list_positions(graph.start, graph.deg, alive)
-        for name in self.POOLS:
-            device = self.arrays[name][cp.asarray(positions)].get()
-            assert np.array_equal(device, getattr(graph, name)[positions]), name
         assert set(self.cand) == set(cands), "device candidate tables differ in queries"
         for qid, host in cands.items():
             assert np.array_equal(self.cand[qid][:n].get(), host[:n]), f"cand of {qid}"
@@ -195,24 +152,23 @@ class DeviceMirror:
         self._stacked[key] = (tuple(types for _, types in plans), plan, members)
         return plan, members
 
-    def graph_arrays(self, qids) -> tuple:
-        """The graph arrays and the address of each query's candidate bits, in order
-        (the address table is uploaded again only when an address changed)."""
-        a = self.arrays
+    def cand_table(self, qids) -> cp.ndarray:
+        """The address of each query's candidate bits, in order, on the device (uploaded
+        again only when an address changed)."""
         ptrs = tuple(self.cand[q].data.ptr for q in qids)
         if self._cand_ptrs is None or self._cand_ptrs[0] != ptrs:
             self._cand_ptrs = (ptrs, cp.asarray(np.array(ptrs, dtype=np.uint64)))
-        return (a["start"], a["deg"], a["nbr"], a["nlab"], a["elab"], a["rank"],
-                self._cand_ptrs[1])
+        return self._cand_ptrs[1]
 
 
-def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int) -> tuple[int, int]:
+def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
+                     kernel: str) -> tuple[int, int]:
     width = mirror.max_degree + 1
     per_warp = n * width * 4
     free, _ = cp.cuda.runtime.memGetInfo()
     budget = int(free * BUFFER_SHARE) // per_warp
     step = cuda_kernels.WARPS_PER_BLOCK
-    warps = min(cuda_kernels.resident_warps(), budget, -(-num_tasks // step) * step)
+    warps = min(cuda_kernels.resident_warps(kernel), budget, -(-num_tasks // step) * step)
     warps -= warps % step
     if warps < cuda_kernels.WARPS_PER_BLOCK:
         raise MemoryError(f"candidate buffers of {per_warp} bytes per warp do not fit in "
@@ -238,14 +194,16 @@ class _Launch:
             return
         self.tasks = tuple(cp.asarray(np.concatenate(column)) for column in zip(*host_tasks))
         self.plan, self.members = mirror.stacked_plans([(job[0], job[2]) for job in jobs])
-        self.graph = mirror.graph_arrays([job[0] for job in jobs])
-        self.warps, self.width = _warps_and_width(mirror, n, self.num_tasks)
+        self.graph = mirror.graph.arrays()
+        self.kernel = cuda_kernels.GRAPH_LAYOUTS[type(self.graph)][0]
+        self.cand_ptrs = mirror.cand_table([job[0] for job in jobs])
+        self.warps, self.width = _warps_and_width(mirror, n, self.num_tasks, self.kernel)
         self.bufs = cp.empty(self.warps * n * self.width, dtype=np.int32)
 
     def run(self, counts, offsets, out, limit: int, listing: bool, sharing: bool,
             share_capacity: int, share_every: int) -> None:
-        KERNEL_CLOCK.launch(cuda_kernels.match_tasks, self.graph, self.plan, self.n,
-                            self.members, self.tasks, self.bufs, self.width, self.warps,
+        KERNEL_CLOCK.launch(cuda_kernels.match_tasks, self.graph, self.cand_ptrs, self.plan,
+                            self.n, self.members, self.tasks, self.bufs, self.width, self.warps,
                             counts, offsets, out, limit, listing, sharing, share_capacity,
                             share_every)
 

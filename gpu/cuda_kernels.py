@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import cupy as cp
 import numpy as np
@@ -49,8 +50,58 @@ def _check(name: str, array, dtype, ndim: int | None = None) -> None:
         raise ValueError(f"{name}: must be C-contiguous")
 
 
-GRAPH_DTYPES = (("start", np.int64), ("deg", np.int32), ("nbr", np.int32), ("nlab", np.int32),
-                ("elab", np.int32), ("rank", np.int32), ("cand_ptrs", np.uint64))
+class ListGraphArrays(NamedTuple):
+    """match_tasks' graph: the mirrored pooled lists (gpu/graph.py's layout)."""
+    start: cp.ndarray
+    deg: cp.ndarray
+    nbr: cp.ndarray
+    nlab: cp.ndarray
+    elab: cp.ndarray
+    rank: cp.ndarray
+
+
+class PmaGraphArrays(NamedTuple):
+    """match_tasks_pma's graph: the packed memory array (gpu/pma.py) and the phase's
+    ranked update edges (sorted keys, ranks, how many, a flag per touched vertex)."""
+    keys: cp.ndarray
+    vals: cp.ndarray
+    cnt: cp.ndarray
+    row: cp.ndarray
+    seg_shift: int
+    ranked_keys: cp.ndarray
+    ranked: cp.ndarray
+    num_ranked: int
+    touched: cp.ndarray
+
+
+# Per layout: the kernel, and each field's dtype (int: a scalar passed as int32).
+GRAPH_LAYOUTS = {
+    ListGraphArrays: ("match_tasks", {"start": np.int64, "deg": np.int32, "nbr": np.int32,
+                                      "nlab": np.int32, "elab": np.int32, "rank": np.int32}),
+    PmaGraphArrays: ("match_tasks_pma", {"keys": np.uint64, "vals": np.int32,
+                                         "cnt": np.int32, "row": np.int64, "seg_shift": int,
+                                         "ranked_keys": np.uint64, "ranked": np.int32,
+                                         "num_ranked": int, "touched": np.uint8}),
+}
+
+
+def _graph_args(graph) -> tuple[str, list]:
+    """The kernel for this graph layout and its checked, cast arguments."""
+    layout = GRAPH_LAYOUTS.get(type(graph))
+    if layout is None:
+        names = ", ".join(t.__name__ for t in GRAPH_LAYOUTS)
+        raise TypeError(f"graph: expected one of {names}, got {type(graph).__name__}")
+    kernel, dtypes = layout
+    args = []
+    for name, value in zip(graph._fields, graph, strict=True):
+        if dtypes[name] is int:
+            args.append(np.int32(value))
+        else:
+            _check(name, value, dtypes[name])
+            args.append(value)
+    return kernel, args
+
+
 PLAN_DTYPES = (("q_label", np.int32), ("cand_row", np.int32), ("orders", np.int32),
                ("level_of", np.int32),
                ("bw_count", np.int32), ("bw_level", np.int32), ("bw_label", np.int32),
@@ -60,9 +111,9 @@ TASK_DTYPES = (("task_u", np.int32), ("task_v", np.int32), ("task_rank", np.int3
 
 
 @functools.cache
-def resident_warps() -> int:
-    """Warps that fit on the device at once with match_tasks' register use."""
-    kernel = module("match").get_function("match_tasks")
+def resident_warps(name: str = "match_tasks") -> int:
+    """Warps that fit on the device at once with the matching kernel's register use."""
+    kernel = module("match").get_function(name)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     regs_per_warp = max(1, kernel.num_regs) * 32
     per_sm = min(props["maxThreadsPerMultiProcessor"] // 32,
@@ -71,17 +122,20 @@ def resident_warps() -> int:
     return max(WARPS_PER_BLOCK, per_sm * props["multiProcessorCount"])
 
 
-def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
-                bufs: cp.ndarray, width: int, warps: int, counts: cp.ndarray,
-                offsets: cp.ndarray, out: cp.ndarray, limit: int, listing: bool,
-                sharing: bool = True, share_capacity: int = SHARE_CAPACITY,
+def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray, plan: tuple,
+                n: int, members: int, tasks: tuple, bufs: cp.ndarray, width: int, warps: int,
+                counts: cp.ndarray, offsets: cp.ndarray, out: cp.ndarray, limit: int,
+                listing: bool, sharing: bool = True, share_capacity: int = SHARE_CAPACITY,
                 share_every: int = SHARE_EVERY) -> None:
-    """Launch gpu/kernels/match.cu:match_tasks over `warps` persistent warps.
+    """Launch gpu/kernels/match.cu:match_tasks (or match_tasks_pma, by the graph's layout)
+    over `warps` persistent warps.
 
-    counts must start at zero (parts of a task shared between warps add to it);
-    `sharing` hands unexplored candidates to idle warps (never while listing)."""
-    for (name, dtype), array in zip(GRAPH_DTYPES + PLAN_DTYPES + TASK_DTYPES,
-                                    graph + plan + tasks, strict=True):
+    cand_ptrs holds the address of each query's candidate bits (the plan's cand_row
+    indexes it); counts must start at zero (parts of a task shared between warps add to
+    it); `sharing` hands unexplored candidates to idle warps (never while listing)."""
+    kernel_name, graph_args = _graph_args(graph)
+    _check("cand_ptrs", cand_ptrs, np.uint64, 1)
+    for (name, dtype), array in zip(PLAN_DTYPES + TASK_DTYPES, plan + tasks, strict=True):
         _check(name, array, dtype)
     _check("bufs", bufs, np.int32)
     _check("counts", counts, np.int64, 1)
@@ -105,14 +159,13 @@ def match_tasks(graph: tuple, plan: tuple, n: int, members: int, tasks: tuple,
     records = _scratch("records", capacity * SHARE_RECORD_INTS)
     ready = _scratch("ready", capacity)
     ready[:capacity] = 0
-    kernel = module("match").get_function("match_tasks")
+    kernel = module("match").get_function(kernel_name)
     blocks = warps // WARPS_PER_BLOCK
     kernel((blocks,), (32 * WARPS_PER_BLOCK,),
-           (*graph, np.int32(n), np.int32(members), *plan, np.int32(num_tasks), *tasks,
-            bufs, np.int64(width), ctl, records, ready, np.int64(capacity),
-            np.int32(1 if sharing else 0), np.int32(share_every), counts, offsets, out,
-            np.int64(limit),
-            np.int32(1 if listing else 0)),
+           (*graph_args, cand_ptrs, np.int32(n), np.int32(members), *plan,
+            np.int32(num_tasks), *tasks, bufs, np.int64(width), ctl, records, ready,
+            np.int64(capacity), np.int32(1 if sharing else 0), np.int32(share_every), counts,
+            offsets, out, np.int64(limit), np.int32(1 if listing else 0)),
            shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
 
 

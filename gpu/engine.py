@@ -69,7 +69,8 @@ class Engine:
         self._device = None
         if self.backend == "cuda":
             from gpu.cuda_executor import DeviceMirror
-            self._device = DeviceMirror()
+            self._device = DeviceMirror(self.config.device_graph,
+                                        self.config.pma_segment_size)
             self._device.sync(self.graph)
 
     # ---- standing queries -------------------------------------------
@@ -326,7 +327,7 @@ class Engine:
             upkeep.refresh_candidates(self._query_arrays(), touched, g.alive, g.label, g.deg,
                                       sig.codes, g.start, g.nbr, g.elab)
         if self._device is not None:
-            self._device.sync(g, touched)
+            self._device.sync(g, touched, batch)
             for qid in self._queries:
                 self._device.sync_cand(qid, sig.cand[qid], touched)
 

@@ -1,43 +1,112 @@
 // Warp-centric incremental matching (GAMMA Algorithm 1): one warp per update-edge task.
 //
 // A task is (update edge u-v, its rank, a task type of the plan).  The warp runs the
-// type's matching order depth-first.  A level's candidates are the label segment of
-// its smallest backward neighbour's list, filtered lane-parallel (candidate bit, edge
-// label, total-order rule) and checked against the other backward neighbours by
-// binary search, then compacted into the level's buffer with ballot/popc, so buffers
-// stay sorted by id.  Injectivity is checked when a candidate is used, so a buffer
-// stays valid (and is reused) while the level's backward vertices do not change.
-// The last level is counted (popc), never stored; the last two levels are counted
-// together as |A||B| - |A & B| when they are not adjacent (the plan's tail_free).
+// type's matching order depth-first.  A level's candidates are the neighbour range of
+// its smallest backward neighbour, filtered lane-parallel (candidate bit, edge label,
+// total-order rule) and checked against the other backward neighbours by binary
+// search, then compacted into the level's buffer with ballot/popc, so buffers stay
+// sorted by id.  Injectivity is checked when a candidate is used, so a buffer stays
+// valid (and is reused) while the level's backward vertices do not change.  The last
+// level is counted (popc), never stored; the last two levels are counted together as
+// |A||B| - |A & B| when they are not adjacent (the plan's tail_free).
 //
 // Warps are persistent and take tasks from a global counter, so skewed tasks do not
 // leave whole blocks idle.  Counts are exact 64-bit.  In listing mode a task writes its
 // rows from its own offset (a prefix sum of the counting pass) up to the limit, for
 // every member of its coalesced-search orbit.
 //
-// Lists are sorted by (neighbour label, id) and may sit anywhere in the pools with
-// gaps between them; a vertex's list is [start[x], start[x] + deg[x]).
+// Two layouts of the data graph, one search (templated on the layout):
+// - ListGraph: the host's pooled lists, sorted by (neighbour label, id), mirrored; a
+//   level scans one label segment; update ranks sit beside the neighbours.
+// - PmaGraph: the packed memory array (gpu/pma.py): keys src << 32 | dst sorted, with
+//   gaps that copy the last real key before them; a level scans the pivot's whole range
+//   [row[x], row[x + 1]) and skips gaps; ranks of the phase's update edges are looked up
+//   in a sorted side array, only for pairs of vertices the phase touched.
 // (No standard headers: NVRTC compiles this without the host include paths.)
 
 #define FULL_MASK 0xffffffffu
 #define MAX_QUERY 32
 
-struct Graph {
+// First position in [lo, hi) whose value is >= key (values sorted ascending there).
+template <class T>
+__device__ __forceinline__ long long lower_bound(const T* a, long long lo, long long hi, T key) {
+    while (lo < hi) {
+        long long mid = (lo + hi) >> 1;
+        if (a[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+struct ListGraph {
+    static constexpr bool keyed = false;    // find() and rank() ignore the source vertex
     const long long* start;
     const int* deg;
     const int* nbr;
     const int* nlab;
-    const int* elab;
-    const int* rank;
-    // Candidate bits of each query in the launch (one device array per query, by
-    // address), so one launch serves the tasks of several standing queries.
-    const unsigned long long* cand_ptrs;
+    const int* elab_;
+    const int* rank_;
+
+    // x's neighbours with label `want`: [lo, hi).
+    __device__ __forceinline__ void range(int x, int want, long long& lo, long long& hi) const {
+        long long s = start[x], e = s + deg[x];
+        lo = lower_bound(nlab, s, e, want);
+        hi = lower_bound(nlab, lo, e, want + 1);
+    }
+    __device__ __forceinline__ bool real(long long) const { return true; }
+    __device__ __forceinline__ int nbr_at(long long i) const { return nbr[i]; }
+    __device__ __forceinline__ int elab(long long i) const { return elab_[i]; }
+    __device__ __forceinline__ int rank(long long i, int, int) const { return rank_[i]; }
+    // Position of w in x's range [lo, hi), or -1.
+    __device__ __forceinline__ long long find(long long lo, long long hi, int, int w) const {
+        long long pos = lower_bound(nbr, lo, hi, w);
+        return (pos < hi && nbr[pos] == w) ? pos : -1;
+    }
+};
+
+struct PmaGraph {
+    static constexpr bool keyed = true;
+    const unsigned long long* keys;
+    const int* vals;              // edge labels
+    const int* cnt;               // real slots at the front of each segment
+    const long long* row;         // first slot of each vertex's keys
+    int seg_shift;                // log2(segment size)
+    const unsigned long long* ranked_keys;   // the phase's update edges, both directions,
+    const int* ranked;                       // sorted, and their ranks
+    int num_ranked;
+    const unsigned char* touched;            // endpoint of one of them
+
+    __device__ __forceinline__ void range(int x, int, long long& lo, long long& hi) const {
+        lo = row[x];
+        hi = row[x + 1];
+    }
+    __device__ __forceinline__ bool real(long long i) const {
+        return (int)(i & ((1LL << seg_shift) - 1)) < cnt[i >> seg_shift];
+    }
+    __device__ __forceinline__ int nbr_at(long long i) const {
+        return (int)(keys[i] & 0xffffffffull);
+    }
+    __device__ __forceinline__ int elab(long long i) const { return vals[i]; }
+    __device__ __forceinline__ int rank(long long, int x, int w) const {
+        if (num_ranked == 0 || !touched[x] || !touched[w]) return 0;
+        const unsigned long long key = ((unsigned long long)x << 32) | (unsigned)w;
+        long long pos = lower_bound(ranked_keys, 0LL, (long long)num_ranked, key);
+        return (pos < num_ranked && ranked_keys[pos] == key) ? ranked[pos] : 0;
+    }
+    // The first slot holding a key is real (gaps only copy keys before them).
+    __device__ __forceinline__ long long find(long long lo, long long hi, int x, int w) const {
+        const unsigned long long key = ((unsigned long long)x << 32) | (unsigned)w;
+        long long pos = lower_bound(keys, lo, hi, key);
+        return (pos < hi && keys[pos] == key) ? pos : -1;
+    }
 };
 
 struct Plan {
     int n;                    // query vertices
     int width;                // orbit members per type (perms' middle dimension)
     const int* q_label;       // [T, n]     a type's query vertex labels
+    // Candidate bits of each query in the launch (one device array per query, by
+    // address), so one launch serves the tasks of several standing queries.
+    const unsigned long long* cand_ptrs;
     const int* cand_row;      // [T]        which of cand_ptrs a type's query reads
     const int* orders;        // [T, n]
     const int* level_of;      // [T, n]     level of each query vertex
@@ -58,15 +127,6 @@ struct Tasks {
 };
 
 __device__ __forceinline__ bool blocked(int r, int cur) { return r != 0 && r < cur; }
-
-// First position in [lo, hi) whose value is >= key (values sorted ascending there).
-__device__ __forceinline__ long long lower_bound(const int* a, long long lo, long long hi, int key) {
-    while (lo < hi) {
-        long long mid = (lo + hi) >> 1;
-        if (a[mid] < key) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-}
 
 __device__ __forceinline__ bool used(const int* m, int level, int w) {
     bool hit = false;
@@ -109,26 +169,26 @@ __device__ __forceinline__ bool cached(const Plan& p, const WarpState& s, int t,
 
 // Fill `out` (when non-null) with the candidates of `level`, or only count them.
 // With `count_unused`, candidates among m[:level] are left out (the last level).
-__device__ long long scan_level(const Graph& g, const Plan& p, int t, int level, int cur,
+template <class G>
+__device__ long long scan_level(const G& g, const Plan& p, int t, int level, int cur,
                                 const int* m, int* out, bool count_unused, int lane) {
     const int n = p.n;
     const int q = p.orders[t * n + level];
     const unsigned bit = 1u << q;
     const int want = p.q_label[t * n + q];
-    const unsigned* cand = (const unsigned*)g.cand_ptrs[p.cand_row[t]];
+    const unsigned* cand = (const unsigned*)p.cand_ptrs[p.cand_row[t]];
     const int nbc = p.bw_count[t * n + level];
     const int* bwl = p.bw_level + ((long long)t * n + level) * n;
     const int* bwlab = p.bw_label + ((long long)t * n + level) * n;
 
-    // Lane j < nbc finds backward neighbour j's label segment.
+    // Lane j < nbc finds backward neighbour j's range.
     long long lo = 0, hi = 0;
+    int x = -1;
     if (lane < nbc) {
-        int x = m[bwl[lane]];
-        long long s = g.start[x], e = s + g.deg[x];
-        lo = lower_bound(g.nlab, s, e, want);
-        hi = lower_bound(g.nlab, lo, e, want + 1);
+        x = m[bwl[lane]];
+        g.range(x, want, lo, hi);
     }
-    // Pivot: the shortest segment.
+    // Pivot: the shortest range.
     long long best = (lane < nbc) ? (hi - lo) : (1LL << 62);
     int pivot = lane;
     for (int off = 16; off > 0; off >>= 1) {
@@ -139,23 +199,24 @@ __device__ long long scan_level(const Graph& g, const Plan& p, int t, int level,
     pivot = __shfl_sync(FULL_MASK, pivot, 0);
     const long long plo = __shfl_sync(FULL_MASK, lo, pivot);
     const long long phi = __shfl_sync(FULL_MASK, hi, pivot);
+    const int px = G::keyed ? __shfl_sync(FULL_MASK, x, pivot) : 0;
     const int plab = bwlab[pivot];
     const unsigned lower_lanes = (1u << lane) - 1u;
 
     long long found = 0;
     for (long long base = plo; base < phi; base += 32) {
         long long i = base + lane;
-        bool ok = i < phi;
-        int w = ok ? g.nbr[i] : -1;
-        if (ok) ok = (cand[w] & bit) && g.elab[i] == plab && !blocked(g.rank[i], cur);
+        bool ok = i < phi && g.real(i);
+        int w = ok ? g.nbr_at(i) : -1;
+        if (ok) ok = (cand[w] & bit) && g.elab(i) == plab && !blocked(g.rank(i, px, w), cur);
         for (int j = 0; j < nbc; ++j) {
             long long lj = __shfl_sync(FULL_MASK, lo, j);
             long long hj = __shfl_sync(FULL_MASK, hi, j);
+            int xj = G::keyed ? __shfl_sync(FULL_MASK, x, j) : 0;
             if (j == pivot || !__any_sync(FULL_MASK, ok)) continue;
             if (ok) {
-                long long pos = lower_bound(g.nbr, lj, hj, w);
-                ok = pos < hj && g.nbr[pos] == w && g.elab[pos] == bwlab[j] &&
-                     !blocked(g.rank[pos], cur);
+                long long pos = g.find(lj, hj, xj, w);
+                ok = pos >= 0 && g.elab(pos) == bwlab[j] && !blocked(g.rank(pos, xj, w), cur);
             }
         }
         if (count_unused && ok) ok = !used(m, level, w);
@@ -168,7 +229,8 @@ __device__ long long scan_level(const Graph& g, const Plan& p, int t, int level,
 
 // Make buf[level] hold the level's candidates (reusing it when its backward vertices
 // are unchanged).
-__device__ void candidates(const Graph& g, const Plan& p, int t, int level, int cur,
+template <class G>
+__device__ void candidates(const G& g, const Plan& p, int t, int level, int cur,
                            WarpState& s, int* buf, int lane) {
     if (cached(p, s, t, level)) return;
     long long c = scan_level(g, p, t, level, cur, s.m, buf, false, lane);
@@ -223,7 +285,8 @@ __device__ void emit(const Plan& p, int t, const int* m, int last_w, int* out,
 }
 
 // Last level in listing mode: enumerate unused candidates in id order and emit them.
-__device__ long long list_last(const Graph& g, const Plan& p, int t, int cur, WarpState& s,
+template <class G>
+__device__ long long list_last(const G& g, const Plan& p, int t, int cur, WarpState& s,
                                int* buf, int* out, long long pos, long long limit, int lane) {
     const int last = p.n - 1;
     candidates(g, p, t, last, cur, s, buf, lane);
@@ -296,7 +359,8 @@ __device__ void share_work(const Share& sh, WarpState& s, long long task, int fl
 // Matches of one task, or of the part of it a share record names (`record` non-null):
 // the search starts at the record's level with its candidate range and ends when it
 // backtracks above that level.  In listing mode rows go to out from `pos`.
-__device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long long task,
+template <class G>
+__device__ long long search(const G& g, const Plan& p, const Tasks& tk, long long task,
                             const volatile int* record, const Share& sh, WarpState& s,
                             int* bufs,
                             long long width, int* out, long long pos, long long limit,
@@ -412,30 +476,31 @@ __device__ long long search(const Graph& g, const Plan& p, const Tasks& tk, long
     }
 }
 
+// The kernel's parameters after the graph's (plan, tasks, scratch, work sharing and
+// results), shared by both layouts' entry points.
+#define MATCH_PARAMS \
+        const unsigned long long* cand_ptrs, \
+        int n, int width_members, const int* q_label, const int* cand_row, \
+        const int* orders, const int* level_of, \
+        const int* bw_count, const int* bw_level, const int* bw_label, \
+        const unsigned char* tail_free, const int* perms, const long long* multiplicity, \
+        int num_tasks, const int* task_u, const int* task_v, const int* task_rank, \
+        const int* task_type, \
+        int* bufs, long long width, unsigned long long* ctl, int* records, int* ready, \
+        long long capacity, int sharing, int share_every, unsigned long long* counts, \
+        const long long* offsets, int* out, long long limit, int listing
+#define MATCH_ARGS cand_ptrs, n, width_members, q_label, cand_row, orders, level_of, \
+        bw_count, bw_level, bw_label, tail_free, perms, multiplicity, num_tasks, task_u, \
+        task_v, task_rank, task_type, bufs, width, ctl, records, ready, capacity, sharing, \
+        share_every, counts, offsets, out, limit, listing
+
 // counts[i] += searched matches of task i (before orbit multiplicity); counts start at
 // zero.  In listing mode task i writes rows from offsets[i] (tasks starting at or past
 // `limit` are skipped) and work sharing is off, so rows keep their order.
-// 128 threads (4 warps) per block; at least 7 blocks per SM keeps the kernel at 72
-// registers, as before the per-type candidate tables (80 without the bound, no spills with it).
-extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
-        // graph
-        const long long* start, const int* deg, const int* nbr, const int* nlab,
-        const int* elab, const int* rank, const unsigned long long* cand_ptrs,
-        // plan
-        int n, int width_members, const int* q_label, const int* cand_row, const int* orders,
-        const int* level_of,
-        const int* bw_count, const int* bw_level, const int* bw_label,
-        const unsigned char* tail_free, const int* perms, const long long* multiplicity,
-        // tasks
-        int num_tasks, const int* task_u, const int* task_v, const int* task_rank,
-        const int* task_type,
-        // scratch, work sharing and results
-        int* bufs, long long width, unsigned long long* ctl, int* records, int* ready,
-        long long capacity, int sharing, int share_every, unsigned long long* counts,
-        const long long* offsets, int* out, long long limit, int listing) {
-    const Graph g{start, deg, nbr, nlab, elab, rank, cand_ptrs};
-    const Plan p{n, width_members, q_label, cand_row, orders, level_of, bw_count, bw_level,
-                 bw_label, tail_free, perms, multiplicity};
+template <class G>
+__device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
+    const Plan p{n, width_members, q_label, cand_ptrs, cand_row, orders, level_of, bw_count,
+                 bw_level, bw_label, tail_free, perms, multiplicity};
     const Tasks tk{num_tasks, task_u, task_v, task_rank, task_type};
     const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
     extern __shared__ WarpState states[];
@@ -520,4 +585,20 @@ extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
         }
     }
     if (lane == 0) atomicAdd(ctl + WAITING, ~0ULL);
+}
+
+// 128 threads (4 warps) per block; at least 7 blocks per SM keeps the kernels at 72
+// registers (80 without the bound, no spills with it).
+extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
+        const long long* start, const int* deg, const int* nbr, const int* nlab,
+        const int* elab, const int* rank, MATCH_PARAMS) {
+    match_all(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_pma(
+        const unsigned long long* keys, const int* vals, const int* cnt, const long long* row,
+        int seg_shift, const unsigned long long* ranked_keys, const int* ranked,
+        int num_ranked, const unsigned char* touched, MATCH_PARAMS) {
+    match_all(PmaGraph{keys, vals, cnt, row, seg_shift, ranked_keys, ranked, num_ranked,
+                       touched}, MATCH_ARGS);
 }

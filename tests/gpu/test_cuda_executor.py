@@ -39,8 +39,9 @@ def query(name: str, labels: list[int]) -> QueryGraph:
     return QueryGraph.build(name, np.arange(n), labels[:n], edges)
 
 
-def engines(initial: LabeledGraph, queries: list[QueryGraph]):
-    pair = [Engine(initial, backend=b) for b in ("cpu", "cuda")]
+def engines(initial: LabeledGraph, queries: list[QueryGraph],
+            config: EngineConfig | None = None):
+    pair = [Engine(initial, backend=b, config=config) for b in ("cpu", "cuda")]
     for q in queries:
         ids = [e.add_query(q) for e in pair]
         assert ids[0] == ids[1]
@@ -116,11 +117,17 @@ def test_cut_listing_is_an_exact_subset():
         assert res.truncated == (res.positive > 7)
 
 
-def test_mixed_stream_with_new_vertices_equals_cpu():
+@pytest.mark.parametrize("config", [EngineConfig(), EngineConfig(pma_segment_size=2),
+                                    EngineConfig(device_graph="lists")],
+                         ids=["pma", "pma-segments-of-2", "lists"])
+def test_mixed_stream_with_new_vertices_equals_cpu(config):
+    """Both device graph layouts (and a PMA of 2-slot segments, whose window tree is
+    deep) follow inserts, deletes and vertex adds and deletes; the device graph equals
+    the host's after the stream."""
     rng = np.random.default_rng(9)
     full = skewed_graph(9)
     initial, _ = split_stream(full, 0.3, 9)
-    pair = engines(initial, QUERIES)
+    pair = engines(initial, QUERIES, config)
     ids = list(full.vertex_ids)
     next_id = int(max(ids)) + 1
     for step in range(6):
@@ -143,7 +150,7 @@ def test_mixed_stream_with_new_vertices_equals_cpu():
         batch = UpdateStream(np.array(kinds), np.array(a), np.array(b), np.array(lab),
                              np.arange(1, len(kinds) + 1), f"step{step}")
         assert_same([e.apply(batch, list_limit=100_000) for e in pair], 100_000)
-    pair[1].check()
+        pair[1].check()
 
 
 def test_work_sharing_on_off_and_tiny_queue_equal_cpu():
@@ -156,7 +163,8 @@ def test_work_sharing_on_off_and_tiny_queue_equal_cpu():
     results = []
     for backend, config in (("cpu", EngineConfig()), ("cuda", EngineConfig()),
                             ("cuda", EngineConfig(work_sharing=False)),
-                            ("cuda", EngineConfig(share_capacity=3))):
+                            ("cuda", EngineConfig(share_capacity=3)),
+                            ("cuda", EngineConfig(device_graph="lists"))):
         engine = Engine(initial, backend=backend, config=config)
         for q in shapes:
             engine.add_query(q)
@@ -171,11 +179,19 @@ def test_launcher_rejects_wrong_dtypes():
 
     from gpu import cuda_kernels
 
-    arrays = [cp.zeros(4, dtype=np.float32)] * 7
+    def launch(graph):
+        cuda_kernels.match_tasks(graph, cp.zeros(1, np.uint64), (), 3, 1, (),
+                                 cp.zeros(1, np.int32), 1, 4, cp.zeros(0, np.int64),
+                                 cp.zeros(0, np.int64), cp.zeros((0, 3), np.int32), 0, False)
+
+    floats = cp.zeros(4, dtype=np.float32)
     with pytest.raises(TypeError, match="start"):
-        cuda_kernels.match_tasks(tuple(arrays), (), 3, 1, (), cp.zeros(1, np.int32), 1, 4,
-                                 cp.zeros(0, np.int64), cp.zeros(0, np.int64),
-                                 cp.zeros((0, 3), np.int32), 0, False)
+        launch(cuda_kernels.ListGraphArrays(*[floats] * 6))
+    with pytest.raises(TypeError, match="keys"):
+        launch(cuda_kernels.PmaGraphArrays(cp.zeros(4, np.int64), floats, floats, floats, 5,
+                                           floats, floats, 0, floats))
+    with pytest.raises(TypeError, match="graph"):
+        launch(tuple([floats] * 6))
 
 
 @pytest.mark.parametrize("seed", [3, 4])

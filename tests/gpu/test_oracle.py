@@ -14,6 +14,7 @@ open (see tests/reference.py) are never generated here.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import random
 from collections import Counter
@@ -51,6 +52,10 @@ CONFIGS: dict[str, Callable[[], EngineConfig]] = {
     "default": EngineConfig,
     "tiny": EngineConfig.tiny,
 }
+# The CUDA executor's other device graph layout (the CPU executor has only one).
+CUDA_CONFIGS: dict[str, Callable[[], EngineConfig]] = {
+    "tiny-lists": lambda: dataclasses.replace(EngineConfig.tiny(), device_graph="lists"),
+}
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,13 @@ class EngineSetup:
 # one: both must equal the oracle exactly.
 SETUPS = [pytest.param((name, "cpu"), id=name) for name in sorted(CONFIGS)] + [
     pytest.param((name, "cuda"), id=f"{name}-cuda", marks=pytest.mark.gpu)
-    for name in sorted(CONFIGS)]
+    for name in sorted(CONFIGS | CUDA_CONFIGS)]
 
 
 @pytest.fixture(params=SETUPS, scope="module")
 def engine_setup(request) -> EngineSetup:
     name, backend = request.param
-    return EngineSetup(CONFIGS[name](), backend)
+    return EngineSetup((CONFIGS | CUDA_CONFIGS)[name](), backend)
 
 
 # --------------------------------------------------------------------------
