@@ -119,7 +119,7 @@ class DeviceMirror:
             return cached[1]
         level_of = np.argsort(types.orders, axis=1).astype(np.int32)
         # Labels per type (not per query), so types of several queries share a launch.
-        labels = np.tile(np.asarray(types.query_labels, dtype=np.int32), (types.count, 1))
+        labels = np.tile(self.graph.kernel_labels(types.query_labels), (types.count, 1))
         host = (labels, types.orders, level_of, types.bw_count, types.bw_level,
                 types.bw_label, types.tail_free.astype(np.uint8), types.perms,
                 types.multiplicity)

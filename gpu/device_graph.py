@@ -17,11 +17,14 @@ the host graph (tests).  Importing this module needs CuPy; `gpu.device` decides 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import cupy as cp
 import numpy as np
 
 from gpu import cuda_kernels
-from gpu.pma import PackedMemoryArray, PMAConfig, edge_keys
+from gpu.label_index import LabelIndex, label_keys
+from gpu.pma import PackedMemoryArray, PMAConfig
 
 LAYOUTS = ("pma", "lists")
 
@@ -34,81 +37,145 @@ def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size):
     raise ValueError(f"device graph layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
 
 
-def _both_directions(us, vs, labels=None):
-    """Keys of u -> v and v -> u for each edge (host arrays), and their labels doubled."""
-    us = np.asarray(us, dtype=np.int64)
-    vs = np.asarray(vs, dtype=np.int64)
-    keys = edge_keys(np, np.concatenate([us, vs]), np.concatenate([vs, us]))
-    if labels is None:
-        return keys
-    labels = np.asarray(labels, dtype=np.int32)
-    return keys, np.concatenate([labels, labels])
+# Label bits reserved in a key's low word even when fewer labels are known, so that the
+# first few new labels do not re-key the whole array (vertex ids below 2^29).
+MIN_LABEL_BITS = 3
 
 
 class PmaGraph:
-    """The data graph as a packed memory array on the device."""
+    """The data graph as a packed memory array on the device.
+
+    A key is ``src << 32 | label(dst) << vertex_bits | dst`` with the label as a dense
+    index (`LabelIndex`), so each vertex's neighbours of one label are one sorted run, as
+    in the host lists: the kernel finds a label segment by binary search instead of
+    scanning the whole list.  The label bits grow when more labels appear, which re-keys
+    the array from the host graph (rare: at 9, 17, 33, ... labels)."""
 
     def __init__(self, config: PMAConfig) -> None:
-        self.pma = PackedMemoryArray(cp, 0, config)
+        self.config = config
+        self.labels = LabelIndex()
+        self.vertex_bits = 32 - MIN_LABEL_BITS
+        self.pma = PackedMemoryArray(cp, 0, self._pma_config())
         self.max_degree = 0
-        self.touched = cp.zeros(0, dtype=np.uint8)
-        self._ranked: tuple | None = None   # (sorted keys, ranks, endpoints) of a phase
-        self._no_ranks = (cp.zeros(1, dtype=np.uint64), cp.zeros(1, dtype=np.int32))
+        self.relayouts = 0
+        self.touched = cp.zeros(0, dtype=np.int32)
+        self._host = None                   # the host graph this follows
+        self._ranked: tuple | None = None   # (rstart, rdst, ranks, sources) of a phase
+        self._no_ranks = cp.zeros(1, dtype=np.int32)
+
+    def _pma_config(self) -> PMAConfig:
+        return dataclasses.replace(self.config, vertex_bits=self.vertex_bits)
+
+    def _fits(self, slots: int) -> bool:
+        """Whether the label bits and `slots` vertex ids fit the current layout."""
+        return (self.labels.bits() <= 32 - self.vertex_bits
+                and slots <= (1 << self.vertex_bits))
+
+    def _relayout(self, graph) -> None:
+        """Choose the label bits again and load the host graph's edges under them."""
+        need = self.labels.bits()
+        slots = graph.num_slots
+        bits = max(need, MIN_LABEL_BITS)
+        if slots > 1 << (32 - bits):
+            bits = need
+        if slots > 1 << (32 - bits):
+            raise ValueError(f"the packed memory array keys {self.labels.count} vertex labels "
+                             f"and {slots} vertex slots in 32 bits, which does not fit; use "
+                             f"EngineConfig(device_graph='lists')")
+        self.vertex_bits = 32 - bits
+        self.pma = PackedMemoryArray(cp, 0, self._pma_config())
+        self.relayouts += 1
+        self._load(graph)
+
+    def _load(self, graph) -> None:
+        us, vs, elab = graph.edges()
+        both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
+        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
+        self.pma.ensure_vertices(graph.num_slots)
+        vals = np.concatenate([elab, elab]).astype(np.int32)
+        self.pma.load(cp.asarray(keys), cp.asarray(vals))
 
     def sync(self, graph, touched=None, batch=None) -> None:
         """Follow the host graph: load it whole (no batch), or apply the batch's edge
         changes (an EffectiveBatch, already applied to the host graph)."""
+        self._host = graph
         self.max_degree = graph.max_degree
-        self._ensure_vertices(graph.num_slots)
+        self._ensure_touched(graph.num_slots)
         if batch is None:
-            us, vs, labels = graph.edges()
-            keys, vals = _both_directions(us, vs, labels)
-            self.pma.load(cp.asarray(keys), cp.asarray(vals))
+            alive = np.flatnonzero(graph.alive[: graph.num_slots])
+            self.labels.of(graph.label[alive])
+            self._relayout(graph)
             return
+        self.labels.of(batch.add_labels)
+        if not self._fits(graph.num_slots):
+            self._relayout(graph)
+            return
+        self.pma.ensure_vertices(graph.num_slots)
         if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
             return
-        keys, vals = _both_directions(batch.insert_u, batch.insert_v, batch.insert_labels)
-        deleted = _both_directions(batch.delete_u, batch.delete_v)
-        self.pma.apply(cp.asarray(keys), cp.asarray(vals), cp.asarray(deleted))
+        label = graph.label
+        iu = np.concatenate([batch.insert_u, batch.insert_v])
+        iv = np.concatenate([batch.insert_v, batch.insert_u])
+        du = np.concatenate([batch.delete_u, batch.delete_v])
+        dv = np.concatenate([batch.delete_v, batch.delete_u])
+        inserted = label_keys(iu, iv, self.labels.of(label[iv]), self.vertex_bits)
+        # A deleted vertex's slot keeps its label until the slot is reused.
+        deleted = label_keys(du, dv, self.labels.of(label[dv]), self.vertex_bits)
+        vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.int32)
+        self.pma.apply(cp.asarray(inserted), cp.asarray(vals), cp.asarray(deleted))
 
-    def _ensure_vertices(self, n: int) -> None:
-        self.pma.ensure_vertices(n)
+    def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
+        """Query vertex labels as the kernel compares them: label indices (registering
+        labels the graph does not have yet, which may re-key the array)."""
+        index = self.labels.of(labels).astype(np.int32).reshape(np.shape(labels))
+        if self._host is not None and not self._fits(self._host.num_slots):
+            self._relayout(self._host)
+        return index
+
+    def _ensure_touched(self, n: int) -> None:
         if self.touched.shape[0] < n:
-            touched = cp.zeros(max(n, 2 * self.touched.shape[0]), dtype=np.uint8)
+            touched = cp.zeros(max(n, 2 * self.touched.shape[0]), dtype=np.int32)
             touched[: self.touched.shape[0]] = self.touched
             self.touched = touched
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
-        """Rank the edges us-vs (both directions) until clear_ranks."""
-        keys = _both_directions(us, vs)
-        order = np.argsort(keys)
-        doubled = np.concatenate([ranks, ranks]).astype(np.int32)
-        ends = cp.asarray(np.concatenate([us, vs]).astype(np.int64))
-        self._ranked = (cp.asarray(keys[order]), cp.asarray(doubled[order]), ends)
-        self.touched[ends] = 1
+        """Rank the edges us-vs (both directions) until clear_ranks: per source vertex,
+        its destinations sorted, with their ranks."""
+        src = np.concatenate([us, vs]).astype(np.int64)
+        dst = np.concatenate([vs, us]).astype(np.int64)
+        order = np.lexsort((dst, src))
+        src, dst = src[order], dst[order]
+        doubled = np.concatenate([ranks, ranks]).astype(np.int32)[order]
+        sources, first = np.unique(src, return_index=True)
+        rstart = np.append(first, len(src)).astype(np.int32)
+        dev_sources = cp.asarray(sources)
+        self._ranked = (cp.asarray(rstart), cp.asarray(dst.astype(np.int32)),
+                        cp.asarray(doubled), dev_sources)
+        self.touched[dev_sources] = cp.arange(1, len(sources) + 1, dtype=np.int32)
 
     def clear_ranks(self) -> None:
         if self._ranked is not None:
-            self.touched[self._ranked[2]] = 0
+            self.touched[self._ranked[3]] = 0
             self._ranked = None
 
     def arrays(self) -> cuda_kernels.PmaGraphArrays:
         pma = self.pma
-        keys, ranks = self._ranked[:2] if self._ranked is not None else self._no_ranks
-        count = keys.shape[0] if self._ranked is not None else 0
+        rstart, rdst, ranks = (self._ranked[:3] if self._ranked is not None
+                               else (self._no_ranks,) * 3)
         return cuda_kernels.PmaGraphArrays(pma.keys, pma.vals, pma.cnt, pma.row,
-                                           pma.S.bit_length() - 1, keys, ranks, count,
-                                           self.touched)
+                                           pma.S.bit_length() - 1, self.vertex_bits,
+                                           self.touched, rstart, rdst, ranks)
 
     def memory_bytes(self) -> int:
         return self.pma.memory_bytes() + int(self.touched.nbytes)
 
     def check(self, graph) -> None:
-        """Assert the PMA holds exactly the host graph's edges, both directions (tests)."""
-        us, vs, labels = graph.edges()
-        keys, vals = _both_directions(us, vs, labels)
-        order = np.argsort(keys)
-        self.pma.check(cp.asarray(keys[order]), cp.asarray(vals[order]))
+        """Assert the PMA holds exactly the host graph's edges, both directions, keyed
+        by the labels of their destinations (tests)."""
+        us, vs, elab = graph.edges()
+        both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
+        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
+        self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
         assert self._ranked is None and not bool(self.touched.any()), "ranks left set"
 
 
@@ -134,6 +201,10 @@ class ListMirror:
         self._host: dict[str, np.ndarray] = {}     # the host array each copy was made from
         self._ranked: tuple | None = None       # (us, vs, ranks) on the device
         self.max_degree = 0
+
+    def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
+        """Query vertex labels as the kernel compares them: the labels themselves."""
+        return np.asarray(labels, dtype=np.int32)
 
     def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
         """Bring the copies up to date after a batch that touched `touched` (None: all)."""

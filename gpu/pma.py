@@ -48,6 +48,10 @@ class PMAConfig:
     root_lower: float = 0.5
     target: float = 0.67            # density a rebuild (growth or shrink) leaves
     min_segments: int = 1
+    # Low bits of a key's destination word that name the vertex; the bits above them are
+    # an ordering prefix the caller chose (gpu/device_graph.py puts the destination's
+    # label there, so each source's keys are grouped by neighbour label).
+    vertex_bits: int = 32
     # On CuPy, merge leaves and small windows and set row offsets with the CUDA kernels of
     # gpu/kernels/pma.cu instead of the generic array path (off: the reference the
     # kernels are tested against, and the comparison in the benchmark).
@@ -57,6 +61,8 @@ class PMAConfig:
         s = self.segment_size
         if s < 2 or s & (s - 1):
             raise ValueError(f"PMAConfig.segment_size must be a power of two >= 2, got {s}")
+        if not 1 <= self.vertex_bits <= 32:
+            raise ValueError(f"PMAConfig.vertex_bits must be 1..32, got {self.vertex_bits}")
         if not (0 <= self.leaf_lower < self.root_lower < self.target < self.root_upper
                 <= self.leaf_upper <= 1.0):
             raise ValueError("PMAConfig thresholds must satisfy leaf_lower < root_lower < "
@@ -96,6 +102,7 @@ class PackedMemoryArray:
         self.xp = xp
         self.config = config or PMAConfig()
         self.S = self.config.segment_size
+        self.vertex_mask = np.uint64((1 << self.config.vertex_bits) - 1)
         self.num_vertices = 0
         self.num_edges = 0
         self.stats = PMAStats()
@@ -164,6 +171,10 @@ class PackedMemoryArray:
         self._clock = now
 
     # ---- reading -------------------------------------------------------
+    def _dst(self, keys):
+        """Destination vertices of keys (without the ordering prefix)."""
+        return (keys & self.vertex_mask).astype(np.int64)
+
     def real_mask(self, lo: int = 0, hi: int | None = None):
         """Which slots in [lo, hi) hold an edge."""
         xp = self.xp
@@ -180,7 +191,7 @@ class PackedMemoryArray:
         """(dst, values) of u's out-edges, in order (tests, debugging)."""
         lo, hi = int(self.row[u]), int(self.row[u + 1])
         real = self.real_mask(lo, hi)
-        return key_dst(self.keys[lo:hi][real]), self.vals[lo:hi][real]
+        return self._dst(self.keys[lo:hi][real]), self.vals[lo:hi][real]
 
     def find(self, keys):
         """Slot of each key, or -1 where it is not stored."""
@@ -205,7 +216,8 @@ class PackedMemoryArray:
         keys, vals = keys[order], vals[order]
         self._check_new(keys, vals)
         if keys.size:
-            self.ensure_vertices(max(int(key_src(keys[-1:])[0]), int(key_dst(keys).max())) + 1)
+            self.ensure_vertices(max(int(key_src(keys[-1:])[0]),
+                                     int(self._dst(keys).max())) + 1)
         self.stats = PMAStats()
         self._rebuild(keys, vals)
         self._bk = self._bv = None
@@ -229,7 +241,7 @@ class PackedMemoryArray:
         self._check_unique(dk, "delete")
         if ik.size:
             n = self.num_vertices
-            outside = (key_src(ik) >= n) | (key_dst(ik) >= n)
+            outside = (key_src(ik) >= n) | (self._dst(ik) >= n)
             if bool(outside.any()):
                 raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(outside))])} names a "
                                      f"vertex beyond the {n} vertices (ensure_vertices first)")
@@ -274,7 +286,7 @@ class PackedMemoryArray:
         self._check_unique(keys, "insert")
         if keys.size == 0:
             return
-        loop = key_src(keys) == key_dst(keys)
+        loop = key_src(keys) == self._dst(keys)
         if bool(loop.any()):
             raise PMAUpdateError(f"edge {self._name(keys[int(xp.argmax(loop))])} is a loop")
         bad = vals == DEAD
@@ -538,7 +550,7 @@ class PackedMemoryArray:
         want_row = xp.searchsorted(keys, xp.arange(n + 1, dtype=np.uint64) << _SHIFT)
         assert bool((self.row[:n + 1] == want_row).all()), "row offsets"
         src = key_src(rk)
-        assert bool((src < n).all() and (key_dst(rk) < n).all()), "vertex range"
+        assert bool((src < n).all() and (self._dst(rk) < n).all()), "vertex range"
         assert bool((self.deg[:n] == _bincount(xp, src, n)[:n]).all()), "degrees"
         if expected_keys is not None:
             ek = xp.asarray(expected_keys, dtype=np.uint64)

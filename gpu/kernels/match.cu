@@ -18,10 +18,11 @@
 // Two layouts of the data graph, one search (templated on the layout):
 // - ListGraph: the host's pooled lists, sorted by (neighbour label, id), mirrored; a
 //   level scans one label segment; update ranks sit beside the neighbours.
-// - PmaGraph: the packed memory array (gpu/pma.py): keys src << 32 | dst sorted, with
-//   gaps that copy the last real key before them; a level scans the pivot's whole range
-//   [row[x], row[x + 1]) and skips gaps; ranks of the phase's update edges are looked up
-//   in a sorted side array, only for pairs of vertices the phase touched.
+// - PmaGraph: the packed memory array (gpu/pma.py) of keys src << 32 | label(dst) <<
+//   label_shift | dst, sorted, with gaps that copy the last real key before them: a
+//   label segment is found by two binary searches in [row[x], row[x + 1]) and scanned
+//   skipping gaps; ranks of the phase's update edges are looked up in a side table, only
+//   for pairs of vertices the phase touched.
 // (No standard headers: NVRTC compiles this without the host include paths.)
 
 #define FULL_MASK 0xffffffffu
@@ -56,8 +57,9 @@ struct ListGraph {
     __device__ __forceinline__ int nbr_at(long long i) const { return nbr[i]; }
     __device__ __forceinline__ int elab(long long i) const { return elab_[i]; }
     __device__ __forceinline__ int rank(long long i, int, int) const { return rank_[i]; }
-    // Position of w in x's range [lo, hi), or -1.
-    __device__ __forceinline__ long long find(long long lo, long long hi, int, int w) const {
+    // Position of w in x's range [lo, hi) (w has label `want`), or -1.
+    __device__ __forceinline__ long long find(long long lo, long long hi, int, int w,
+                                              int) const {
         long long pos = lower_bound(nbr, lo, hi, w);
         return (pos < hi && nbr[pos] == w) ? pos : -1;
     }
@@ -65,36 +67,48 @@ struct ListGraph {
 
 struct PmaGraph {
     static constexpr bool keyed = true;
+    // Keys are src << 32 | label(dst) << label_shift | dst: a source's keys are grouped by
+    // neighbour label (a dense label index), then sorted by id, as in the lists.
     const unsigned long long* keys;
     const int* vals;              // edge labels
     const int* cnt;               // real slots at the front of each segment
     const long long* row;         // first slot of each vertex's keys
     int seg_shift;                // log2(segment size)
-    const unsigned long long* ranked_keys;   // the phase's update edges, both directions,
-    const int* ranked;                       // sorted, and their ranks
-    int num_ranked;
-    const unsigned char* touched;            // endpoint of one of them
+    int label_shift;              // bits of the vertex id in a key's low word
+    // The phase's update edges: touched[x] = 1 + t for the t-th source among them (0:
+    // none), whose destinations are rdst[rstart[t] .. rstart[t + 1]), sorted, with ranks.
+    const int* touched;
+    const int* rstart;
+    const int* rdst;
+    const int* ranked;
 
-    __device__ __forceinline__ void range(int x, int, long long& lo, long long& hi) const {
-        lo = row[x];
-        hi = row[x + 1];
+    __device__ __forceinline__ unsigned long long prefix(int x, int label) const {
+        return ((unsigned long long)x << 32) + ((unsigned long long)label << label_shift);
+    }
+    // x's neighbours with label index `want`: [lo, hi).
+    __device__ __forceinline__ void range(int x, int want, long long& lo, long long& hi) const {
+        const long long s = row[x], e = row[x + 1];
+        lo = lower_bound(keys, s, e, prefix(x, want));
+        hi = lower_bound(keys, lo, e, prefix(x, want + 1));
     }
     __device__ __forceinline__ bool real(long long i) const {
         return (int)(i & ((1LL << seg_shift) - 1)) < cnt[i >> seg_shift];
     }
     __device__ __forceinline__ int nbr_at(long long i) const {
-        return (int)(keys[i] & 0xffffffffull);
+        return (int)(keys[i] & ((1ull << label_shift) - 1));
     }
     __device__ __forceinline__ int elab(long long i) const { return vals[i]; }
     __device__ __forceinline__ int rank(long long, int x, int w) const {
-        if (num_ranked == 0 || !touched[x] || !touched[w]) return 0;
-        const unsigned long long key = ((unsigned long long)x << 32) | (unsigned)w;
-        long long pos = lower_bound(ranked_keys, 0LL, (long long)num_ranked, key);
-        return (pos < num_ranked && ranked_keys[pos] == key) ? ranked[pos] : 0;
+        const int t = touched[x];
+        if (t == 0 || touched[w] == 0) return 0;
+        const long long e = rstart[t];
+        const long long pos = lower_bound(rdst, (long long)rstart[t - 1], e, w);
+        return (pos < e && rdst[pos] == w) ? ranked[pos] : 0;
     }
     // The first slot holding a key is real (gaps only copy keys before them).
-    __device__ __forceinline__ long long find(long long lo, long long hi, int x, int w) const {
-        const unsigned long long key = ((unsigned long long)x << 32) | (unsigned)w;
+    __device__ __forceinline__ long long find(long long lo, long long hi, int x, int w,
+                                              int want) const {
+        const unsigned long long key = prefix(x, want) + (unsigned)w;
         long long pos = lower_bound(keys, lo, hi, key);
         return (pos < hi && keys[pos] == key) ? pos : -1;
     }
@@ -181,14 +195,14 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
     const int* bwl = p.bw_level + ((long long)t * n + level) * n;
     const int* bwlab = p.bw_label + ((long long)t * n + level) * n;
 
-    // Lane j < nbc finds backward neighbour j's range.
+    // Lane j < nbc finds backward neighbour j's label segment.
     long long lo = 0, hi = 0;
     int x = -1;
     if (lane < nbc) {
         x = m[bwl[lane]];
         g.range(x, want, lo, hi);
     }
-    // Pivot: the shortest range.
+    // Pivot: the shortest segment.
     long long best = (lane < nbc) ? (hi - lo) : (1LL << 62);
     int pivot = lane;
     for (int off = 16; off > 0; off >>= 1) {
@@ -215,7 +229,7 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
             int xj = G::keyed ? __shfl_sync(FULL_MASK, x, j) : 0;
             if (j == pivot || !__any_sync(FULL_MASK, ok)) continue;
             if (ok) {
-                long long pos = g.find(lj, hj, xj, w);
+                long long pos = g.find(lj, hj, xj, w, want);
                 ok = pos >= 0 && g.elab(pos) == bwlab[j] && !blocked(g.rank(pos, xj, w), cur);
             }
         }
@@ -587,18 +601,19 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     if (lane == 0) atomicAdd(ctl + WAITING, ~0ULL);
 }
 
-// 128 threads (4 warps) per block; at least 7 blocks per SM keeps the kernels at 72
-// registers (80 without the bound, no spills with it).
+// 128 threads (4 warps) per block.  At least 7 blocks per SM keeps the list kernel at 72
+// registers (80 without the bound, no spills with it); the PMA kernel, whose graph has
+// more fields, spills 40 bytes at 72 and 4 at 80 registers (6 blocks per SM).
 extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
         const long long* start, const int* deg, const int* nbr, const int* nlab,
         const int* elab, const int* rank, MATCH_PARAMS) {
     match_all(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
 }
 
-extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_pma(
+extern "C" __global__ void __launch_bounds__(128, 6) match_tasks_pma(
         const unsigned long long* keys, const int* vals, const int* cnt, const long long* row,
-        int seg_shift, const unsigned long long* ranked_keys, const int* ranked,
-        int num_ranked, const unsigned char* touched, MATCH_PARAMS) {
-    match_all(PmaGraph{keys, vals, cnt, row, seg_shift, ranked_keys, ranked, num_ranked,
-                       touched}, MATCH_ARGS);
+        int seg_shift, int label_shift, const int* touched, const int* rstart,
+        const int* rdst, const int* ranked, MATCH_PARAMS) {
+    match_all(PmaGraph{keys, vals, cnt, row, seg_shift, label_shift, touched, rstart, rdst,
+                       ranked}, MATCH_ARGS);
 }
