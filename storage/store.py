@@ -1,8 +1,10 @@
 """Owns the service's durable state: the SQLite database and the snapshot directory.
 
 Writes go through one :class:`~storage.writer.Writer` thread, each public write
-one transaction; reads use per-thread read-only connections, and WAL gives
-each read a consistent snapshot while the writer commits.
+one transaction, except that batches queued while the writer is busy are
+committed together (group commit: one fsync for all of them, each batch still
+its own rows); reads use per-thread read-only connections, and WAL gives each
+read a consistent snapshot while the writer commits.
 """
 
 from __future__ import annotations
@@ -123,8 +125,14 @@ class Store:
     # ------------------------------------------------------------------ writes
 
     def append_batch_async(self, record: BatchRecord) -> Future[None]:
+        """Queue one applied batch for persisting; the future is done once it is durable.
+
+        Batches queued while the writer is busy are committed together, in one transaction
+        (group commit): each keeps its own seq and rows, and if that transaction fails,
+        every batch in it fails with PersistFailed.
+        """
         blob = encode_updates(record.updates)  # encoded here, off the writer thread
-        return self._writer.submit(lambda conn: self._append_batch(conn, record, blob))
+        return self._writer.submit_grouped(self._append_batches, (record, blob))
 
     def append_batch(self, record: BatchRecord) -> None:
         """Persist one applied batch and everything it changed, or raise PersistFailed."""
@@ -177,43 +185,55 @@ class Store:
     def add_labels(self, new_labels: dict[str, int]) -> None:
         self._writer.submit(lambda conn: _insert_labels(conn, new_labels)).result()
 
-    def _append_batch(self, conn: sqlite3.Connection, record: BatchRecord, blob: bytes) -> None:
-        seq = int(record.seq)
+    def _append_batches(
+        self, conn: sqlite3.Connection, group: list[tuple[BatchRecord, bytes]]
+    ) -> list[None]:
+        """Write consecutive batches, as if appended one by one, with one statement per
+        table for the whole group."""
         last = _meta(conn, "last_seq")
-        if seq != last + 1:
-            raise ValueError(f"batch seq {seq} does not follow the last stored seq {last}")
-        for event in record.events:
-            if event.seq != seq:
-                raise ValueError(f"batch {seq} carries an event for seq {event.seq}")
-        conn.execute(
+        batch_rows, events, idempotency = [], [], []
+        for record, blob in group:
+            seq = int(record.seq)
+            if seq != last + 1:
+                raise ValueError(f"batch seq {seq} does not follow the last stored seq {last}")
+            last = seq
+            for event in record.events:
+                if event.seq != seq:
+                    raise ValueError(f"batch {seq} carries an event for seq {event.seq}")
+            batch_rows.append((seq, blob, _json_counts(record.applied),
+                               _json_counts(record.ignored), record.created_at))
+            events.extend(record.events)
+            if record.idempotency is not None:
+                key, request_hash, response = record.idempotency
+                idempotency.append((key, seq, request_hash, response))
+        conn.executemany(
             "INSERT INTO batches (seq, updates, applied, ignored, created_at)"
             " VALUES (?, ?, ?, ?, ?)",
-            (seq, blob, _json_counts(record.applied), _json_counts(record.ignored),
-             record.created_at),
+            batch_rows,
         )
-        live = _live_query_ids(conn, record.events, record.query_stats)
-        _insert_events(conn, (e for e in record.events if e.query_id in live))
+        live = _live_query_ids(conn, events, *(record.query_stats for record, _ in group))
+        _insert_events(conn, (e for e in events if e.query_id in live))
         conn.executemany(
-            "UPDATE queries SET batches_seen = batches_seen + 1,"
+            "UPDATE queries SET batches_seen = batches_seen + :seen,"
             " total_positive = total_positive + :pos, total_negative = total_negative + :neg,"
-            " last_seq = CASE WHEN :pos != 0 OR :neg != 0 THEN :seq ELSE last_seq END"
+            " last_seq = CASE WHEN :touched != 0 THEN :touched ELSE last_seq END"
             " WHERE id = :id",
-            [
-                {"pos": int(positive), "neg": int(negative), "seq": seq, "id": int(query_id)}
-                for query_id, (positive, negative) in record.query_stats.items()
-                if query_id in live
-            ],
+            _query_totals(group, live),
         )
-        if record.idempotency is not None:
-            key, request_hash, response = record.idempotency
-            conn.execute(
-                "INSERT INTO idempotency (key, seq, request_hash, response) VALUES (?, ?, ?, ?)",
-                (key, seq, request_hash, response),
-            )
-        _insert_labels(conn, record.new_labels)
-        _set_meta(conn, "last_seq", seq)
-        if seq % self._prune_every == 0:
-            self._prune(conn, seq)
+        conn.executemany(
+            "INSERT INTO idempotency (key, seq, request_hash, response) VALUES (?, ?, ?, ?)",
+            idempotency,
+        )
+        for record, _ in group:
+            _insert_labels(conn, record.new_labels)
+        _set_meta(conn, "last_seq", last)
+        first = int(group[0][0].seq)
+        # The newest seq of the group that is a multiple of prune_every, if any: pruning
+        # there covers every earlier multiple, and rows of later batches are never pruned.
+        prune_at = last - last % self._prune_every
+        if prune_at >= first:
+            self._prune(conn, prune_at)
+        return [None] * len(group)
 
     def _prune(self, conn: sqlite3.Connection, seq: int) -> None:
         """Keep the events of the last ``result_retention`` batches, and the
@@ -421,21 +441,43 @@ def _json_counts(counts: dict[str, int]) -> str:
 def _live_query_ids(
     conn: sqlite3.Connection,
     events: Iterable[EventRecord],
-    query_stats: dict[int, tuple[int, int]],
+    *query_stats: dict[int, tuple[int, int]],
 ) -> set[int]:
-    """The registered ids among those a batch names.
+    """The registered ids among those a group of batches names.
 
     A batch may name a query deleted after the batch was computed (the service
     can queue a deletion before it); its results are dropped.  An id never
     registered at all is a bug, and fails the batch.
     """
-    named = {int(e.query_id) for e in events} | {int(q) for q in query_stats}
+    named = {int(e.query_id) for e in events}
+    for stats in query_stats:
+        named.update(int(q) for q in stats)
     live = {row[0] for row in conn.execute("SELECT id FROM queries")}
     next_id = _meta(conn, "next_query_id")
     never_registered = sorted(q for q in named - live if q >= next_id)
     if never_registered:
         raise ValueError(f"batch names queries never registered: {never_registered}")
     return named & live
+
+
+def _query_totals(group: list[tuple[BatchRecord, bytes]], live: set[int]) -> list[dict]:
+    """Per live query, what a group of batches adds to its row: batches seen, positive and
+    negative totals, and the last batch with a nonzero delta (0: none in the group)."""
+    totals: dict[int, list[int]] = {}
+    for record, _ in group:
+        seq = int(record.seq)
+        for query_id, (positive, negative) in record.query_stats.items():
+            query_id = int(query_id)
+            if query_id not in live:
+                continue
+            row = totals.setdefault(query_id, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += int(positive)
+            row[2] += int(negative)
+            if positive or negative:
+                row[3] = seq
+    return [{"id": query_id, "seen": seen, "pos": pos, "neg": neg, "touched": touched}
+            for query_id, (seen, pos, neg, touched) in totals.items()]
 
 
 def _insert_events(conn: sqlite3.Connection, events: Iterable[EventRecord]) -> None:

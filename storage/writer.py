@@ -1,4 +1,10 @@
-"""Owns the single write connection: a thread that runs submitted transactions in order."""
+"""Owns the single write connection: a thread that runs submitted transactions in order.
+
+Group commit: submissions made with :meth:`Writer.submit_grouped` that are waiting in the
+queue together (one behind the other, same group function) run as one transaction, so one
+commit (one fsync) makes all of them durable.  The writer never waits for more work to
+arrive: a group is whatever queued up while the previous transaction was committing.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,10 @@ from typing import Any, TypeVar
 from storage.errors import PersistFailed, StoreClosed
 
 T = TypeVar("T")
+Item = TypeVar("Item")
+
+# The most grouped submissions one transaction takes.
+MAX_GROUP = 256
 
 _savepoint_ids = itertools.count(1)
 _STOP = object()
@@ -59,14 +69,19 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 class Writer:
-    """Runs ``fn(conn)`` for each submitted ``fn``, one transaction each, in order.
+    """Runs ``fn(conn)`` for each submitted ``fn``, one transaction each, in order; grouped
+    submissions waiting together share one transaction.
 
     Takes ownership of ``conn`` (opened with ``check_same_thread=False`` and
     ``isolation_level=None``) and closes it in :meth:`close`.
     """
 
-    def __init__(self, conn: sqlite3.Connection, name: str = "storage-writer"):
+    def __init__(self, conn: sqlite3.Connection, name: str = "storage-writer",
+                 *, max_group: int = MAX_GROUP):
+        if max_group < 1:
+            raise ValueError(f"max_group must be >= 1, got {max_group}")
         self._conn = conn
+        self._max_group = max_group
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
@@ -77,11 +92,27 @@ class Writer:
 
     def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
         """Queue ``fn``; the future gives its result, or :class:`PersistFailed`."""
-        future: Future[T] = Future()
+        return self._put(fn, None)
+
+    def submit_grouped(
+        self, run_group: Callable[[sqlite3.Connection, list[Item]], list[T]], item: Item
+    ) -> Future[T]:
+        """Queue ``item`` for ``run_group(conn, items)``.
+
+        The grouped submissions of one ``run_group`` (compared with ``==``) that wait in
+        the queue one behind the other when the writer reaches the first of them run as
+        one call, in one transaction, in submission order; ``run_group`` returns one result
+        per item.  If it raises, the transaction is rolled back and every item of the group
+        gets :class:`PersistFailed`.
+        """
+        return self._put(item, run_group)
+
+    def _put(self, work: Any, run_group: Callable | None) -> Future:
+        future: Future = Future()
         with self._lock:
             if self._closed:
                 raise StoreClosed("no writes are accepted after close()")
-            self._queue.put((fn, future))
+            self._queue.put((work, run_group, future))
         return future
 
     def close(self) -> None:
@@ -95,11 +126,29 @@ class Writer:
             self._thread.join()
 
     def _run(self) -> None:
+        taken = None    # the entry that ended the last group, still to be run
         try:
-            while (item := self._queue.get()) is not _STOP:
-                fn, future = item
-                if future.set_running_or_notify_cancel():
-                    self._execute(fn, future)
+            while True:
+                entry = taken if taken is not None else self._queue.get()
+                taken = None
+                if entry is _STOP:
+                    return
+                work, run_group, future = entry
+                if run_group is None:
+                    if future.set_running_or_notify_cancel():
+                        self._execute(work, future)
+                    continue
+                group = [(work, future)]
+                while len(group) < self._max_group:
+                    try:
+                        entry = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if entry is _STOP or entry[1] != run_group:
+                        taken = entry
+                        break
+                    group.append((entry[0], entry[2]))
+                self._execute_group(run_group, group)
         finally:
             self._conn.close()
 
@@ -112,3 +161,20 @@ class Writer:
             future.set_exception(PersistFailed.wrapping(exc))
         else:
             future.set_result(result)
+
+    def _execute_group(self, run_group: Callable, group: list[tuple[Any, Future]]) -> None:
+        group = [(item, future) for item, future in group
+                 if future.set_running_or_notify_cancel()]
+        if not group:
+            return
+        try:
+            with atomic(self._conn):
+                results = run_group(self._conn, [item for item, _ in group])
+                if len(results) != len(group):
+                    raise RuntimeError(f"a group of {len(group)} gave {len(results)} results")
+        except Exception as exc:  # noqa: BLE001
+            for _, future in group:
+                future.set_exception(PersistFailed.wrapping(exc))
+        else:
+            for (_, future), result in zip(group, results):
+                future.set_result(result)

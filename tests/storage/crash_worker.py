@@ -1,12 +1,15 @@
-"""Appends batches to a store until killed; prints each seq once append_batch returned.
+"""Appends batches to a store until killed; prints each seq once it is durable.
 
-Run by test_crash.py as ``python -m tests.storage.crash_worker DATA_DIR``.  Every
-record comes from tests.storage.builders, so the test can rebuild what was acked.
+Run by test_crash.py as ``python -m tests.storage.crash_worker DATA_DIR [WINDOW]``: up to
+WINDOW batches (default 1) wait for their commit at once, so the writer commits them in
+groups.  Every record comes from tests.storage.builders, so the test can rebuild what was
+acked.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import deque
 
 from storage import Store
 from tests.storage.builders import batch, query
@@ -25,17 +28,21 @@ def batch_for(seq: int):
     )
 
 
-def main(data_dir: str) -> None:
+def main(data_dir: str, window: int = 1) -> None:
     store = Store.open(data_dir, synchronous="normal")
     if store.next_query_id() == 1:
         for query_id in QUERY_IDS:
             store.register_query(query(query_id), {}, None)
     seq = store.last_seq()
+    in_flight: deque = deque()
     while True:
         seq += 1
-        store.append_batch(batch_for(seq))
-        print(seq, flush=True)
+        in_flight.append((seq, store.append_batch_async(batch_for(seq))))
+        if len(in_flight) == window:
+            acked, commit = in_flight.popleft()
+            commit.result()
+            print(acked, flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *map(int, sys.argv[2:]))

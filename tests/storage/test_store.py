@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+import time
 
 import pytest
 
@@ -102,6 +104,118 @@ def test_event_for_another_seq_is_rejected(store):
     with pytest.raises(PersistFailed, match="event for seq 7"):
         store.append_batch(wrong)
     assert store.last_seq() == 0
+
+
+# ---------------------------------------------------------------------- group commit
+
+
+def held(store: Store) -> threading.Event:
+    """Keep the store's writer busy until the returned event is set, so batches queue up."""
+    gate, started = threading.Event(), threading.Event()
+    store._writer.submit(lambda conn: (started.set(), gate.wait(5)))
+    assert started.wait(5)
+    return gate
+
+
+def group_sizes(store: Store, monkeypatch) -> list[int]:
+    """The size of every group of batches the store writes from now on."""
+    sizes: list[int] = []
+    write = store._append_batches
+
+    def spy(conn, group):
+        sizes.append(len(group))
+        return write(conn, group)
+
+    monkeypatch.setattr(store, "_append_batches", spy)
+    return sizes
+
+
+def test_batches_queued_together_commit_as_if_one_by_one(data_dir, monkeypatch):
+    """One group, one transaction, and the same rows as appending each batch alone: every
+    batch its own seq, updates, events and idempotency key; query totals, labels and
+    pruning as after the last of them."""
+    options = {"synchronous": "normal", "result_retention": 4, "idempotency_retention": 3,
+               "prune_every": 5}
+
+    records = [batch(seq, (1, 2), idempotency=(f"key-{seq}", f"hash-{seq}", f"{{{seq}}}"),
+                     new_labels={f"label-{seq}": seq} if seq % 4 == 0 else None)
+               for seq in range(1, 13)]
+    stores = {}
+    for name in ("grouped", "alone"):
+        stores[name] = Store.open(data_dir / name, **options)
+        for query_id in (1, 2):
+            stores[name].register_query(query(query_id), {}, None)
+    try:
+        grouped, alone = stores["grouped"], stores["alone"]
+        sizes = group_sizes(grouped, monkeypatch)
+        grouped.append_batch(records[0])
+        gate = held(grouped)
+        futures = [grouped.append_batch_async(record) for record in records[1:]]
+        gate.set()
+        assert [f.result() for f in futures] == [None] * 11
+        assert sizes == [1, 11]  # crossing the prunes at seq 5 and 10
+        for record in records:
+            alone.append_batch(record)
+        for query_id in (1, 2):
+            horizons = []
+            for store in (grouped, alone):
+                with pytest.raises(ResultsPruned) as caught:
+                    store.events_after(query_id, 0, 10)
+                horizons.append(caught.value.earliest)
+                assert store.events_after(query_id, 8, 10) == \
+                    [EventRecord(query_id, s, payload(query_id, s)) for s in (10, 11)]
+            assert horizons == [5, 5]  # pruned at seq 10: events <= 6 (6 has none)
+        for store in (grouped, alone):
+            monkeypatch.setattr(store, "events_after", lambda q, after, limit: [])
+        assert everything(grouped) == everything(alone)
+        assert [grouped.idempotent(f"key-{s}") for s in range(1, 13)] == \
+            [alone.idempotent(f"key-{s}") for s in range(1, 13)]
+        assert grouped.idempotent("key-12") == (12, "hash-12", "{12}")
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+def test_a_failing_group_fails_every_batch_in_it(store, monkeypatch):
+    store.register_query(query(1), {}, None)
+    append(store, 1, 2, (1,))
+    before = everything(store)
+    sizes = group_sizes(store, monkeypatch)
+    gate = held(store)
+    # Batch 6 does not follow 4: the whole group is rolled back, 3 and 4 with it.
+    futures = [store.append_batch_async(batch(seq, (1,), idempotency=(f"k{seq}", "h", "{}")))
+               for seq in (3, 4, 6)]
+    gate.set()
+    for future in futures:
+        with pytest.raises(PersistFailed, match="batch seq 6 does not follow"):
+            future.result()
+    assert sizes == [3]
+    assert everything(store) == before
+    assert store.idempotent("k3") is None
+    append(store, 3, 4, (1,))
+    assert store.last_seq() == 4 and store.query(1).batches_seen == 4
+
+
+def test_a_group_drops_the_stats_of_a_query_deleted_before_it(store, monkeypatch):
+    for query_id in (1, 2):
+        store.register_query(query(query_id), {}, None)
+    sizes = group_sizes(store, monkeypatch)
+    gate = held(store)
+    futures = [store.append_batch_async(batch(1, (1, 2)))]
+    # Batches 2 and 3 were computed before the deletion reached the writer, and queued
+    # after it: the deletion ends the first group.
+    deletion = threading.Thread(target=store.delete_query, args=(2,))
+    deletion.start()
+    while store._writer._queue.qsize() < 2:
+        time.sleep(0.001)
+    futures += [store.append_batch_async(batch(seq, (1, 2))) for seq in (2, 3)]
+    gate.set()
+    deletion.join()
+    assert [f.result() for f in futures] == [None] * 3
+    assert sizes == [1, 2]
+    assert [q.id for q in store.queries()] == [1]
+    assert store.query(1).batches_seen == 3
+    assert store.last_seq() == 3
 
 
 # ---------------------------------------------------------------------- query stats

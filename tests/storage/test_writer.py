@@ -151,3 +151,139 @@ def test_close_twice_and_submit_after_close(db_path):
     with pytest.raises(sqlite3.ProgrammingError):
         conn.execute("SELECT 1")  # the writer closed the connection it owned
     assert rows(db_path) == []
+
+
+# ---------------------------------------------------------------------- group commit
+
+
+def traced_writer(db_path, statements: list[str], **kwargs) -> Writer:
+    conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    conn.set_trace_callback(statements.append)
+    return Writer(conn, **kwargs)
+
+
+def insert_group(calls: list[list[int]]):
+    def run_group(conn, items):
+        assert conn.in_transaction
+        calls.append(list(items))
+        conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in items])
+        return [i * 10 for i in items]
+
+    return run_group
+
+
+def held(writer: Writer) -> threading.Event:
+    """Keep the writer busy until the returned event is set, so submissions queue up."""
+    gate, started = threading.Event(), threading.Event()
+    writer.submit(lambda conn: (started.set(), gate.wait(5)))
+    assert started.wait(5)
+    return gate
+
+
+def test_grouped_submissions_waiting_together_share_one_commit(db_path):
+    statements: list[str] = []
+    writer = traced_writer(db_path, statements)
+    try:
+        calls: list[list[int]] = []
+        run_group = insert_group(calls)
+        gate = held(writer)
+        statements.clear()
+        futures = [writer.submit_grouped(run_group, i) for i in range(5)]
+        gate.set()
+        assert [f.result() for f in futures] == [0, 10, 20, 30, 40]
+    finally:
+        writer.close()
+    assert calls == [[0, 1, 2, 3, 4]]
+    assert statements.count("COMMIT") == 2  # the held unit, then the whole group
+    assert rows(db_path) == [0, 1, 2, 3, 4]
+
+
+def test_groups_keep_submission_order_around_other_work(writer, db_path):
+    calls: list[list[int]] = []
+    run_group, other_group = insert_group(calls), insert_group(calls)
+    gate = held(writer)
+    futures = [writer.submit_grouped(run_group, 1), writer.submit_grouped(run_group, 2),
+               writer.submit(insert(3)), writer.submit_grouped(run_group, 4),
+               writer.submit_grouped(other_group, 5), writer.submit_grouped(run_group, 6)]
+    gate.set()
+    assert [f.result() for f in futures] == [10, 20, (3,), 40, 50, 60]
+    # A plain submission or another group function ends a group.
+    assert calls == [[1, 2], [4], [5], [6]]
+    assert rows(db_path) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_group_never_exceeds_max_group(db_path):
+    writer = Writer(sqlite3.connect(db_path, isolation_level=None, check_same_thread=False),
+                    max_group=2)
+    try:
+        calls: list[list[int]] = []
+        run_group = insert_group(calls)
+        gate = held(writer)
+        futures = [writer.submit_grouped(run_group, i) for i in range(5)]
+        gate.set()
+        assert [f.result() for f in futures] == [0, 10, 20, 30, 40]
+    finally:
+        writer.close()
+    assert calls == [[0, 1], [2, 3], [4]]
+    with pytest.raises(ValueError, match="max_group"):
+        Writer(sqlite3.connect(db_path, isolation_level=None), max_group=0)
+
+
+def test_a_failing_group_fails_every_item_and_writes_nothing(writer, db_path):
+    cause = ValueError("item 2 is bad")
+
+    def run_group(conn, items):
+        conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in items])
+        if 2 in items:
+            raise cause
+        return items
+
+    gate = held(writer)
+    futures = [writer.submit_grouped(run_group, i) for i in (1, 2, 3)]
+    gate.set()
+    for future in futures:
+        with pytest.raises(PersistFailed, match="item 2 is bad") as caught:
+            future.result()
+        assert caught.value.__cause__ is cause
+    assert rows(db_path) == []
+    # The writer survives, and the next group commits.
+    assert writer.submit_grouped(run_group, 4).result() == 4
+    assert rows(db_path) == [4]
+
+
+def test_a_group_must_give_one_result_per_item(writer, db_path):
+    def run_group(conn, items):
+        conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in items])
+        return items[:1]
+
+    gate = held(writer)
+    futures = [writer.submit_grouped(run_group, i) for i in (1, 2)]
+    gate.set()
+    for future in futures:
+        with pytest.raises(PersistFailed, match="a group of 2 gave 1 results"):
+            future.result()
+    assert rows(db_path) == []
+
+
+def test_a_cancelled_item_leaves_its_group(writer, db_path):
+    calls: list[list[int]] = []
+    run_group = insert_group(calls)
+    gate = held(writer)
+    futures = [writer.submit_grouped(run_group, i) for i in range(3)]
+    assert futures[1].cancel()
+    gate.set()
+    assert futures[0].result() == 0 and futures[2].result() == 20
+    assert calls == [[0, 2]]
+    assert rows(db_path) == [0, 2]
+
+
+def test_close_drains_grouped_work(db_path):
+    writer = Writer(sqlite3.connect(db_path, isolation_level=None, check_same_thread=False))
+    calls: list[list[int]] = []
+    run_group = insert_group(calls)
+    gate = held(writer)
+    futures = [writer.submit_grouped(run_group, i) for i in range(4)]
+    threading.Timer(0.05, gate.set).start()
+    writer.close()
+    assert [f.result(timeout=0) for f in futures] == [0, 10, 20, 30]
+    assert rows(db_path) == [0, 1, 2, 3]
