@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     header = run_header(backend, "benchmarks.scale_bench", argv)
 
     def report(record: dict) -> None:
-        record = {**header, "scale": args.scale, "labels": args.labels, **record}
+        record = {**header, "scale": args.scale, "labels": args.labels,
+                  "device_graph": args.device_graph, **record}
         print(json.dumps(record), flush=True)
         if args.json:
             with open(args.json, "a") as out:
@@ -141,19 +142,22 @@ def main(argv=None) -> int:
         for e in engines.values():
             e.apply(edge_stream(kind, hs[:100], hd[:100]))
     for kind, what in ((INSERT_EDGE, "insert"), (DELETE_EDGE, "delete")):
-        seconds = []
+        seconds, device = [], []
         for i in range(args.update_batches):
             part = slice(i * args.update_batch, (i + 1) * args.update_batch)
             stream = edge_stream(kind, hs[part], hd[part])
             t0 = time.perf_counter()
-            engine.apply(stream)
+            res = engine.apply(stream)
             seconds.append(time.perf_counter() - t0)
+            device.append(res.timings["device_update"])
             for other in engines.values():
                 if other is not engine:
                     other.apply(stream)
         median = statistics.median(seconds)
         report({"what": f"update-{what}", "backend": backend, "batch": args.update_batch,
-                **_stats(seconds), "edges_per_s": round(args.update_batch / median)})
+                **_stats(seconds), "edges_per_s": round(args.update_batch / median),
+                # the device graph's share (PMA batch or mirror copies, candidate bits)
+                "device_update_p50_s": round(statistics.median(device), 5)})
 
     # Match latency: queries standing, insertion batches of each size.
     qids: dict[str, list[tuple[int, dict]]] = {}

@@ -66,6 +66,7 @@ class Engine:
         self._small_queries = upkeep.QueryArrays()
         self._next_id = 1
         self.batches_applied = 0
+        self._device_seconds = 0.0      # the last batch's device graph and candidate sync
         self._device = None
         if self.backend == "cuda":
             from gpu.cuda_executor import DeviceMirror
@@ -201,6 +202,7 @@ class Engine:
             list_limit = dict.fromkeys(self._queries, list_limit)
         t0 = time.perf_counter()
         batch = normalize(stream, self.graph)
+        self._device_seconds = 0.0
         t1 = time.perf_counter()
         # Leaf counts leave out each phase's update edges (see gpu/leafcount.py).  The
         # deleted edges' contributions go for good: the edges leave the graph next.
@@ -230,7 +232,8 @@ class Engine:
         return BatchResult(applied=batch.applied, ignored=batch.ignored, queries=deltas,
                            seconds=t5 - t0,
                            timings={"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
-                                    "update": (t3 - t2) + (t5 - t4)})
+                                    "update": (t3 - t2) + (t5 - t4),
+                                    "device_update": self._device_seconds})
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
         if len(us) and self._queries:
@@ -327,9 +330,11 @@ class Engine:
             upkeep.refresh_candidates(self._query_arrays(), touched, g.alive, g.label, g.deg,
                                       sig.codes, g.start, g.nbr, g.elab)
         if self._device is not None:
+            t0 = time.perf_counter()
             self._device.sync(g, touched, batch)
             for qid in self._queries:
                 self._device.sync_cand(qid, sig.cand[qid], touched)
+            self._device_seconds = time.perf_counter() - t0
 
     # ---- inspection -----------------------------------------------------
     def check(self) -> None:
