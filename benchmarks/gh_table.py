@@ -91,9 +91,9 @@ def _parse_args(argv):
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
-    p.add_argument("--device-graph", choices=("pma", "lists"), default="pma",
-                   help="cuda: the data graph's layout on the device (default pma; lists: the "
-                        "mirrored host lists)")
+    p.add_argument("--device-graph", choices=("lists", "pma"), default="lists",
+                   help="cuda: the data graph's layout on the device (default lists: "
+                        "the mirrored host lists; pma: the packed memory array)")
     p.add_argument("--gpu-busy", action="store_true",
                    help="cuda: time the matching kernels with CUDA events and report their "
                         "share of each batch's wall time")

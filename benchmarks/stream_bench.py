@@ -71,9 +71,9 @@ def _parse_args(argv):
                                 description=__doc__.split("\n", 1)[0])
     add_setup_args(p, seed_help="seed of the splits, the mixed stream and the query walks")
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
-    p.add_argument("--device-graph", choices=("pma", "lists"), default="pma",
-                   help="cuda: the data graph's layout on the device (default pma; lists: the "
-                        "mirrored host lists)")
+    p.add_argument("--device-graph", choices=("lists", "pma"), default="lists",
+                   help="cuda: the data graph's layout on the device (default lists: "
+                        "the mirrored host lists; pma: the packed memory array)")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
     p.add_argument("--json", type=Path, help="append one JSON line per measurement to this file")
     p.add_argument("--check", action="store_true",

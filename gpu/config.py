@@ -35,10 +35,12 @@ class EngineConfig:
     share_capacity: int = 1 << 20
     # CUDA executor: advance steps between a busy warp's looks at the idle warps.
     share_every: int = 128
-    # CUDA executor: the data graph's layout on the device (gpu/device_graph.py): "pma",
-    # the packed memory array the kernel reads directly, or "lists", the host's pools
-    # mirrored per touched vertex (the comparison in the benchmarks).
-    device_graph: str = "pma"
+    # CUDA executor: the data graph's layout on the device (gpu/device_graph.py): "lists",
+    # the host's pools mirrored per touched vertex (faster matching and one-edge batches
+    # on GH-sized graphs), or "pma", the packed memory array the kernel reads directly
+    # (about a quarter of the device memory, and faster updates and large batches on
+    # large skewed graphs); docs/benchmarks.md has the measurements.
+    device_graph: str = "lists"
     # CUDA executor: slots per packed-memory-array segment (a power of two >= 2).
     pma_segment_size: int = 32
 

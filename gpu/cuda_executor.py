@@ -74,6 +74,9 @@ class DeviceMirror:
         """Follow the host graph after a batch (None: copy it whole); `touched` are the
         vertices the batch touched, `batch` its EffectiveBatch."""
         self.graph.sync(graph, touched, batch)
+        if batch is None:
+            # A whole load's temporaries (sorts of every key) would stay in CuPy's pool.
+            cp.get_default_memory_pool().free_all_blocks()
 
     @property
     def max_degree(self) -> int:

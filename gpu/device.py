@@ -50,9 +50,11 @@ def resolve_backend(requested: str) -> str:
     return requested
 
 
-def device_memory_bytes() -> int | None:
-    """Bytes CuPy's default memory pool holds on the device, or None without a device."""
+def device_memory_bytes(used: bool = False) -> int | None:
+    """Bytes CuPy's default memory pool holds on the device (with `used`, only those in
+    live arrays, without the freed blocks it keeps for reuse), or None without a device."""
     if not cuda_available():
         return None
     import cupy
-    return int(cupy.get_default_memory_pool().total_bytes())
+    pool = cupy.get_default_memory_pool()
+    return int(pool.used_bytes() if used else pool.total_bytes())

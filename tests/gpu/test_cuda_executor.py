@@ -69,11 +69,11 @@ QUERIES = [query(name, [0, 1, 0, 1, 0]) for name in SHAPES] + \
     [query(name, [0, 0, 0, 0, 0]) for name in ("triangle", "square", "clique4", "star4")]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_insert_then_delete_batches_equal_cpu(seed):
+@pytest.mark.parametrize(("seed", "layout"), [(1, "lists"), (2, "pma")])
+def test_insert_then_delete_batches_equal_cpu(seed, layout):
     full = skewed_graph(seed)
     initial, stream = split_stream(full, 0.2, seed)
-    pair = engines(initial, QUERIES)
+    pair = engines(initial, QUERIES, EngineConfig(device_graph=layout))
     assert_same([e.apply(stream, list_limit=200_000) for e in pair], 200_000)
     # Delete the same edges again, half in one batch, then the rest one by one.
     undo = UpdateStream(np.full(len(stream), DELETE_EDGE), stream.a, stream.b, stream.label,
@@ -90,8 +90,9 @@ def test_insert_then_delete_batches_equal_cpu(seed):
         assert pair[0].count(qid) == pair[1].count(qid)
 
 
-def test_static_counts_and_listing_equal_cpu():
-    pair = engines(skewed_graph(3), QUERIES)
+@pytest.mark.parametrize("layout", ["lists", "pma"])
+def test_static_counts_and_listing_equal_cpu(layout):
+    pair = engines(skewed_graph(3), QUERIES, EngineConfig(device_graph=layout))
     for qid in pair[0].query_ids():
         assert pair[0].count(qid) == pair[1].count(qid)
         a, b = pair[0].matches(qid, limit=5000), pair[1].matches(qid, limit=5000)
@@ -117,9 +118,10 @@ def test_cut_listing_is_an_exact_subset():
         assert res.truncated == (res.positive > 7)
 
 
-@pytest.mark.parametrize("config", [EngineConfig(), EngineConfig(pma_segment_size=2),
-                                    EngineConfig(device_graph="lists")],
-                         ids=["pma", "pma-segments-of-2", "lists"])
+@pytest.mark.parametrize("config", [EngineConfig(device_graph="lists"),
+                                    EngineConfig(device_graph="pma"),
+                                    EngineConfig(device_graph="pma", pma_segment_size=2)],
+                         ids=["lists", "pma", "pma-segments-of-2"])
 def test_mixed_stream_with_new_vertices_equals_cpu(config):
     """Both device graph layouts (and a PMA of 2-slot segments, whose window tree is
     deep) follow inserts, deletes and vertex adds and deletes; the device graph equals
@@ -164,7 +166,7 @@ def test_work_sharing_on_off_and_tiny_queue_equal_cpu():
     for backend, config in (("cpu", EngineConfig()), ("cuda", EngineConfig()),
                             ("cuda", EngineConfig(work_sharing=False)),
                             ("cuda", EngineConfig(share_capacity=3)),
-                            ("cuda", EngineConfig(device_graph="lists"))):
+                            ("cuda", EngineConfig(device_graph="pma"))):
         engine = Engine(initial, backend=backend, config=config)
         for q in shapes:
             engine.add_query(q)
@@ -194,14 +196,14 @@ def test_launcher_rejects_wrong_dtypes():
         launch(tuple([floats] * 6))
 
 
-@pytest.mark.parametrize("seed", [3, 4])
-def test_counted_queries_share_one_launch(seed):
+@pytest.mark.parametrize(("seed", "layout"), [(3, "lists"), (4, "pma")])
+def test_counted_queries_share_one_launch(seed, layout):
     """Count-only queries of several sizes and orbit widths run in one launch per size
     (per-type labels and candidate tables); listed ones beside them run alone.  Every
     count equals the CPU executor's, batch after batch."""
     full = skewed_graph(seed)
     initial, stream = split_stream(full, 0.3, seed)
-    pair = engines(initial, QUERIES)
+    pair = engines(initial, QUERIES, EngineConfig(device_graph=layout))
     listed = {qid: 500 for qid in pair[1].query_ids() if qid % 3 == 0}
     for batch in stream.batches(max(1, len(stream) // 5)):
         results = [e.apply(batch, list_limit=listed) for e in pair]

@@ -52,9 +52,10 @@ CONFIGS: dict[str, Callable[[], EngineConfig]] = {
     "default": EngineConfig,
     "tiny": EngineConfig.tiny,
 }
-# The CUDA executor's other device graph layout (the CPU executor has only one).
+# The CUDA executor's other device graph layout (the CPU executor has only one); tiny,
+# its segments hold 2 slots, so the window tree is deep.
 CUDA_CONFIGS: dict[str, Callable[[], EngineConfig]] = {
-    "tiny-lists": lambda: dataclasses.replace(EngineConfig.tiny(), device_graph="lists"),
+    "tiny-pma": lambda: dataclasses.replace(EngineConfig.tiny(), device_graph="pma"),
 }
 
 
