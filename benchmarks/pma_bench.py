@@ -6,6 +6,7 @@ batches of each size, and reports load time, bytes per stored directed edge, and
 throughput (undirected edge updates per second, median over the batches of a size).
 
     python -m benchmarks.pma_bench --scale 24 --edges 100000000 --batch-sizes 1000000
+    python -m benchmarks.pma_bench ... --dist uniform        (inserts spread over all ids)
     python -m benchmarks.pma_bench --xp numpy --scale 14 --edges 100000      (smoke run)
 """
 from __future__ import annotations
@@ -122,6 +123,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-kernels", action="store_true",
                     help="the generic array path instead of the CUDA kernels (comparison)")
+    ap.add_argument("--block-window", type=int, default=PMAConfig.block_window,
+                    help="largest window (slots) merged by one block; larger ones take the "
+                         "multi-block kernels (0: every window above the leaves)")
+    ap.add_argument("--merge-chunk", type=int, default=PMAConfig.merge_chunk,
+                    help="slots per block of the multi-block window merge")
     ap.add_argument("--profile", action="store_true",
                     help="time each phase of a batch (synchronises between phases)")
     ap.add_argument("--check", action="store_true", help="check every invariant at the end")
@@ -137,8 +143,9 @@ def main(argv=None) -> int:
     def report(record: dict) -> None:
         record = {"device": device, "scale": args.scale, "dist": args.dist,
                   "kernels": not args.no_kernels, "profile": args.profile,
-                  "segment_size": args.segment_size, "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                            time.gmtime()),
+                  "segment_size": args.segment_size, "block_window": args.block_window,
+                  "merge_chunk": args.merge_chunk,
+                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   **record}
         print(json.dumps(record), flush=True)
         if args.json:
@@ -163,7 +170,9 @@ def main(argv=None) -> int:
 
     pma = PackedMemoryArray(xp, num_vertices=1 << args.scale,
                             config=PMAConfig(segment_size=args.segment_size,
-                                             kernels=not args.no_kernels))
+                                             kernels=not args.no_kernels,
+                                             block_window=args.block_window,
+                                             merge_chunk=args.merge_chunk))
     if xp is not np:
         pool = xp.get_default_memory_pool()
         pool.free_all_blocks()

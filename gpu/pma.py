@@ -20,7 +20,11 @@ slots of the windows being rewritten, so a batch costs what it touches, never th
 array (except the rare rebuild, amortised over the batches that filled it).
 
 The arrays live on whatever `xp` is given: CuPy on the device (the engine's device graph),
-NumPy on the host (the same algorithm, checked by the CPU test suite).
+NumPy on the host (the same algorithm, checked by the CPU test suite).  On CuPy a batch runs
+on the kernels of gpu/kernels/pma.cu (`_update_device`: per level, a plan of every window,
+merges that skip the windows that do not fit, the parents of those; one synchronisation per
+level), which must leave exactly the layout of the generic array path (`_update`, the
+reference; `PMAConfig(kernels=False)` selects it on CuPy too).
 """
 from __future__ import annotations
 
@@ -33,6 +37,12 @@ import numpy as np
 DEAD = np.int32(np.iinfo(np.int32).min)     # value of a slot deleted earlier in the batch
 MAX_VERTEX = (1 << 31) - 1
 _SHIFT = np.uint64(32)
+# gpu/kernels/pma.cu's WINDOW_MAX (shared memory of one block) and LARGE_BLOCK (threads
+# of a block of the large-window kernels, one per slot of a chunk).
+BLOCK_WINDOW_MAX = 1024
+MERGE_CHUNK_MAX = 256
+PREFIX_COUNTS_ABOVE = 1024      # segments per window beyond which a level's totals take a
+                                # prefix sum of all counts instead of a loop per window
 
 
 class PMAUpdateError(ValueError):
@@ -52,10 +62,15 @@ class PMAConfig:
     # an ordering prefix the caller chose (gpu/device_graph.py puts the destination's
     # label there, so each source's keys are grouped by neighbour label).
     vertex_bits: int = 32
-    # On CuPy, merge leaves and small windows and set row offsets with the CUDA kernels of
-    # gpu/kernels/pma.cu instead of the generic array path (off: the reference the
-    # kernels are tested against, and the comparison in the benchmark).
+    # On CuPy, apply batches with the CUDA kernels of gpu/kernels/pma.cu instead of the
+    # generic array path (off: the reference the kernels are tested against, and the
+    # comparison in the benchmark).
     kernels: bool = True
+    # With the kernels: windows of up to `block_window` slots merge in one block through
+    # shared memory, larger ones over several blocks that compact `merge_chunk` slots
+    # each.  Tests set both tiny so that small graphs take every path.
+    block_window: int = 1024
+    merge_chunk: int = 256
 
     def __post_init__(self) -> None:
         s = self.segment_size
@@ -69,6 +84,12 @@ class PMAConfig:
                              "target < root_upper <= leaf_upper <= 1")
         if self.min_segments < 1:
             raise ValueError("PMAConfig.min_segments must be positive")
+        if not 0 <= self.block_window <= BLOCK_WINDOW_MAX:
+            raise ValueError(f"PMAConfig.block_window must be 0..{BLOCK_WINDOW_MAX}, got "
+                             f"{self.block_window}")
+        if not 1 <= self.merge_chunk <= MERGE_CHUNK_MAX:
+            raise ValueError(f"PMAConfig.merge_chunk must be 1..{MERGE_CHUNK_MAX}, got "
+                             f"{self.merge_chunk}")
 
 
 @dataclass
@@ -214,7 +235,7 @@ class PackedMemoryArray:
         vals = xp.asarray(vals, dtype=np.int32)
         order = xp.argsort(keys)
         keys, vals = keys[order], vals[order]
-        self._check_new(keys, vals)
+        self._refuse(self._new_problems(keys, vals))
         if keys.size:
             self.ensure_vertices(max(int(key_src(keys[-1:])[0]),
                                      int(self._dst(keys).max())) + 1)
@@ -237,30 +258,9 @@ class PackedMemoryArray:
         order = xp.argsort(ik)
         ik, iv = ik[order], iv[order]
         dk = xp.sort(dk)
-        self._check_new(ik, iv)
-        self._check_unique(dk, "delete")
-        if ik.size:
-            n = self.num_vertices
-            outside = (key_src(ik) >= n) | (self._dst(ik) >= n)
-            if bool(outside.any()):
-                raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(outside))])} names a "
-                                     f"vertex beyond the {n} vertices (ensure_vertices first)")
-        if ik.size and dk.size:
-            both = xp.searchsorted(dk, ik)
-            hit = (both < dk.size) & (dk[xp.minimum(both, dk.size - 1)] == ik)
-            if bool(hit.any()):
-                raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(hit))])} is both "
-                                     f"inserted and deleted")
         ipos = _search(xp, self.keys, ik)
-        present = self._stored_at(ipos, ik)
-        if bool(present.any()):
-            raise PMAUpdateError(f"edge {self._name(ik[int(xp.argmax(present))])} is "
-                                 f"already stored")
         dpos = _search(xp, self.keys, dk)
-        missing = ~self._stored_at(dpos, dk)
-        if bool(missing.any()):
-            raise PMAUpdateError(f"edge {self._name(dk[int(xp.argmax(missing))])} is not "
-                                 f"stored")
+        self._refuse(self._new_problems(ik, iv) + self._batch_problems(ik, dk, ipos, dpos))
         self.stats = PMAStats(levels=-1)
         self._phase("sort and check")
         if ik.size == 0 and dk.size == 0:
@@ -280,26 +280,39 @@ class PackedMemoryArray:
         self._phase("degrees")
         return self.stats
 
-    def _check_new(self, keys, vals) -> None:
-        """Sorted keys: no duplicates, no loops, valid values."""
-        xp = self.xp
-        self._check_unique(keys, "insert")
-        if keys.size == 0:
-            return
-        loop = key_src(keys) == self._dst(keys)
-        if bool(loop.any()):
-            raise PMAUpdateError(f"edge {self._name(keys[int(xp.argmax(loop))])} is a loop")
-        bad = vals == DEAD
-        if bool(bad.any()):
-            raise PMAUpdateError(f"edge {self._name(keys[int(xp.argmax(bad))])} has the "
-                                 f"reserved value {int(DEAD)}")
+    # A problem is (where it occurs: a mask over `keys`, keys, what is wrong with them).
+    @staticmethod
+    def _duplicates(keys, what: str) -> tuple:
+        return keys[1:] == keys[:-1], keys[1:], f"appears twice among the {what}s"
 
-    def _check_unique(self, keys, what: str) -> None:
-        if keys.size > 1:
-            dup = keys[1:] == keys[:-1]
-            if bool(dup.any()):
-                raise PMAUpdateError(f"edge {self._name(keys[int(self.xp.argmax(dup))])} "
-                                     f"appears twice among the {what}s")
+    def _new_problems(self, keys, vals) -> list:
+        """What refuses sorted new edges: duplicates, loops, the reserved value."""
+        return [self._duplicates(keys, "insert"),
+                (key_src(keys) == self._dst(keys), keys, "is a loop"),
+                (vals == DEAD, keys, f"has the reserved value {int(DEAD)}")]
+
+    def _batch_problems(self, ik, dk, ipos, dpos) -> list:
+        """What else refuses a batch (sorted inserts and deletes, their lower bounds)."""
+        xp, n = self.xp, self.num_vertices
+        both = xp.zeros(ik.shape, dtype=bool)
+        if ik.size and dk.size:
+            at = xp.searchsorted(dk, ik)
+            both = (at < dk.size) & (dk[xp.minimum(at, dk.size - 1)] == ik)
+        return [self._duplicates(dk, "delete"),
+                ((key_src(ik) >= n) | (self._dst(ik) >= n), ik,
+                 f"names a vertex beyond the {n} vertices (ensure_vertices first)"),
+                (both, ik, "is both inserted and deleted"),
+                (self._stored_at(ipos, ik), ik, "is already stored"),
+                (~self._stored_at(dpos, dk), dk, "is not stored")]
+
+    def _refuse(self, problems: list) -> None:
+        """Raise PMAUpdateError naming the first edge of the first problem that occurs;
+        one synchronisation on the device for all of them."""
+        xp = self.xp
+        found = xp.stack([where.any() for where, _, _ in problems]).tolist()
+        for occurs, (where, keys, what) in zip(found, problems, strict=True):
+            if occurs:
+                raise PMAUpdateError(f"edge {self._name(keys[int(xp.argmax(where))])} {what}")
 
     @staticmethod
     def _name(key) -> str:
@@ -308,10 +321,13 @@ class PackedMemoryArray:
 
     def _update(self, iseg, dseg) -> None:
         """Apply the batch (its inserts in self._bk, deletes marked DEAD) bottom-up."""
+        if self.config.kernels and self.xp is not np:
+            self._update_device(iseg, dseg)
+            return
         xp = self.xp
         self._ipend = xp.ones(iseg.size, dtype=bool)     # not yet written into a window
         dpend = xp.ones(dseg.size, dtype=bool)
-        windows = xp.unique(xp.concatenate([iseg, dseg]))
+        windows = _sorted_union(xp, iseg, dseg)
         rewritten = []      # (first slot, end slot, delete range) of every window rewritten
         for level in range(self.height + 1):
             s0 = windows << level
@@ -320,44 +336,24 @@ class PackedMemoryArray:
             db, de = _search(xp, dseg, s0), _search(xp, dseg, s1)
             slots = (s1 - s0) * self.S
             lower, upper = self._thresholds(level)
-            if level == 0 and level < self.height and self._leaf_kernel():
-                fit = self._merge_leaves(windows, ib, ie, db, de, dpend, lower, upper)
+            total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
+                     + _pending(xp, self._ipend, ib, ie))
+            if level == self.height:
+                if self._root_overflows(int(total[0]), lower, upper):
+                    self._rebuild_with_pending()
+                    self._phase("rebuild")
+                    return
+                fit = xp.ones(1, dtype=bool)
             else:
-                if self._window_kernel(level):
-                    from gpu import cuda_kernels
-                    total = cuda_kernels.window_totals(self.cnt, s0, s1, self._ipend, ib, ie,
-                                                       dpend, db, de)
-                else:
-                    total = (_range_sums(xp, self.cnt, s0, s1) - _pending(xp, dpend, db, de)
-                             + _pending(xp, self._ipend, ib, ie))
-                if level == self.height:
-                    t = int(total[0])
-                    if t > upper * self.capacity or (t < lower * self.capacity
-                                                     and self.nseg > self.config.min_segments):
-                        self._rebuild_with_pending()
-                        self._phase("rebuild")
-                        return
-                    fit = xp.ones(1, dtype=bool)
-                else:
-                    fit = (total <= upper * slots) & ((de == db) | (total >= lower * slots))
-                done = xp.flatnonzero(fit)
-                if done.size:
-                    if self._window_kernel(level):
-                        self._merge_windows(s0[done], s1[done], ib[done], ie[done],
-                                            total[done])
-                    else:
-                        self._merge(s0[done], s1[done], ib[done], ie[done], total[done])
-                    gone, _ = _ranges(xp, db[done], de[done] - db[done])
-                    dpend[gone] = False
+                fit = (total <= upper * slots) & ((de == db) | (total >= lower * slots))
             done = xp.flatnonzero(fit)
             if done.size:
-                rewritten.append((s0[done] * self.S, s1[done] * self.S, db[done], de[done],
-                                  self.S << level))
-                self.stats.levels = level
-                self.stats.windows += int(done.size)
-                self.stats.slots += int(slots[done].sum())
-                self.stats.per_level.append((level, int(done.size), int(slots[done].sum())))
-            self._phase(f"level {min(level, 2)}{'+' if level >= 2 else ''}")
+                self._merge(s0[done], s1[done], ib[done], ie[done], total[done])
+                gone, _ = _ranges(xp, db[done], de[done] - db[done])
+                dpend[gone] = False
+                rewritten.append((s0[done] * self.S, s1[done] * self.S, db[done], de[done]))
+                self._count_level(level, int(done.size), int(slots[done].sum()))
+            self._phase(_level_phase(level))
             up = xp.flatnonzero(~fit)
             if up.size == 0:
                 break
@@ -365,33 +361,101 @@ class PackedMemoryArray:
         self._repair(rewritten)
         self._phase("rows")
 
-    def _leaf_kernel(self) -> bool:
-        return self.config.kernels and self.xp is not np and self.S <= 32
+    def _root_overflows(self, total: int, lower: float, upper: float) -> bool:
+        """Whether the root holding `total` elements must be rebuilt."""
+        return total > upper * self.capacity or (total < lower * self.capacity
+                                                 and self.nseg > self.config.min_segments)
 
-    def _window_kernel(self, level: int) -> bool:
-        if not self.config.kernels or self.xp is np:
-            return False
-        from gpu import cuda_kernels
-        return (self.S << level) <= cuda_kernels.WINDOW_MAX
+    def _count_level(self, level: int, windows: int, slots: int) -> None:
+        self.stats.levels = level
+        self.stats.windows += windows
+        self.stats.slots += slots
+        self.stats.per_level.append((level, windows, slots))
 
-    def _merge_windows(self, s0, s1, ib, ie, total) -> None:
-        """_merge on the device, one block per window (gpu/kernels/pma.cu)."""
-        from gpu import cuda_kernels
-        if cuda_kernels.merge_windows(self.keys, self.vals, self.cnt, s0, s1, ib, ie, total,
-                                      self._bk, self._bv, self._ipend, self.S):
-            self.stats.fixup = True
+    def _update_device(self, iseg, dseg) -> None:
+        """_update through the kernels of gpu/kernels/pma.cu: each level's windows are
+        planned (ranges, totals, fit flags), those that fit merged in place (leaves by
+        the leaf kernel, windows of up to `block_window` slots one block each, larger ones
+        several blocks each) and the parents of the others are the next level's windows.
+        Merges skip the windows that do not fit, so a level synchronises once (to count
+        the parents) and the batch once more for its record (stats, repairs, checks)."""
+        from gpu import cuda_kernels as ck
+        xp, S, config = self.xp, self.S, self.config
+        self._ipend = xp.ones(iseg.size, dtype=bool)
+        dpend = xp.ones(dseg.size, dtype=bool)
+        record = xp.zeros(ck.RECORD_LEVELS + 2 * (self.height + 1), dtype=np.uint64)
+        block_window = min(config.block_window, ck.WINDOW_MAX)
+        windows = _sorted_union(xp, iseg, dseg)
+        rewritten = []      # (plan, fit flags, window slots) of every level planned
+        for level in range(self.height + 1):
+            lower, upper = self._thresholds(level)
+            root = level == self.height
+            leaf = level == 0 and not root and S <= 32
+            window_slots = min(S << level, self.capacity)
+            large = not leaf and window_slots > block_window
+            # Large windows total their pending updates from prefix sums (the merge needs
+            # the inserts' anyway), and their counts too when a warp's loop is too long.
+            prefixes = None
+            if large:
+                counts = (_prefix(xp, self.cnt) if (1 << level) > PREFIX_COUNTS_ABOVE
+                          else None)
+                prefixes = (counts, _prefix(xp, self._ipend), _prefix(xp, dpend))
+            mode = ck.PLAN_RANGES if leaf else ck.PLAN_TOTALS if root else ck.PLAN_DECIDE
+            plan, fit = ck.plan_windows(windows, level, S, iseg, dseg, self.cnt, self._ipend,
+                                        dpend, prefixes, mode, lower, upper, record)
+            if leaf:
+                ck.merge_leaves(self.keys, self.vals, self.cnt, plan, fit, self._bk, self._bv,
+                                self._ipend, dpend, S, math.floor(upper * S + 1e-9),
+                                math.ceil(lower * S - 1e-9), record)
+                done = xp.count_nonzero(fit)
+                record[ck.RECORD_LEVELS] = done
+                record[ck.RECORD_LEVELS + 1] = done * S
+            else:
+                if root:
+                    if self._root_overflows(int(plan[ck.PLAN_TOTAL, 0]), lower, upper):
+                        self._take_record(record)
+                        self._rebuild_with_pending()
+                        self._phase("rebuild")
+                        return
+                    fit[0] = True
+                    record[ck.RECORD_LEVELS + 2 * level] = 1
+                    record[ck.RECORD_LEVELS + 2 * level + 1] = self.capacity
+                if large:
+                    ck.merge_large(self.keys, self.vals, self.cnt, plan, fit, window_slots,
+                                   self._bk, self._bv, self._ipend, prefixes[1], S,
+                                   config.merge_chunk, record)
+                else:
+                    ck.merge_windows(self.keys, self.vals, self.cnt, plan, fit, window_slots,
+                                     self._bk, self._bv, self._ipend, S, record)
+            rewritten.append((plan, fit, window_slots))
+            self._phase(_level_phase(level))
+            if root:
+                break
+            parents = ck.parent_windows(windows, plan, fit, self.cnt, record)
+            windows = parents[parents >= 0]
+            if windows.size == 0:
+                break
+        self._take_record(record)
+        if self.stats.fixup:
+            self._fill_gaps()
+        for plan, fit, window_slots in rewritten:
+            ck.set_rows(self.keys, self.cnt, S, plan, fit, window_slots, self._dk,
+                        self.num_vertices, self.row)
+        self._phase("rows")
 
-    def _merge_leaves(self, windows, ib, ie, db, de, dpend, lower, upper):
-        """Level 0 on the device: gpu/kernels/pma.cu merges every leaf that stays within
-        the leaf thresholds in place; returns which did."""
-        from gpu import cuda_kernels
-        fit, emptied = cuda_kernels.merge_leaves(
-            self.keys, self.vals, self.cnt, windows, ib, ie, db, de, self._bk, self._bv,
-            self._ipend, dpend, self.S, math.floor(upper * self.S + 1e-9),
-            math.ceil(lower * self.S - 1e-9))
-        if emptied:
-            self.stats.fixup = True
-        return fit
+    def _take_record(self, record) -> None:
+        """Fold the device record of a batch into its stats (one synchronisation)."""
+        from gpu import cuda_kernels as ck
+        values = [int(x) for x in record.tolist()]
+        if values[ck.RECORD_MISCOUNTED]:
+            raise RuntimeError(f"{values[ck.RECORD_MISCOUNTED]} PMA windows held another "
+                               f"number of elements than their plan counted")
+        if values[ck.RECORD_EMPTIED] or values[ck.RECORD_FOLLOWERS]:
+            self.stats.fixup = True     # empty segments: their gaps need the repair
+        for level in range(self.height + 1):
+            windows, slots = values[ck.RECORD_LEVELS + 2 * level:][:2]
+            if windows:
+                self._count_level(level, windows, slots)
 
     def _merge(self, s0, s1, ib, ie, total, target=None) -> None:
         """Rewrite windows [s0, s1) (segments) with their live elements and the batch's
@@ -461,14 +525,6 @@ class PackedMemoryArray:
             hi = xp.where(de > db, xp.maximum(hi, last_del), hi)
         hi = xp.minimum(hi, self.num_vertices - 1)
         lo = xp.minimum(lo, hi)
-        if self.config.kernels and xp is not np:
-            # Vertices whose first edge is in a rewritten window, from its slots; by
-            # search only those past its last edge that lost their edges in it.
-            from gpu import cuda_kernels
-            for first, last, _, _, window_slots in rewritten:
-                cuda_kernels.set_rows(self.keys, self.cnt, self.S, first, last, window_slots,
-                                      self.row)
-            lo = xp.maximum(lo, xp.minimum(key_src(self.keys[end - 1]), hi))
         vertex, _ = _ranges(xp, lo + 1, hi - lo)
         if vertex.size:
             self.row[vertex] = xp.searchsorted(self.keys, vertex.astype(np.uint64) << _SHIFT)
@@ -563,11 +619,11 @@ class PackedMemoryArray:
 
 
 # ---- array helpers (NumPy and CuPy alike) -------------------------------------------
-def _search(xp, sorted_values, wanted):
-    """Lower bounds of `wanted` in `sorted_values` (0 for an empty one), int64."""
+def _search(xp, sorted_values, wanted, side: str = "left"):
+    """Lower (or upper) bounds of `wanted` in `sorted_values` (0 for an empty one), int64."""
     if sorted_values.size == 0 or wanted.size == 0:
         return xp.zeros(wanted.shape, dtype=np.int64)
-    return xp.searchsorted(sorted_values, wanted).astype(np.int64)
+    return xp.searchsorted(sorted_values, wanted, side=side).astype(np.int64)
 
 
 def _bincount(xp, values, length: int):
@@ -575,6 +631,29 @@ def _bincount(xp, values, length: int):
     if values.size == 0:
         return xp.zeros(length, dtype=np.int64)
     return xp.bincount(values, minlength=length)
+
+
+def _prefix(xp, values):
+    """Exclusive prefix sums of `values` and their total: one entry more (int64)."""
+    out = xp.zeros(values.size + 1, dtype=np.int64)
+    if values.size:
+        out[1:] = xp.cumsum(values, dtype=np.int64)
+    return out
+
+
+def _sorted_union(xp, a, b):
+    """The distinct values of two sorted arrays, in order (merged by rank, not sorted)."""
+    merged = xp.empty(a.size + b.size, dtype=a.dtype)
+    merged[xp.arange(a.size, dtype=np.int64) + _search(xp, b, a)] = a
+    merged[xp.arange(b.size, dtype=np.int64) + _search(xp, a, b, side="right")] = b
+    first = xp.ones(merged.size, dtype=bool)
+    first[1:] = merged[1:] != merged[:-1]
+    return merged[first]
+
+
+def _level_phase(level: int) -> str:
+    """The profile's name for the time of a level."""
+    return f"level {min(level, 2)}{'+' if level >= 2 else ''}"
 
 
 def _exclusive_cumsum(xp, counts):

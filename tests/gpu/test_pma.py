@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpu import pma as pma_module
 from gpu.pma import PackedMemoryArray, PMAConfig, PMAUpdateError, edge_keys
 
 TINY = PMAConfig(segment_size=2, min_segments=1)
@@ -153,6 +154,9 @@ def test_found_slots_and_missing_keys(xp):
     (([], [], [(3, 1)]), "3 -> 1 is not stored"),
     (([(3, 1)], [], [(3, 1)]), "3 -> 1 is both inserted and deleted"),
     (([], [], [(1, 2), (1, 2)]), "1 -> 2 appears twice among the deletes"),
+    # Several problems: the first in the order above is reported.
+    (([(2, 2), (1, 2)], [], [(3, 1), (3, 1)]), "2 -> 2 is a loop"),
+    (([(1, 2)], [], [(3, 1)]), "1 -> 2 is already stored"),
 ])
 def test_refused_batches_change_nothing(xp, batch, message):
     pma = PackedMemoryArray(xp, num_vertices=5, config=TINY)
@@ -165,6 +169,17 @@ def test_refused_batches_change_nothing(xp, batch, message):
     for old, new in zip(before, (pma.keys, pma.vals, pma.cnt, pma.row, pma.deg)):
         assert bool((old == new).all())
     pma.check(_keys(np, [(1, 2), (2, 1), (0, 4)]), [1, 1, 2])
+
+
+@pytest.mark.parametrize("tunables, message", [
+    ({"block_window": -1}, "block_window must be 0..1024, got -1"),
+    ({"block_window": 2048}, "block_window must be 0..1024, got 2048"),
+    ({"merge_chunk": 0}, "merge_chunk must be 1..256, got 0"),
+    ({"merge_chunk": 512}, "merge_chunk must be 1..256, got 512"),
+])
+def test_config_refuses_kernel_tunables_out_of_range(tunables, message):
+    with pytest.raises(ValueError, match=message):
+        PMAConfig(**tunables)
 
 
 def test_empty_structure_and_emptying_it(xp):
@@ -238,29 +253,105 @@ def test_check_catches_a_corrupted_structure(corrupt):
         pma.check(keys)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("segment_size", [2, 16, 32])
-def test_kernels_equal_the_array_path(segment_size):
-    """The CUDA kernels (leaf and window merges, rows) leave exactly the layout the generic
-    array path leaves."""
+def _kernels_and_array_path(n: int, **tunables) -> list:
+    """A PMA on the CUDA kernels and one on the generic array path, alike otherwise."""
     import cupy
-    rng = np.random.default_rng(segment_size)
+    return [PackedMemoryArray(cupy, num_vertices=n, config=PMAConfig(kernels=kernels, **tunables))
+            for kernels in (True, False)]
+
+
+def _assert_same_state(pmas) -> None:
+    """The kernels left exactly the array path's layout, rows, degrees and stats."""
+    kernel, array = pmas
+    for name in ("keys", "cnt", "row", "deg"):
+        assert bool((getattr(kernel, name) == getattr(array, name)).all()), name
+    # A gap's value is not part of the state (readers skip gaps by count).
+    real = kernel.real_mask()
+    assert bool((kernel.vals[real] == array.vals[real]).all()), "vals"
+    assert kernel.num_edges == array.num_edges
+    for name in ("levels", "windows", "slots", "per_level", "rebuilt"):
+        assert getattr(kernel.stats, name) == getattr(array.stats, name), name
+
+
+def _apply_both(pmas, ref: Reference, ik, iv, dk) -> None:
+    import cupy
+    for pma in pmas:
+        pma.apply(cupy.asarray(ik), cupy.asarray(iv), cupy.asarray(dk))
+    _apply(ref, ik, iv, dk)
+    _assert_same_state(pmas)
+
+
+# (segment size, block_window, merge_chunk): the defaults, then tunables so small that
+# windows above the leaves (or all of them) take the multi-block path, in many chunks.
+KERNEL_TUNABLES = [(2, 1024, 256), (16, 1024, 256), (32, 1024, 256), (2, 8, 3), (4, 0, 1),
+                   (16, 64, 7), (32, 64, 5), (64, 1024, 256), (64, 0, 13)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("segment_size, block_window, merge_chunk", KERNEL_TUNABLES)
+def test_kernels_equal_the_array_path(segment_size, block_window, merge_chunk):
+    """The CUDA kernels (leaf merges, window merges in one block or several, rows) leave
+    exactly the layout the generic array path leaves."""
+    rng = np.random.default_rng(segment_size + block_window + merge_chunk)
     n = 300
-    pmas = [PackedMemoryArray(cupy, num_vertices=n,
-                              config=PMAConfig(segment_size=segment_size, kernels=kernel))
-            for kernel in (True, False)]
+    pmas = _kernels_and_array_path(n, segment_size=segment_size, block_window=block_window,
+                                   merge_chunk=merge_chunk)
     ref = Reference()
     for step in range(150):
         ik, iv, dk = _random_batch(rng, ref, n, int(rng.integers(0, 200)),
                                    int(rng.integers(0, 120 if step > 30 else 5)))
-        for pma in pmas:
-            pma.apply(cupy.asarray(ik), cupy.asarray(iv), cupy.asarray(dk))
-        _apply(ref, ik, iv, dk)
-        for name in ("keys", "cnt", "row", "deg"):
-            assert bool((getattr(pmas[0], name) == getattr(pmas[1], name)).all()), name
-        # A gap's value is not part of the state (readers skip gaps by count).
-        real = pmas[0].real_mask()
-        assert bool((pmas[0].vals[real] == pmas[1].vals[real]).all()), "vals"
+        _apply_both(pmas, ref, ik, iv, dk)
         if step % 10 == 0:
             for pma in pmas:
                 pma.check(*ref.arrays())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("segment_size, block_window, merge_chunk",
+                         [(2, 1024, 256), (2, 8, 3), (4, 0, 1)])
+def test_kernels_through_growth_and_shrinking(segment_size, block_window, merge_chunk):
+    """Growth, churn, shrinking and regrowth on a nearly empty array: rebuilds, the root
+    merged, segments left empty (the gap repair) on both paths alike."""
+    rng = np.random.default_rng(17)
+    n = 60
+    pmas = _kernels_and_array_path(n, segment_size=segment_size, block_window=block_window,
+                                   merge_chunk=merge_chunk, min_segments=1)
+    ref = Reference()
+    rebuilt = fixups = 0
+    for step in range(200):
+        phase = step // 50
+        ik, iv, dk = _random_batch(rng, ref, n, int(rng.integers(0, [30, 15, 2, 40][phase])),
+                                   int(rng.integers(0, [3, 15, 30, 5][phase])))
+        _apply_both(pmas, ref, ik, iv, dk)
+        rebuilt += pmas[0].stats.rebuilt
+        fixups += pmas[0].stats.fixup
+    pmas[0].check(*ref.arrays())
+    assert rebuilt >= 2 and fixups >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix_counts_above", [1, pma_module.PREFIX_COUNTS_ABOVE])
+@pytest.mark.parametrize("segment_size, block_window, merge_chunk",
+                         [(4, 16, 5), (32, 1024, 256), (32, 0, 256)])
+def test_kernels_on_skewed_batches_up_to_the_root(monkeypatch, prefix_counts_above,
+                                                  segment_size, block_window, merge_chunk):
+    """Batches into one vertex overflow windows up to the root (merged, not rebuilt, when
+    the array as a whole has room), then deletes empty the region again; with the counts
+    of large windows from a prefix sum or from loops."""
+    monkeypatch.setattr(pma_module, "PREFIX_COUNTS_ABOVE", prefix_counts_above)
+    rng = np.random.default_rng(1)
+    pmas = _kernels_and_array_path(3001, segment_size=segment_size, block_window=block_window,
+                                   merge_chunk=merge_chunk, min_segments=2)
+    ref = Reference()
+    none = np.zeros(0, dtype=np.uint64)
+    levels = set()
+    for start in range(1, 3001, 300):
+        ik = np.arange(start, start + 300, dtype=np.uint64)      # 0 -> start..start+299
+        _apply_both(pmas, ref, ik, rng.integers(0, 5, ik.size).astype(np.int32), none)
+        levels.add(pmas[0].stats.levels)
+    for start in range(1, 2800, 400):
+        _apply_both(pmas, ref, none, np.zeros(0, dtype=np.int32),
+                    np.arange(start, start + 350, dtype=np.uint64))
+        levels.add(pmas[0].stats.levels)
+    pmas[0].check(*ref.arrays())
+    assert max(levels) >= 4, levels
