@@ -17,6 +17,10 @@ missing); the experiments are the three of the GPU issue:
   standing, a fixed number of batches per size.  Each size starts from the graph minus 10%;
   when the held-out edges run out the inserted ones are deleted (untimed, no query standing)
   and the batches start again from the first held-out edge.
+* ``pipeline``: the latency sizes and counts (as many batches as the held-out edges allow),
+  applied one by one with `Engine.apply` and then as one stream with `Engine.apply_stream`
+  (the CUDA executor overlaps a batch's host work with the kernels of the one before), from
+  the same graph: batches per second both ways, and whether every batch's counts agree.
 
 Per-batch seconds are the wall time of `Engine.apply`; p99 is interpolated, so with a few
 batches it is close to the maximum.  ``--json`` appends one line per measurement (a query of
@@ -62,7 +66,7 @@ from gpu.formats import (
 )
 from gpu.query import QueryGraph
 
-EXPERIMENTS = ("rate", "mixed", "latency")
+EXPERIMENTS = ("rate", "mixed", "latency", "pipeline")
 TIMING_KEYS = ("validate", "match", "update")
 
 
@@ -306,6 +310,37 @@ def run_latency(args, backend, initial, held_out, sets, emit, log) -> list[dict]
     return records
 
 
+def run_pipeline(args, backend, initial, held_out, sets, emit, log) -> list[dict]:
+    """Per set and batch size: the same insertion batches by `apply`, then by `apply_stream`."""
+    records = []
+    engine = _engine(args, initial, backend)
+    for kind, queries in sets.items():
+        for size, count in zip(args.latency_sizes, args.latency_batches):
+            count = min(count, len(held_out) // size)
+            batches = [held_out.slice(j * size, (j + 1) * size) for j in range(count)]
+            record = {"experiment": "pipeline", "kind": kind, "batch_size": size,
+                      "batches": count, "queries": len(queries)}
+            counts = {}
+            for way in ("apply", "apply_stream"):
+                standing = _StandingSet(engine, queries)
+                t0 = time.perf_counter()
+                if way == "apply":
+                    results = [engine.apply(b) for b in batches]
+                else:
+                    results = list(engine.apply_stream(batches))
+                seconds = time.perf_counter() - t0
+                counts[way] = [[(r.queries[q].positive, r.queries[q].negative)
+                                for q in standing.qids] for r in results]
+                record[f"{way}_batches_per_s"] = count / seconds
+                standing.undo(held_out.slice(0, count * size))
+            record["speedup"] = (record["apply_stream_batches_per_s"]
+                                 / record["apply_batches_per_s"])
+            record["check"] = counts["apply"] == counts["apply_stream"]
+            records.append(emit(record))
+            log(f"pipeline {kind} size {size}: {record['speedup']:.3g}x")
+    return records
+
+
 # ---------------------------------------------------------------- tables
 
 
@@ -360,7 +395,16 @@ def latency_table(records: list[dict]) -> str:
                      rows)
 
 
-TABLES = {"rate": rate_table, "mixed": mixed_table, "latency": latency_table}
+def pipeline_table(records: list[dict]) -> str:
+    rows = [[r["kind"], f"{r['queries']}", f"{r['batch_size']}", f"{r['batches']}",
+             f"{r['apply_batches_per_s']:.4g}", f"{r['apply_stream_batches_per_s']:.4g}",
+             f"{r['speedup']:.3g}", _check_cell([r])] for r in records]
+    return _markdown(["query set", "queries", "batch size", "batches", "apply batches/s",
+                      "apply_stream batches/s", "ratio", "check"], rows)
+
+
+TABLES = {"rate": rate_table, "mixed": mixed_table, "latency": latency_table,
+          "pipeline": pipeline_table}
 
 
 # ---------------------------------------------------------------- driver
@@ -377,7 +421,10 @@ def _parameters(args, experiment: str) -> dict:
                      "mixed_insert_share": args.mixed_insert_share},
            "latency": {"held_out_fraction": INSERT_FRACTION,
                        "latency_sizes": args.latency_sizes,
-                       "latency_batches": args.latency_batches}}[experiment]
+                       "latency_batches": args.latency_batches},
+           "pipeline": {"held_out_fraction": INSERT_FRACTION,
+                        "latency_sizes": args.latency_sizes,
+                        "latency_batches": args.latency_batches}}[experiment]
     return {**common, **own}
 
 
@@ -422,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                 records = run_rate(args, backend, graph, sets, emit, log)
             elif experiment == "mixed":
                 records = run_mixed(args, backend, initial, held_out, sets, emit, log)
+            elif experiment == "pipeline":
+                records = run_pipeline(args, backend, initial, held_out, sets, emit, log)
             else:
                 records = run_latency(args, backend, initial, held_out, sets, emit, log)
             failed += sum(r.get("check") is False for r in records)

@@ -12,6 +12,7 @@ Importing this module needs CuPy; `gpu.device` decides whether to.
 from __future__ import annotations
 
 import cupy as cp
+import cupyx
 import numpy as np
 
 from gpu import cuda_kernels
@@ -215,31 +216,74 @@ class _Launch:
         return counts * self.plan[-1][self.tasks[3]]
 
 
+class PendingCounts:
+    """Totals of a shared launch on their way to the host: one asynchronous copy per query
+    size into pinned memory, queued behind the kernels, and an event after it, so the host
+    can go on (with the next batch) until it needs them."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        # (indices of the jobs, query size, pinned totals or None when no task, event)
+        self._parts: list[tuple[list[int], int, np.ndarray | None, cp.cuda.Event | None]] = []
+
+    def add(self, members: list[int], n: int, totals: cp.ndarray | None) -> None:
+        if totals is None:
+            self._parts.append((members, n, None, None))
+            return
+        host = cupyx.empty_pinned(totals.shape, dtype=totals.dtype)
+        cp.asnumpy(totals, out=host, blocking=False)
+        event = cp.cuda.Event(block=False, disable_timing=True)
+        event.record()
+        self._parts.append((members, n, host, event))
+
+    def resolve(self) -> list[MatchSet]:
+        """One MatchSet per job (waits for the copies only, not for later work)."""
+        results: list[MatchSet | None] = [None] * self._size
+        for members, n, host, event in self._parts:
+            if event is not None:
+                event.synchronize()
+            totals = [0] * len(members) if host is None else host.tolist()
+            for i, total in zip(members, totals, strict=True):
+                results[i] = MatchSet(int(total), np.empty((0, n), dtype=np.int32), False)
+        return results
+
+
+def launch_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarray,
+                       labels: np.ndarray, ranks: np.ndarray, sharing: bool = True,
+                       share_capacity: int = cuda_kernels.SHARE_CAPACITY,
+                       share_every: int = cuda_kernels.SHARE_EVERY) -> PendingCounts:
+    """Queue the counting of several queries' matches started from edges us-vs, one launch
+    per query size: `jobs` is [(qid, host candidate bits, task types)]."""
+    pending = PendingCounts(len(jobs))
+    by_size: dict[int, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_size.setdefault(job[2].orders.shape[1], []).append(i)
+    for n, members in by_size.items():
+        launch = _Launch(mirror, [jobs[i] for i in members], us, vs, labels, ranks)
+        if not launch.num_tasks:
+            pending.add(members, n, None)
+            continue
+        counts = cp.zeros(launch.num_tasks, dtype=np.int64)
+        launch.run(counts, cp.zeros(0, dtype=np.int64), cp.zeros((0, n), dtype=np.int32),
+                   0, False, sharing, share_capacity, share_every)
+        running = cp.cumsum(launch.per_task(counts))
+        # A query with no task has its end before its start: its total is the diff, 0.
+        ends = cp.asarray(np.asarray(launch.bounds[1:], dtype=np.int64) - 1)
+        at_ends = cp.where(ends >= 0, running[cp.maximum(ends, 0)], 0)
+        totals = at_ends.copy()
+        totals[1:] -= at_ends[:-1]
+        pending.add(members, n, totals)
+    return pending
+
+
 def execute_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarray,
                         labels: np.ndarray, ranks: np.ndarray, sharing: bool = True,
                         share_capacity: int = cuda_kernels.SHARE_CAPACITY,
                         share_every: int = cuda_kernels.SHARE_EVERY) -> list[MatchSet]:
     """Count the matches of several queries started from edges us-vs, in one launch per
     query size: `jobs` is [(qid, host candidate bits, task types)]; one MatchSet each."""
-    results: list[MatchSet | None] = [None] * len(jobs)
-    by_size: dict[int, list[int]] = {}
-    for i, job in enumerate(jobs):
-        by_size.setdefault(job[2].orders.shape[1], []).append(i)
-    for n, members in by_size.items():
-        launch = _Launch(mirror, [jobs[i] for i in members], us, vs, labels, ranks)
-        totals = [0] * len(members)
-        if launch.num_tasks:
-            counts = cp.zeros(launch.num_tasks, dtype=np.int64)
-            launch.run(counts, cp.zeros(0, dtype=np.int64), cp.zeros((0, n), dtype=np.int32),
-                       0, False, sharing, share_capacity, share_every)
-            running = cp.cumsum(launch.per_task(counts))
-            ends = cp.asarray(np.asarray(launch.bounds[1:], dtype=np.int64) - 1)
-            at_ends = cp.where(ends >= 0, running[cp.maximum(ends, 0)], 0).get()
-            totals = np.diff(np.concatenate([[0], at_ends])).tolist()
-            # A query with no task has an end before its start: its total is the diff, 0.
-        for i, total in zip(members, totals, strict=True):
-            results[i] = MatchSet(int(total), np.empty((0, n), dtype=np.int32), False)
-    return results
+    return launch_cuda_counts(mirror, jobs, us, vs, labels, ranks, sharing, share_capacity,
+                              share_every).resolve()
 
 
 def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTypes,

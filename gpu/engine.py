@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,46 @@ class UnknownQuery(KeyError):
 class _Standing:
     plan: QueryPlan
     leaves: LeafCounts
+
+
+class _Deferred:
+    """One query's totals of a queued shared launch (gpu.cuda_executor.PendingCounts)."""
+
+    def __init__(self, pending, index: int) -> None:
+        self.pending, self.index = pending, index
+
+    def resolve(self) -> MatchSet:
+        return self.pending.resolve()[self.index]
+
+
+@dataclass
+class _PendingBatch:
+    """A batch applied to the graph whose counted totals may still be on the device."""
+    batch: EffectiveBatch
+    list_limit: Mapping[int, int]
+    negative: dict
+    positive: dict
+    seconds: dict[int, float]
+    started: float
+    host_done: float
+    timings: dict[str, float]
+
+    def finish(self) -> BatchResult:
+        deltas = {}
+        for qid in self.seconds:
+            pos, neg = (found.resolve() if isinstance(found, _Deferred) else found
+                        for found in (self.positive[qid], self.negative[qid]))
+            delta = QueryDelta(positive=pos.count, negative=neg.count,
+                               seconds=self.seconds[qid])
+            if self.list_limit.get(qid, 0) > 0:
+                delta.added = pos.rows
+                delta.removed = neg.rows
+                delta.truncated = pos.truncated or neg.truncated
+            deltas[qid] = delta
+        # A deferred batch's seconds end when its host work did; its wait is the next's.
+        return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
+                           queries=deltas, seconds=self.host_done - self.started,
+                           timings=self.timings)
 
 
 class Engine:
@@ -155,16 +195,15 @@ class Engine:
                            us, vs, labels, ranks, limit, self.config.task_chunk, group_min,
                            self.config.serial_below_tasks)
 
-    def _count_on_device(self, qids: list[int], us, vs, labels, ranks) -> list[MatchSet]:
-        """Incremental counts of several standing queries in one CUDA launch per size."""
-        if not qids:
-            return []
-        from gpu.cuda_executor import execute_cuda_counts
+    def _count_on_device(self, qids: list[int], us, vs, labels, ranks):
+        """Incremental counts of several standing queries in one CUDA launch per size,
+        queued (a PendingCounts: resolve() gives one MatchSet per query)."""
+        from gpu.cuda_executor import launch_cuda_counts
         jobs = [(qid, self.signatures.cand[qid], self._queries[qid].plan.incremental)
                 for qid in qids]
-        return execute_cuda_counts(self._device, jobs, us, vs, labels, ranks,
-                                   self.config.work_sharing, self.config.share_capacity,
-                                   self.config.share_every)
+        return launch_cuda_counts(self._device, jobs, us, vs, labels, ranks,
+                                  self.config.work_sharing, self.config.share_capacity,
+                                  self.config.share_every)
 
     def _count_small(self, qids: list[int], us, vs, labels, ranks) -> list[MatchSet | None]:
         """Incremental counts of several standing queries in one compiled CPU call, for a
@@ -198,6 +237,35 @@ class Engine:
         their faster count-only search).  Raises BatchRejected (nothing changed) when the
         batch is invalid.
         """
+        return self._start(stream, list_limit, defer=False).finish()
+
+    def apply_stream(self, streams: Iterable[UpdateStream],
+                     list_limit: int | Mapping[int, int] = 0) -> Iterator[BatchResult]:
+        """Apply batches in order, yielding each one's result (as `apply` does).
+
+        On the CUDA executor the host work of the next batch (validation, graph update,
+        tasks) overlaps the kernels of the one before: counted queries' totals come back
+        by asynchronous copies, and a batch's result is yielded once the next batch has
+        been started, so iterate to the end (a batch is applied when it is started).  A
+        rejected batch raises BatchRejected after the results of the batches before it.
+        """
+        pending = None
+        for stream in streams:
+            try:
+                current = self._start(stream, list_limit, defer=True)
+            except BatchRejected:
+                if pending is not None:
+                    yield pending.finish()
+                raise
+            if pending is not None:
+                yield pending.finish()
+            pending = current
+        if pending is not None:
+            yield pending.finish()
+
+    def _start(self, stream: UpdateStream, list_limit, defer: bool) -> _PendingBatch:
+        """Apply a batch to the graph and start its matching; with `defer`, counted queries'
+        totals may still be on the device when this returns."""
         if not isinstance(list_limit, Mapping):
             list_limit = dict.fromkeys(self._queries, list_limit)
         t0 = time.perf_counter()
@@ -208,32 +276,21 @@ class Engine:
         # deleted edges' contributions go for good: the edges leave the graph next.
         self._leaf_edges(batch.delete_u, batch.delete_v, batch.delete_labels, -1)
         negative, neg_seconds = self._incremental(batch.delete_u, batch.delete_v,
-                                                  batch.delete_labels, list_limit)
+                                                  batch.delete_labels, list_limit, defer)
         t2 = time.perf_counter()
         self._mutate(batch)
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, -1)
         t3 = time.perf_counter()
         positive, pos_seconds = self._incremental(batch.insert_u, batch.insert_v,
-                                                  batch.insert_labels, list_limit)
+                                                  batch.insert_labels, list_limit, defer)
         t4 = time.perf_counter()
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
         t5 = time.perf_counter()
         self.batches_applied += 1
-        deltas = {}
-        for qid in self._queries:
-            pos, neg = positive[qid], negative[qid]
-            delta = QueryDelta(positive=pos.count, negative=neg.count,
-                               seconds=pos_seconds[qid] + neg_seconds[qid])
-            if list_limit.get(qid, 0) > 0:
-                delta.added = pos.rows
-                delta.removed = neg.rows
-                delta.truncated = pos.truncated or neg.truncated
-            deltas[qid] = delta
-        return BatchResult(applied=batch.applied, ignored=batch.ignored, queries=deltas,
-                           seconds=t5 - t0,
-                           timings={"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
-                                    "update": (t3 - t2) + (t5 - t4),
-                                    "device_update": self._device_seconds})
+        seconds = {qid: pos_seconds[qid] + neg_seconds[qid] for qid in self._queries}
+        timings = {"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
+                   "update": (t3 - t2) + (t5 - t4), "device_update": self._device_seconds}
+        return _PendingBatch(batch, list_limit, negative, positive, seconds, t0, t5, timings)
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
         if len(us) and self._queries:
@@ -247,10 +304,11 @@ class Engine:
                                   s.leaves.leaf_elab) + sig.query_side(qid)
                                  for qid, s in self._queries.items()])
 
-    def _incremental(self, us, vs, labels, list_limit: Mapping[int, int]
-                     ) -> tuple[dict[int, MatchSet], dict[int, float]]:
+    def _incremental(self, us, vs, labels, list_limit: Mapping[int, int], defer: bool = False
+                     ) -> tuple[dict, dict[int, float]]:
         """Matches using at least one of the edges us-vs, each once (total-order rule),
-        and each query's matching seconds."""
+        and each query's matching seconds; with `defer`, counted queries on the device get
+        a _Deferred (their totals still on the way) instead of a MatchSet."""
         results, seconds = {}, {}
         if len(us) == 0:    # nothing can match: skip the per-query work
             for qid, standing in self._queries.items():
@@ -275,13 +333,16 @@ class Engine:
             counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
             t0 = time.perf_counter()
             if self._device is not None:
-                shared = self._count_on_device(counted, us, vs, labels, ranks)
+                pending = self._count_on_device(counted, us, vs, labels, ranks)
+                shared = ([_Deferred(pending, i) for i in range(len(counted))] if defer
+                          else pending.resolve())
             else:
                 shared = self._count_small(counted, us, vs, labels, ranks)
             found_together = {qid: found for qid, found in zip(counted, shared, strict=True)
                               if found is not None}
             for qid, found in found_together.items():
-                results[qid] = MatchSet(found.count, self._external(found.rows), False)
+                results[qid] = (found if isinstance(found, _Deferred)
+                                else MatchSet(found.count, self._external(found.rows), False))
             for qid in found_together:
                 seconds[qid] = (time.perf_counter() - t0) / len(found_together)
             listed = {qid: s for qid, s in self._queries.items() if qid not in found_together}

@@ -181,3 +181,17 @@ def test_rejects_a_latency_batch_larger_than_the_held_out_edges(graph_file, tmp_
         main(_args(graph_file, tmp_path / "queries", "--kinds", "tree", "--max-queries", "1",
                    "--experiments", "latency", "--latency-sizes", "1000",
                    "--latency-batches", "1"))
+
+
+def test_pipeline_runs_the_same_batches_both_ways_with_equal_counts(run):
+    records, graph = run
+    held = len(split_stream(graph, 0.1, SEED)[1])
+    got = {(r["kind"], r["batch_size"]): r for r in _of(records, "pipeline")}
+    assert set(got) == {(kind, size) for kind in ("dense", "sparse", "tree")
+                        for size in LATENCY}
+    for (_, size), r in got.items():
+        assert r["batches"] == min(LATENCY[size], held // size)
+        assert r["check"] is True
+        assert r["apply_batches_per_s"] > 0 and r["apply_stream_batches_per_s"] > 0
+        assert r["speedup"] == pytest.approx(r["apply_stream_batches_per_s"]
+                                             / r["apply_batches_per_s"])
