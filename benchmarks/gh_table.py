@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.querygen import KINDS, QueryGenerator, write_query_set
-from gpu.config import EngineConfig
+from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.device import resolve_backend
 from gpu.engine import Engine
 from gpu.formats import (
@@ -91,7 +91,7 @@ def _parse_args(argv):
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
-    p.add_argument("--device-graph", choices=("lists", "pma"), default="lists",
+    p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=DEVICE_GRAPHS[0],
                    help="cuda: the data graph's layout on the device (default lists: "
                         "the mirrored host lists; pma: the packed memory array)")
     p.add_argument("--gpu-busy", action="store_true",

@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks.gh_table import run_header
 from benchmarks.pma_bench import _Rng, canonical, rmat_pairs
 from benchmarks.querygen import generate_queries
-from gpu.config import EngineConfig
+from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.device import cuda_available, device_memory_bytes, resolve_backend
 from gpu.engine import Engine
 from gpu.formats import DELETE_EDGE, INSERT_EDGE, LabeledGraph, UpdateStream
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--edges", type=int, default=100_000_000, help="undirected edges")
     ap.add_argument("--labels", type=int, default=5, help="uniform random vertex labels")
     ap.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="auto")
-    ap.add_argument("--device-graph", choices=("lists", "pma"), default="lists",
+    ap.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=DEVICE_GRAPHS[0],
                     help="cuda: the data graph's layout on the device (default lists: "
                         "the mirrored host lists; pma: the packed memory array)")
     ap.add_argument("--kinds", nargs="+", default=["dense", "sparse"])

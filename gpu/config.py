@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Layouts of the CUDA executor's data graph (gpu/device_graph.py), the default first.
+DEVICE_GRAPHS = ("lists", "pma")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -52,8 +55,8 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
-        if self.device_graph not in ("pma", "lists"):
-            raise ValueError(f"EngineConfig.device_graph must be 'pma' or 'lists', got "
+        if self.device_graph not in DEVICE_GRAPHS:
+            raise ValueError(f"EngineConfig.device_graph must be one of {DEVICE_GRAPHS}, got "
                              f"{self.device_graph!r}")
         size = self.pma_segment_size
         if size < 2 or size & (size - 1):

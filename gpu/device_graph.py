@@ -23,18 +23,16 @@ import cupy as cp
 import numpy as np
 
 from gpu import cuda_kernels
+from gpu.config import DEVICE_GRAPHS
 from gpu.label_index import LabelIndex, label_keys
 from gpu.pma import PackedMemoryArray, PMAConfig
-
-LAYOUTS = ("pma", "lists")
-
 
 def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size):
     if layout == "pma":
         return PmaGraph(PMAConfig(segment_size=segment_size))
     if layout == "lists":
         return ListMirror()
-    raise ValueError(f"device graph layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    raise ValueError(f"device graph layout must be one of {DEVICE_GRAPHS}, got {layout!r}")
 
 
 # Label bits reserved in a key's low word even when fewer labels are known, so that the

@@ -267,6 +267,31 @@ def test_rejected_batch_exits_1_with_line_number(capsys, tmp_path, files):
     assert_one_error(err, f"{updates}:2:", "99")
 
 
+DEVICE_GRAPH_BACKENDS = [pytest.param("cpu", id="cpu"),
+                         pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("backend", DEVICE_GRAPH_BACKENDS)
+def test_device_graph_layouts_give_the_same_lines(capsys, files, backend):
+    # On the CPU the flag is accepted and changes nothing; on CUDA both layouts match.
+    outputs = []
+    for layout in ("lists", "pma"):
+        status, lines, _ = run(capsys, "match", "--graph", files["graph"], "--query",
+                               files["tri"], "--query", files["path"], "--updates",
+                               files["updates"], "--backend", backend, "--batch-size", "2",
+                               "--device-graph", layout)
+        assert status == 0
+        outputs.append([{k: v for k, v in line.items() if k != "seconds" and
+                         not k.endswith("_seconds")} for line in lines[:-1]])
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 8
+
+
+def test_unknown_device_graph_is_refused(capsys, files):
+    assert main(["count", "--graph", files["graph"], "--query", files["tri"],
+                 "--device-graph", "csr"]) == 2
+    assert "argument --device-graph: invalid choice: 'csr'" in capsys.readouterr().err
+
+
 def test_cuda_without_device(capsys, monkeypatch, files):
     monkeypatch.setattr(gpu.device, "cuda_available", lambda: False)
     status, _, err = run(capsys, "count", "--graph", files["graph"], "--query", files["tri"],
