@@ -189,8 +189,17 @@ class Store:
         self, conn: sqlite3.Connection, group: list[tuple[BatchRecord, bytes]]
     ) -> list[None]:
         """Write consecutive batches, as if appended one by one, with one statement per
-        table for the whole group."""
-        last = _meta(conn, "last_seq")
+        table for the whole group.
+
+        Few statements, not few rows, is what counts here: each sqlite3 call lets go of
+        the GIL and takes it back, and in the server taking it back can mean waiting for
+        the engine thread or the event loop.
+        """
+        last, next_query_id, registered = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'last_seq'),"
+            " (SELECT value FROM meta WHERE key = 'next_query_id'),"
+            " (SELECT group_concat(id) FROM queries)"
+        ).fetchone()
         batch_rows, events, idempotency = [], [], []
         for record, blob in group:
             seq = int(record.seq)
@@ -206,24 +215,34 @@ class Store:
             if record.idempotency is not None:
                 key, request_hash, response = record.idempotency
                 idempotency.append((key, seq, request_hash, response))
-        conn.executemany(
-            "INSERT INTO batches (seq, updates, applied, ignored, created_at)"
-            " VALUES (?, ?, ?, ?, ?)",
-            batch_rows,
+        live = _live_query_ids(
+            {int(q) for q in registered.split(",")} if registered else set(), next_query_id,
+            events, *(record.query_stats for record, _ in group),
         )
-        live = _live_query_ids(conn, events, *(record.query_stats for record, _ in group))
-        _insert_events(conn, (e for e in events if e.query_id in live))
-        conn.executemany(
-            "UPDATE queries SET batches_seen = batches_seen + :seen,"
-            " total_positive = total_positive + :pos, total_negative = total_negative + :neg,"
-            " last_seq = CASE WHEN :touched != 0 THEN :touched ELSE last_seq END"
-            " WHERE id = :id",
-            _query_totals(group, live),
-        )
-        conn.executemany(
-            "INSERT INTO idempotency (key, seq, request_hash, response) VALUES (?, ?, ?, ?)",
-            idempotency,
-        )
+        _insert_rows(conn, "INSERT INTO batches (seq, updates, applied, ignored, created_at)",
+                     batch_rows)
+        _insert_rows(conn, "INSERT INTO events (query_id, seq, payload)",
+                     [(int(e.query_id), int(e.seq), e.payload) for e in events
+                      if e.query_id in live])
+        totals = _query_totals(group, live)
+        if totals:
+            values = ", ".join(["(?, ?, ?, ?, ?)"] * len(totals))
+            conn.execute(
+                f"WITH delta (id, seen, pos, neg, touched) AS (VALUES {values})"
+                " UPDATE queries SET"
+                " batches_seen = batches_seen"
+                " + (SELECT seen FROM delta WHERE delta.id = queries.id),"
+                " total_positive = total_positive"
+                " + (SELECT pos FROM delta WHERE delta.id = queries.id),"
+                " total_negative = total_negative"
+                " + (SELECT neg FROM delta WHERE delta.id = queries.id),"
+                " last_seq = coalesce((SELECT nullif(touched, 0) FROM delta"
+                " WHERE delta.id = queries.id), last_seq)"
+                " WHERE id IN (SELECT id FROM delta)",
+                [value for row in totals for value in row],
+            )
+        _insert_rows(conn, "INSERT INTO idempotency (key, seq, request_hash, response)",
+                     idempotency)
         for record, _ in group:
             _insert_labels(conn, record.new_labels)
         _set_meta(conn, "last_seq", last)
@@ -439,7 +458,8 @@ def _json_counts(counts: dict[str, int]) -> str:
 
 
 def _live_query_ids(
-    conn: sqlite3.Connection,
+    registered: set[int],
+    next_query_id: int,
     events: Iterable[EventRecord],
     *query_stats: dict[int, tuple[int, int]],
 ) -> set[int]:
@@ -452,17 +472,15 @@ def _live_query_ids(
     named = {int(e.query_id) for e in events}
     for stats in query_stats:
         named.update(int(q) for q in stats)
-    live = {row[0] for row in conn.execute("SELECT id FROM queries")}
-    next_id = _meta(conn, "next_query_id")
-    never_registered = sorted(q for q in named - live if q >= next_id)
+    never_registered = sorted(q for q in named - registered if q >= next_query_id)
     if never_registered:
         raise ValueError(f"batch names queries never registered: {never_registered}")
-    return named & live
+    return named & registered
 
 
-def _query_totals(group: list[tuple[BatchRecord, bytes]], live: set[int]) -> list[dict]:
-    """Per live query, what a group of batches adds to its row: batches seen, positive and
-    negative totals, and the last batch with a nonzero delta (0: none in the group)."""
+def _query_totals(group: list[tuple[BatchRecord, bytes]], live: set[int]) -> list[tuple]:
+    """Per live query, what a group of batches adds to its row: (id, batches seen,
+    positive, negative, the last batch with a nonzero delta or 0 for none)."""
     totals: dict[int, list[int]] = {}
     for record, _ in group:
         seq = int(record.seq)
@@ -476,8 +494,25 @@ def _query_totals(group: list[tuple[BatchRecord, bytes]], live: set[int]) -> lis
             row[2] += int(negative)
             if positive or negative:
                 row[3] = seq
-    return [{"id": query_id, "seen": seen, "pos": pos, "neg": neg, "touched": touched}
-            for query_id, (seen, pos, neg, touched) in totals.items()]
+    return [(query_id, *row) for query_id, row in totals.items()]
+
+
+# SQLite before 3.32 takes at most 999 parameters per statement.
+_MAX_PARAMETERS = 999
+
+
+def _insert_rows(conn: sqlite3.Connection, insert: str, rows: list[tuple]) -> None:
+    """``insert`` (``INSERT INTO t (columns)``) of every row, in as few statements as the
+    parameter limit allows."""
+    if not rows:
+        return
+    width = len(rows[0])
+    row = "(" + ", ".join(["?"] * width) + ")"
+    per_statement = _MAX_PARAMETERS // width
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start:start + per_statement]
+        conn.execute(f"{insert} VALUES {', '.join([row] * len(chunk))}",
+                     [value for values in chunk for value in values])
 
 
 def _insert_events(conn: sqlite3.Connection, events: Iterable[EventRecord]) -> None:

@@ -176,6 +176,32 @@ def test_batches_queued_together_commit_as_if_one_by_one(data_dir, monkeypatch):
             store.close()
 
 
+def test_a_group_larger_than_one_statement_takes(data_dir, monkeypatch):
+    """A group whose rows pass SQLite's parameter limit is written in several statements."""
+    store = Store.open(data_dir, synchronous="normal", prune_every=10**6)
+    try:
+        for query_id in (1, 2, 3):
+            store.register_query(query(query_id), {}, None)
+        sizes = group_sizes(store, monkeypatch)
+        gate = held(store)
+        futures = [store.append_batch_async(batch(seq, (1, 2, 3), n=2,
+                                                  idempotency=(f"k{seq}", "h", "{}")))
+                   for seq in range(1, 251)]
+        gate.set()
+        assert [f.result() for f in futures] == [None] * 250
+        assert sizes == [250]  # 250 batch rows, ~500 events: more than 999 parameters
+        assert [seq for seq, _ in store.batches_after(0)] == list(range(1, 251))
+        touched = [s for s in range(1, 251) if s % 3]
+        for query_id in (1, 2, 3):
+            assert [e.seq for e in store.events_after(query_id, 0, 1000)] == touched
+            record = store.query(query_id)
+            assert (record.batches_seen, record.last_seq) == (250, touched[-1])
+            assert record.total_positive == sum(delta(query_id, s)[0] for s in range(1, 251))
+        assert store.idempotent("k250") == (250, "h", "{}")
+    finally:
+        store.close()
+
+
 def test_a_failing_group_fails_every_batch_in_it(store, monkeypatch):
     store.register_query(query(1), {}, None)
     append(store, 1, 2, (1,))
