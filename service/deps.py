@@ -5,6 +5,7 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException
+from starlette.datastructures import QueryParams
 from starlette.requests import HTTPConnection
 
 from service.settings import Settings
@@ -32,15 +33,26 @@ def key_accepted(settings: Settings, presented: str | None) -> bool:
 def presented_key(conn: HTTPConnection) -> str | None:
     """The bearer token of the Authorization header, or the `access_token` query parameter
     (browsers cannot set headers on a WebSocket)."""
-    header = conn.headers.get("authorization")
-    if header:
-        scheme, _, token = header.partition(" ")
+    return bearer_token(conn.headers.get("authorization"), conn.scope.get("query_string", b""))
+
+
+def bearer_token(authorization: str | None, query_string: bytes) -> str | None:
+    """`presented_key` from the raw Authorization header value and query string."""
+    if authorization:
+        scheme, _, token = authorization.partition(" ")
         return token.strip() if scheme.lower() == "bearer" else None
-    return conn.query_params.get("access_token")
+    if not query_string:
+        return None
+    return QueryParams(query_string).get("access_token")
 
 
 async def require_api_key(conn: HTTPConnection) -> None:
     """Router dependency: 401 unless the request carries the configured API key."""
     if not key_accepted(conn.app.state.motifstream.settings, presented_key(conn)):
-        raise HTTPException(401, "missing or wrong API key (Authorization: Bearer <key>)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise unauthorized()
+
+
+def unauthorized() -> HTTPException:
+    """The 401 of a request without the configured API key."""
+    return HTTPException(401, "missing or wrong API key (Authorization: Bearer <key>)",
+                         headers={"WWW-Authenticate": "Bearer"})

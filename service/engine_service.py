@@ -146,6 +146,32 @@ class EngineService:
         """Run `fn(*args)` on the engine thread and await its result."""
         return await asyncio.wrap_future(self._pool.submit(self._guarded, fn, *args))
 
+    async def ingest_async(self, batch: BatchInput, idempotency: tuple[str, str] | None
+                           ) -> IngestResult:
+        """`ingest` on the engine thread, awaited until the batch is durable (or refused).
+
+        The event loop is woken once per batch, by whichever thread settles it: the engine
+        thread for a refusal, the writer's for the commit."""
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+
+        def settle(outcome: Future) -> None:
+            try:
+                loop.call_soon_threadsafe(_copy_outcome, outcome, answer)
+            except RuntimeError:    # the loop is closed: nobody is left awaiting it
+                pass
+
+        def run() -> None:
+            try:
+                acknowledged = self._guarded(self.ingest, batch, idempotency)
+            except BaseException as exc:  # noqa: BLE001 -- handed to the awaiting handler
+                acknowledged = Future()
+                acknowledged.set_exception(exc)
+            acknowledged.add_done_callback(settle)
+
+        self._pool.submit(run)
+        return await answer
+
     def _guarded(self, fn, *args):
         if self.failure is not None:
             raise ServiceUnavailable(f"the engine is not available: {self.failure}")
@@ -535,6 +561,16 @@ class EngineService:
         log.info("bulk-loaded %d vertices, %d edges in %.2f s", graph.num_vertices,
                  graph.num_edges, time.perf_counter() - t0)
         return self.graph_info()
+
+
+def _copy_outcome(source: Future, target: asyncio.Future) -> None:
+    if target.cancelled():
+        return
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
 
 
 __all__ = ["Conflict", "EngineService", "IngestResult", "QueryNotFound", "ServiceUnavailable"]

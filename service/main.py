@@ -11,6 +11,7 @@ import uvicorn
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from starlette.types import Receive, Scope, Send
 
 from gpu.formats import FormatError
 from gpu.query import QueryError
@@ -77,11 +78,25 @@ async def _invalid_body(request: Request, exc: ValidationError) -> JSONResponse:
     return JSONResponse({"detail": errors}, status_code=422)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+class MotifstreamAPI(FastAPI):
+    """FastAPI, except that POST /v1/batches is served first by `batch_fast_path` (see
+    BatchFastPath for why); set it to None and the route serves it, as every other."""
+
+    batch_fast_path: batches.BatchFastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.batch_fast_path
+        if fast is not None and fast.takes(scope):
+            await fast(scope, receive, send, fallback=super().__call__)
+        else:
+            await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> MotifstreamAPI:
     """The app; its services start in the lifespan (nothing happens at import)."""
-    app = FastAPI(title="Motifstream", version="0.1.0", lifespan=lifespan,
-                  description="Exact streaming subgraph matching: standing queries over a "
-                              "labeled graph, per-batch match deltas.")
+    app = MotifstreamAPI(title="Motifstream", version="0.1.0", lifespan=lifespan,
+                         description="Exact streaming subgraph matching: standing queries "
+                                     "over a labeled graph, per-batch match deltas.")
     app.state.settings = settings if settings is not None else Settings()
     secured = [Depends(require_api_key)]
     app.include_router(health.health)
@@ -94,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                              (ServiceUnavailable, 503)):
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(ValidationError, _invalid_body)
-    app.add_middleware(batches.BatchFastPath, handlers=app.exception_handlers)
+    app.batch_fast_path = batches.BatchFastPath(app)
     app.openapi = lambda: _openapi_with_bodies(app)
     return app
 

@@ -222,8 +222,9 @@ def _answers(tmp_path, name: str, fast: bool) -> list[tuple]:
     settings = Settings(data_dir=tmp_path / name, synchronous="normal", backend=BACKEND,
                         api_key=_KEY, max_request_bytes=4096)
     app = create_app(settings)
+    assert isinstance(app.batch_fast_path, BatchFastPath)
     if not fast:
-        app.user_middleware = [m for m in app.user_middleware if m.cls is not BatchFastPath]
+        app.batch_fast_path = None
     out = []
     with TestClient(app) as client:
         wait_ready(client)
@@ -238,6 +239,11 @@ def _answers(tmp_path, name: str, fast: bool) -> list[tuple]:
             out.append((r.status_code, answer, r.headers.get("content-type"),
                         r.headers.get("idempotent-replayed"),
                         r.headers.get("www-authenticate")))
+        # The key as a query parameter (as WebSocket clients send it), right and wrong.
+        for token in (_KEY, "wrong-key-wrong-key"):
+            r = client.post(f"/v1/batches?access_token={token}",
+                            json={"insert_vertices": [[9, 0]]})
+            out.append((r.status_code, r.json().get("detail"), r.json().get("batch")))
         out.append(client.get("/v1/graph", headers={"Authorization": f"Bearer {_KEY}"})
                    .json()["batches"])
     return out
