@@ -62,18 +62,16 @@ class ListGraphArrays(NamedTuple):
 
 class PmaGraphArrays(NamedTuple):
     """match_tasks_pma's graph: the packed memory array (gpu/pma.py, keyed as
-    gpu/device_graph.py says) and the phase's ranked update edges (touched[x] = 1 + t,
-    sources' ranges rstart, destinations rdst, ranks)."""
+    gpu/device_graph.py says; during a phase the value slots of its update edges hold
+    -(j + 1)) and the phase's ranks and saved edge labels by j."""
     keys: cp.ndarray
     vals: cp.ndarray
     cnt: cp.ndarray
     row: cp.ndarray
     seg_shift: int
     label_shift: int
-    touched: cp.ndarray
-    rstart: cp.ndarray
-    rdst: cp.ndarray
     ranked: cp.ndarray
+    saved: cp.ndarray
 
 
 # Per layout: the kernel, and each field's dtype (int: a scalar passed as int32).
@@ -82,9 +80,8 @@ GRAPH_LAYOUTS = {
                                       "nlab": np.int32, "elab": np.int32, "rank": np.int32}),
     PmaGraphArrays: ("match_tasks_pma", {"keys": np.uint64, "vals": np.int32,
                                          "cnt": np.int32, "row": np.int64, "seg_shift": int,
-                                         "label_shift": int, "touched": np.int32,
-                                         "rstart": np.int32, "rdst": np.int32,
-                                         "ranked": np.int32}),
+                                         "label_shift": int, "ranked": np.int32,
+                                         "saved": np.int32}),
 }
 
 

@@ -1,15 +1,15 @@
 """The CUDA executor's data graph on the device, in one of two layouts behind one interface.
 
-- `PmaGraph` (the default): the packed memory array of gpu/pma.py, updated on the
-  device from each batch's effective edge changes (both directions of every edge), so
-  per-batch work and traffic follow the batch and memory stays near 19 bytes per
-  directed edge.  The matching kernel reads neighbour ranges from it directly.  The
-  total-order ranks of a phase's update edges live beside it: their keys sorted with
-  their ranks, and a flag per vertex that touches one of them.
-- `ListMirror`: the host graph's pools as they are (lists with gaps between them,
-  sorted by (label, id)), following each batch by copying the lists of the vertices the
-  batch touched; a pool the host grew or compacted is copied whole.  Kept for the
-  comparison in the benchmarks and as a second, independent device path in the tests.
+- `ListMirror` (the default, `lists`): the host graph's pools as they are (lists with
+  gaps between them, sorted by (label, id)), following each batch by copying the lists of
+  the vertices the batch touched; a pool the host grew or compacted is copied whole.
+- `PmaGraph` (`pma`): the packed memory array of gpu/pma.py, keyed so that each vertex's
+  neighbours of one label are one sorted run, updated on the device from each batch's
+  effective edge changes (both directions of every edge), so per-batch work and traffic
+  follow the batch and memory stays near 19 bytes per directed edge.  The matching
+  kernel reads neighbour ranges from it directly.  During a phase the value slots of its
+  update edges point at their total-order ranks and saved edge labels (edge labels are
+  never negative).
 
 Both give the kernel launcher their arrays (`arrays()`), the buffer width
 (`max_degree`), ranks for a phase (`set_ranks` / `clear_ranks`) and a check against
@@ -56,9 +56,8 @@ class PmaGraph:
         self.pma = PackedMemoryArray(cp, 0, self._pma_config())
         self.max_degree = 0
         self.relayouts = 0
-        self.touched = cp.zeros(0, dtype=np.int32)
         self._host = None                   # the host graph this follows
-        self._ranked: tuple | None = None   # (rstart, rdst, ranks, sources) of a phase
+        self._ranked: tuple | None = None   # (ranks, saved labels, slots) of a phase
         self._no_ranks = cp.zeros(1, dtype=np.int32)
 
     def _pma_config(self) -> PMAConfig:
@@ -98,7 +97,6 @@ class PmaGraph:
         changes (an EffectiveBatch, already applied to the host graph)."""
         self._host = graph
         self.max_degree = graph.max_degree
-        self._ensure_touched(graph.num_slots)
         if batch is None:
             alive = np.flatnonzero(graph.alive[: graph.num_slots])
             self.labels.of(graph.label[alive])
@@ -130,42 +128,36 @@ class PmaGraph:
             self._relayout(self._host)
         return index
 
-    def _ensure_touched(self, n: int) -> None:
-        if self.touched.shape[0] < n:
-            touched = cp.zeros(max(n, 2 * self.touched.shape[0]), dtype=np.int32)
-            touched[: self.touched.shape[0]] = self.touched
-            self.touched = touched
-
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
-        """Rank the edges us-vs (both directions) until clear_ranks: per source vertex,
-        its destinations sorted, with their ranks."""
-        src = np.concatenate([us, vs]).astype(np.int64)
-        dst = np.concatenate([vs, us]).astype(np.int64)
-        order = np.lexsort((dst, src))
-        src, dst = src[order], dst[order]
-        doubled = np.concatenate([ranks, ranks]).astype(np.int32)[order]
-        sources, first = np.unique(src, return_index=True)
-        rstart = np.append(first, len(src)).astype(np.int32)
-        dev_sources = cp.asarray(sources)
-        self._ranked = (cp.asarray(rstart), cp.asarray(dst.astype(np.int32)),
-                        cp.asarray(doubled), dev_sources)
-        self.touched[dev_sources] = cp.arange(1, len(sources) + 1, dtype=np.int32)
+        """Rank the edges us-vs (both directions, all stored) until clear_ranks: the value
+        slot of the j-th directed edge holds -(j + 1), its label and rank go to side
+        arrays, so the kernel reads a slot's rank beside it as in the lists."""
+        src = np.concatenate([us, vs])
+        dst = np.concatenate([vs, us])
+        keys = label_keys(src, dst, self.labels.of(self._host.label[dst]), self.vertex_bits)
+        pos = self.pma.find(cp.asarray(keys))
+        vals = self.pma.vals
+        saved = vals[pos]
+        vals[pos] = -cp.arange(1, len(keys) + 1, dtype=np.int32)
+        ranked = cp.asarray(np.concatenate([ranks, ranks]).astype(np.int32))
+        self._ranked = (ranked, saved, pos)
 
     def clear_ranks(self) -> None:
         if self._ranked is not None:
-            self.touched[self._ranked[3]] = 0
+            _, saved, pos = self._ranked
+            self.pma.vals[pos] = saved
             self._ranked = None
 
     def arrays(self) -> cuda_kernels.PmaGraphArrays:
         pma = self.pma
-        rstart, rdst, ranks = (self._ranked[:3] if self._ranked is not None
-                               else (self._no_ranks,) * 3)
+        ranked, saved = (self._ranked[:2] if self._ranked is not None
+                         else (self._no_ranks, self._no_ranks))
         return cuda_kernels.PmaGraphArrays(pma.keys, pma.vals, pma.cnt, pma.row,
                                            pma.S.bit_length() - 1, self.vertex_bits,
-                                           self.touched, rstart, rdst, ranks)
+                                           ranked, saved)
 
     def memory_bytes(self) -> int:
-        return self.pma.memory_bytes() + int(self.touched.nbytes)
+        return self.pma.memory_bytes()
 
     def check(self, graph) -> None:
         """Assert the PMA holds exactly the host graph's edges, both directions, keyed
@@ -173,8 +165,8 @@ class PmaGraph:
         us, vs, elab = graph.edges()
         both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
         keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
+        assert self._ranked is None, "ranks left set"
         self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
-        assert self._ranked is None and not bool(self.touched.any()), "ranks left set"
 
 
 def _list_positions(start: np.ndarray, deg: np.ndarray, vertices: np.ndarray) -> np.ndarray:

@@ -21,8 +21,8 @@
 // - PmaGraph: the packed memory array (gpu/pma.py) of keys src << 32 | label(dst) <<
 //   label_shift | dst, sorted, with gaps that copy the last real key before them: a
 //   label segment is found by two binary searches in [row[x], row[x + 1]) and scanned
-//   skipping gaps; ranks of the phase's update edges are looked up in a side table, only
-//   for pairs of vertices the phase touched.
+//   skipping gaps; during a phase the value slots of its update edges point at their
+//   ranks and labels, so the rank sits beside the neighbour as in the lists.
 // (No standard headers: NVRTC compiles this without the host include paths.)
 
 #define FULL_MASK 0xffffffffu
@@ -70,17 +70,15 @@ struct PmaGraph {
     // Keys are src << 32 | label(dst) << label_shift | dst: a source's keys are grouped by
     // neighbour label (a dense label index), then sorted by id, as in the lists.
     const unsigned long long* keys;
-    const int* vals;              // edge labels
+    // Edge labels (>= 0).  During a phase the slots of its update edges hold -(j + 1)
+    // instead, j indexing their ranks and saved labels.
+    const int* vals;
     const int* cnt;               // real slots at the front of each segment
     const long long* row;         // first slot of each vertex's keys
     int seg_shift;                // log2(segment size)
     int label_shift;              // bits of the vertex id in a key's low word
-    // The phase's update edges: touched[x] = 1 + t for the t-th source among them (0:
-    // none), whose destinations are rdst[rstart[t] .. rstart[t + 1]), sorted, with ranks.
-    const int* touched;
-    const int* rstart;
-    const int* rdst;
-    const int* ranked;
+    const int* ranked;            // [j] rank of the phase's j-th directed update edge
+    const int* saved;             // [j] its edge label
 
     __device__ __forceinline__ unsigned long long prefix(int x, int label) const {
         return ((unsigned long long)x << 32) + ((unsigned long long)label << label_shift);
@@ -97,13 +95,13 @@ struct PmaGraph {
     __device__ __forceinline__ int nbr_at(long long i) const {
         return (int)(keys[i] & ((1ull << label_shift) - 1));
     }
-    __device__ __forceinline__ int elab(long long i) const { return vals[i]; }
-    __device__ __forceinline__ int rank(long long, int x, int w) const {
-        const int t = touched[x];
-        if (t == 0 || touched[w] == 0) return 0;
-        const long long e = rstart[t];
-        const long long pos = lower_bound(rdst, (long long)rstart[t - 1], e, w);
-        return (pos < e && rdst[pos] == w) ? ranked[pos] : 0;
+    __device__ __forceinline__ int elab(long long i) const {
+        const int v = vals[i];
+        return v >= 0 ? v : saved[-v - 1];
+    }
+    __device__ __forceinline__ int rank(long long i, int, int) const {
+        const int v = vals[i];
+        return v >= 0 ? 0 : ranked[-v - 1];
     }
     // The first slot holding a key is real (gaps only copy keys before them).
     __device__ __forceinline__ long long find(long long lo, long long hi, int x, int w,
@@ -601,19 +599,17 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     if (lane == 0) atomicAdd(ctl + WAITING, ~0ULL);
 }
 
-// 128 threads (4 warps) per block.  At least 7 blocks per SM keeps the list kernel at 72
-// registers (80 without the bound, no spills with it); the PMA kernel, whose graph has
-// more fields, spills 40 bytes at 72 and 4 at 80 registers (6 blocks per SM).
+// 128 threads (4 warps) per block; at least 7 blocks per SM keeps both kernels at 72
+// registers (80 without the bound, no spills with it).
 extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
         const long long* start, const int* deg, const int* nbr, const int* nlab,
         const int* elab, const int* rank, MATCH_PARAMS) {
     match_all(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
 }
 
-extern "C" __global__ void __launch_bounds__(128, 6) match_tasks_pma(
+extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_pma(
         const unsigned long long* keys, const int* vals, const int* cnt, const long long* row,
-        int seg_shift, int label_shift, const int* touched, const int* rstart,
-        const int* rdst, const int* ranked, MATCH_PARAMS) {
-    match_all(PmaGraph{keys, vals, cnt, row, seg_shift, label_shift, touched, rstart, rdst,
-                       ranked}, MATCH_ARGS);
+        int seg_shift, int label_shift, const int* ranked, const int* saved, MATCH_PARAMS) {
+    match_all(PmaGraph{keys, vals, cnt, row, seg_shift, label_shift, ranked, saved},
+              MATCH_ARGS);
 }

@@ -191,7 +191,7 @@ def test_launcher_rejects_wrong_dtypes():
         launch(cuda_kernels.ListGraphArrays(*[floats] * 6))
     with pytest.raises(TypeError, match="keys"):
         launch(cuda_kernels.PmaGraphArrays(cp.zeros(4, np.int64), floats, floats, floats, 5,
-                                           29, floats, floats, floats, floats))
+                                           29, floats, floats))
     with pytest.raises(TypeError, match="graph"):
         launch(tuple([floats] * 6))
 
