@@ -18,9 +18,10 @@ missing); the experiments are the three of the GPU issue:
   when the held-out edges run out the inserted ones are deleted (untimed, no query standing)
   and the batches start again from the first held-out edge.
 * ``pipeline``: the latency sizes and counts (as many batches as the held-out edges allow),
-  applied one by one with `Engine.apply` and then as one stream with `Engine.apply_stream`
-  (the CUDA executor overlaps a batch's host work with the kernels of the one before), from
-  the same graph: batches per second both ways, and whether every batch's counts agree.
+  applied one by one with `Engine.apply` and as one stream with `Engine.apply_stream` (the
+  CUDA executor overlaps a batch's host work with the kernels of the one before), from the
+  same graph, alternating, three timed rounds each after an untimed one: the median
+  batches per second each way, and whether every batch's counts agree in every round.
 
 Per-batch seconds are the wall time of `Engine.apply`; p99 is interpolated, so with a few
 batches it is close to the maximum.  ``--json`` appends one line per measurement (a query of
@@ -310,32 +311,44 @@ def run_latency(args, backend, initial, held_out, sets, emit, log) -> list[dict]
     return records
 
 
+PIPELINE_ROUNDS = 3
+
+
 def run_pipeline(args, backend, initial, held_out, sets, emit, log) -> list[dict]:
-    """Per set and batch size: the same insertion batches by `apply`, then by `apply_stream`."""
+    """Per set and batch size: the same insertion batches by `apply` and by `apply_stream`,
+    alternating, PIPELINE_ROUNDS times each after an untimed round of each (compilation),
+    from the same graph every time; the median batches/s of each way."""
     records = []
     engine = _engine(args, initial, backend)
     for kind, queries in sets.items():
         for size, count in zip(args.latency_sizes, args.latency_batches):
             count = min(count, len(held_out) // size)
             batches = [held_out.slice(j * size, (j + 1) * size) for j in range(count)]
+            rates: dict[str, list[float]] = {"apply": [], "apply_stream": []}
+            counts = []
+            for round_ in range(PIPELINE_ROUNDS + 1):
+                for way in rates:
+                    standing = _StandingSet(engine, queries)
+                    t0 = time.perf_counter()
+                    if way == "apply":
+                        results = [engine.apply(b) for b in batches]
+                    else:
+                        results = list(engine.apply_stream(batches))
+                    seconds = time.perf_counter() - t0
+                    counts.append([[(r.queries[q].positive, r.queries[q].negative)
+                                    for q in standing.qids] for r in results])
+                    if round_:
+                        rates[way].append(count / seconds)
+                    standing.undo(held_out.slice(0, count * size))
             record = {"experiment": "pipeline", "kind": kind, "batch_size": size,
-                      "batches": count, "queries": len(queries)}
-            counts = {}
-            for way in ("apply", "apply_stream"):
-                standing = _StandingSet(engine, queries)
-                t0 = time.perf_counter()
-                if way == "apply":
-                    results = [engine.apply(b) for b in batches]
-                else:
-                    results = list(engine.apply_stream(batches))
-                seconds = time.perf_counter() - t0
-                counts[way] = [[(r.queries[q].positive, r.queries[q].negative)
-                                for q in standing.qids] for r in results]
-                record[f"{way}_batches_per_s"] = count / seconds
-                standing.undo(held_out.slice(0, count * size))
+                      "batches": count, "queries": len(queries), "rounds": PIPELINE_ROUNDS,
+                      "apply_batches_per_s": statistics.median(rates["apply"]),
+                      "apply_stream_batches_per_s": statistics.median(rates["apply_stream"]),
+                      "apply_rounds": rates["apply"],
+                      "apply_stream_rounds": rates["apply_stream"],
+                      "check": all(c == counts[0] for c in counts)}
             record["speedup"] = (record["apply_stream_batches_per_s"]
                                  / record["apply_batches_per_s"])
-            record["check"] = counts["apply"] == counts["apply_stream"]
             records.append(emit(record))
             log(f"pipeline {kind} size {size}: {record['speedup']:.3g}x")
     return records
