@@ -57,7 +57,8 @@ class PmaGraph:
         self.max_degree = 0
         self.relayouts = 0
         self._host = None                   # the host graph this follows
-        self._ranked: tuple | None = None   # (ranks, saved labels, slots) of a phase
+        # A phase's (ranks, saved labels, slots) on the device and (us, vs, ranks) given.
+        self._ranked: tuple | None = None
         self._no_ranks = cp.zeros(1, dtype=np.int32)
 
     def _pma_config(self) -> PMAConfig:
@@ -83,6 +84,11 @@ class PmaGraph:
         self.pma = PackedMemoryArray(cp, 0, self._pma_config())
         self.relayouts += 1
         self._load(graph)
+        # A query label registered during a phase (its plan's first launch) re-keys the
+        # array under ranks already set: they go into the new array too.
+        ranked, self._ranked = self._ranked, None
+        if ranked is not None:
+            self.set_ranks(*ranked[3:])
 
     def _load(self, graph) -> None:
         us, vs, elab = graph.edges()
@@ -140,11 +146,11 @@ class PmaGraph:
         saved = vals[pos]
         vals[pos] = -cp.arange(1, len(keys) + 1, dtype=np.int32)
         ranked = cp.asarray(np.concatenate([ranks, ranks]).astype(np.int32))
-        self._ranked = (ranked, saved, pos)
+        self._ranked = (ranked, saved, pos, us, vs, ranks)
 
     def clear_ranks(self) -> None:
         if self._ranked is not None:
-            _, saved, pos = self._ranked
+            _, saved, pos = self._ranked[:3]
             self.pma.vals[pos] = saved
             self._ranked = None
 
@@ -187,7 +193,7 @@ class ListMirror:
     VERTEX = ("start", "deg", "label")
 
     def __init__(self) -> None:
-        self.arrays_: dict[str, cp.ndarray] = {}
+        self._copies: dict[str, cp.ndarray] = {}
         self._host: dict[str, np.ndarray] = {}     # the host array each copy was made from
         self._ranked: tuple | None = None       # (us, vs, ranks) on the device
         self.max_degree = 0
@@ -202,19 +208,19 @@ class ListMirror:
         for name in self.VERTEX + self.POOLS:
             host = getattr(graph, name)
             if touched is None or self._host.get(name) is not host:
-                self.arrays_[name] = cp.asarray(host)
+                self._copies[name] = cp.asarray(host)
                 self._host[name] = host
         if touched is None or len(touched) == 0:
             return
         touched = np.asarray(touched, dtype=np.int64)
         dev_touched = cp.asarray(touched)
         for name in self.VERTEX:
-            self.arrays_[name][dev_touched] = cp.asarray(getattr(graph, name)[touched])
+            self._copies[name][dev_touched] = cp.asarray(getattr(graph, name)[touched])
         positions = _list_positions(graph.start, graph.deg, touched)
         if len(positions):
             dev_positions = cp.asarray(positions)
             for name in self.POOLS:
-                self.arrays_[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
+                self._copies[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
         """DynamicGraph.set_ranks on the device copy (found there, by a kernel); the
@@ -230,25 +236,25 @@ class ListMirror:
             self._ranked = None
 
     def _rank_kernel(self, clear: bool) -> None:
-        a = self.arrays_
+        a = self._copies
         cuda_kernels.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
                                     a["rank"], *self._ranked, clear=clear)
 
     def arrays(self) -> cuda_kernels.ListGraphArrays:
-        a = self.arrays_
+        a = self._copies
         return cuda_kernels.ListGraphArrays(a["start"], a["deg"], a["nbr"], a["nlab"],
                                             a["elab"], a["rank"])
 
     def memory_bytes(self) -> int:
-        return sum(int(a.nbytes) for a in self.arrays_.values())
+        return sum(int(a.nbytes) for a in self._copies.values())
 
     def check(self, graph) -> None:
         """Assert the device copies equal the host structures where they are read (tests)."""
         n = graph.num_slots
         for name in self.VERTEX:
-            assert np.array_equal(self.arrays_[name][:n].get(), getattr(graph, name)[:n]), name
+            assert np.array_equal(self._copies[name][:n].get(), getattr(graph, name)[:n]), name
         alive = np.flatnonzero(graph.alive[:n])
         positions = _list_positions(graph.start, graph.deg, alive)
         for name in self.POOLS:
-            device = self.arrays_[name][cp.asarray(positions)].get()
+            device = self._copies[name][cp.asarray(positions)].get()
             assert np.array_equal(device, getattr(graph, name)[positions]), name

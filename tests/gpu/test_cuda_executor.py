@@ -217,3 +217,37 @@ def test_counted_queries_share_one_launch(seed, layout):
     for qid, want in results[0].queries.items():
         got = results[1].queries[qid]
         assert (got.positive, got.negative) == (want.positive, want.negative), qid
+
+
+def test_pma_rekeyed_by_a_new_query_label_in_the_middle_of_a_batch():
+    """Eight vertex labels fill the PMA's reserved label bits; a triangle query with a
+    ninth label (on no vertex yet) shares the launch of another triangle query, so its
+    plan reaches the device inside a batch's phase, after the phase's ranks are set, and
+    re-keys the array there: the ranks must carry over into the new array, and the new
+    label must match once vertices carry it."""
+    full = skewed_graph(12, labels=8)
+    initial, stream = split_stream(full, 0.2, 12)
+    queries = [query("triangle", [0, 1, 2]), query("triangle", [8, 0, 1]),
+               query("path4", [3, 4, 5, 6])]
+    pair = engines(initial, queries, EngineConfig(device_graph="pma"))
+    assert pair[1]._device.graph.relayouts == 1         # the load
+    assert_same([e.apply(stream) for e in pair], 0)
+    assert pair[1]._device.graph.relayouts == 2         # the ninth label, mid-phase
+    pair[1].check()
+    # New label-8 vertices joined to both ends of stored edges between labels 0 and 1.
+    label = dict(zip(full.vertex_ids.tolist(), full.vertex_labels.tolist(), strict=True))
+    ends = [(a, b) for a, b in zip(full.edge_src.tolist(), full.edge_dst.tolist(),
+                                   strict=True) if {label[a], label[b]} == {0, 1}][:3]
+    kinds, a, b, lab = [], [], [], []
+    for i, (x, y) in enumerate(ends):
+        new = 10**6 + i
+        kinds += [ADD_VERTEX, INSERT_EDGE, INSERT_EDGE]
+        a += [new, new, new]
+        b += [0, x, y]
+        lab += [8, 0, 0]
+    adds = UpdateStream(np.array(kinds), np.array(a), np.array(b), np.array(lab),
+                        np.arange(1, len(kinds) + 1), "adds")
+    results = [e.apply(adds, list_limit=1000) for e in pair]
+    assert_same(results, 1000)
+    assert results[0].queries[2].positive >= len(ends) > 0
+    pair[1].check()
