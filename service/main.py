@@ -29,13 +29,18 @@ from storage import Store
 
 log = logging.getLogger("motifstream.service")
 
+# Exit status when the storage writer process dies under the server (EX_SOFTWARE).
+EXIT_WRITER_LOST = 70
+
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings: Settings = app.state.settings
     store = Store.open(settings.data_dir, synchronous=settings.synchronous,
                        result_retention=settings.result_retention,
-                       idempotency_retention=settings.idempotency_retention)
+                       idempotency_retention=settings.idempotency_retention,
+                       writer_process=settings.store_writer == "process",
+                       on_writer_lost=_writer_lost)
     hub = Hub(store, settings.subscriber_buffer)
     metrics = Metrics()
     engine = EngineService(settings, store, hub, metrics)
@@ -52,6 +57,17 @@ async def lifespan(app: FastAPI):
         await asyncio.to_thread(engine.close)
         await hub.close()
         store.close()
+
+
+def _writer_lost() -> None:
+    """The store's writer process died under the server: whether the batches in flight
+    were committed is unknown, and nothing more can be made durable.  End the process as
+    a crash would (clients see their connection drop, not a 503 claiming that nothing was
+    applied); a restart recovers exactly what was committed."""
+    log.critical("the storage writer process is gone; exiting so that a restart recovers")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(EXIT_WRITER_LOST)
 
 
 async def _start(state: ServiceState) -> None:

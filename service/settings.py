@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     label_seed: int = 0
     # full: a commit survives power loss (fsync per batch); normal: survives process crashes.
     synchronous: Literal["full", "normal"] = "full"
+    # Where the store's write transactions run: a child process (their CPU time and GIL
+    # hand-offs leave the server's process) or a thread of the server.
+    store_writer: Literal["process", "thread"] = "process"
     max_request_bytes: int = Field(64 * MIB, ge=1024)
     max_batch_updates: int = Field(1_000_000, ge=1)
     max_query_vertices: int = Field(32, ge=2, le=32)

@@ -1,8 +1,11 @@
 """Owns the durable state of the Motifstream service (SQLite database + graph snapshots).
 
 :class:`Store` is the only entry point the service needs; the records are what
-it reads and writes, the errors what it may catch.
+it reads and writes, the errors what it may catch.  ``Store`` is imported on first
+use: the writer process imports this package and must not load NumPy and the engine.
 """
+
+from typing import TYPE_CHECKING
 
 from storage.errors import (
     PersistFailed,
@@ -13,7 +16,9 @@ from storage.errors import (
     StoreClosed,
 )
 from storage.records import BatchRecord, EventRecord, QueryRecord, SnapshotRecord
-from storage.store import Store
+
+if TYPE_CHECKING:
+    from storage.store import Store
 
 __all__ = [
     "BatchRecord",
@@ -28,3 +33,11 @@ __all__ = [
     "Store",
     "StoreClosed",
 ]
+
+
+def __getattr__(name: str):
+    if name == "Store":
+        from storage.store import Store
+
+        return Store
+    raise AttributeError(f"module 'storage' has no attribute {name!r}")

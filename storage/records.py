@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpu.formats import UpdateStream
+if TYPE_CHECKING:   # only for the annotation: the writer process imports no NumPy
+    from gpu.formats import UpdateStream
 
 
 @dataclass(frozen=True)

@@ -1,32 +1,63 @@
 """Owns the single write connection: a thread that runs submitted transactions in order.
 
 Group commit: submissions made with :meth:`Writer.submit_grouped` that are waiting in the
-queue together (one behind the other, same group function) run as one transaction, so one
-commit (one fsync) makes all of them durable.  The writer never waits for more work to
-arrive: a group is whatever queued up while the previous transaction was committing.
+queue together (one behind the other, same group function and arguments) run as one
+transaction, so one commit (one fsync) makes all of them durable.  The writer never waits
+for more work to arrive: a group is whatever queued up while the previous transaction was
+committing.  ``storage.writer_process`` runs the same units of work in a child process.
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import queue
 import sqlite3
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import IO, Any, NamedTuple, TypeVar
 
-from storage.errors import PersistFailed, StoreClosed
+from storage.errors import PersistFailed, StorageError, StoreClosed
 
 T = TypeVar("T")
-Item = TypeVar("Item")
 
 # The most grouped submissions one transaction takes.
 MAX_GROUP = 256
+# Sizes of the latest groups a writer committed (for tests and diagnostics).
+GROUP_SIZES_KEPT = 1024
+
+# How long a new writer waits for the one before it (the writer process of a server just
+# killed finishes its transaction and exits; a second server on the same data gives up).
+WRITER_LOCK_TIMEOUT_S = 30.0
 
 _savepoint_ids = itertools.count(1)
 _STOP = object()
+
+
+def writer_lock_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + ".writer-lock")
+
+
+def take_writer_lock(db_path: Path, timeout: float = WRITER_LOCK_TIMEOUT_S) -> IO:
+    """An exclusive lock that only the database's one writer holds: the open lock file,
+    released when it is closed or its process exits."""
+    lock = open(writer_lock_path(db_path), "a")  # noqa: SIM115 -- the caller holds it
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                lock.close()
+                raise StorageError(f"{db_path}: another writer holds the database (waited "
+                                   f"{timeout:.0f} s for {writer_lock_path(db_path).name})")
+            time.sleep(0.01)
 
 
 @contextmanager
@@ -68,51 +99,97 @@ def _rollback(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
+class Work(NamedTuple):
+    """One submitted unit of work: ``fn(conn, *args)``, or when ``grouped``,
+    ``fn(conn, items, *args)`` once for the ``item`` of every submission in its group."""
+
+    fn: Callable
+    args: tuple
+    item: Any = None
+    grouped: bool = False
+
+    def takes(self, other: Work) -> bool:
+        """Whether ``other``, queued right behind, joins this grouped work's transaction."""
+        return self.grouped and other.grouped and other.fn == self.fn and other.args == self.args
+
+
+def take_group(first: tuple, take_next: Callable[[], Any], max_group: int) -> tuple[list, Any]:
+    """The entries that run in one transaction from ``first``, entries being ``(Work,
+    handle)`` pairs: ``first`` and, if it is grouped, the entries ``take_next()`` gives
+    while they join it (``None``: nothing more is waiting).  Returns them and the entry
+    taken that did not join, if any (it runs next)."""
+    group = [first]
+    while first[0].grouped and len(group) < max_group:
+        entry = take_next()
+        if entry is None:
+            break
+        if not isinstance(entry, tuple) or not first[0].takes(entry[0]):
+            return group, entry     # a stop, or work of another kind
+        group.append(entry)
+    return group, None
+
+
+def run_group(conn: sqlite3.Connection, works: list[Work]) -> list:
+    """Run ``works`` (a group from :func:`take_group`) in one transaction; one result each.
+    Raises whatever the work raised, after rolling the transaction back."""
+    first = works[0]
+    with atomic(conn):
+        if not first.grouped:
+            return [first.fn(conn, *first.args)]
+        results = first.fn(conn, [work.item for work in works], *first.args)
+        if len(results) != len(works):
+            raise RuntimeError(f"a group of {len(works)} gave {len(results)} results")
+        return results
+
+
 class Writer:
-    """Runs ``fn(conn)`` for each submitted ``fn``, one transaction each, in order; grouped
-    submissions waiting together share one transaction.
+    """Runs each submitted unit of work in a transaction of its own, in submission order;
+    grouped submissions waiting together share one transaction.
 
     Takes ownership of ``conn`` (opened with ``check_same_thread=False`` and
-    ``isolation_level=None``) and closes it in :meth:`close`.
+    ``isolation_level=None``) and of ``lock`` (take_writer_lock's), and closes them in
+    :meth:`close`.
     """
 
     def __init__(self, conn: sqlite3.Connection, name: str = "storage-writer",
-                 *, max_group: int = MAX_GROUP):
+                 *, max_group: int = MAX_GROUP, lock: IO | None = None):
         if max_group < 1:
             raise ValueError(f"max_group must be >= 1, got {max_group}")
         self._conn = conn
+        self._writer_lock = lock    # from take_writer_lock, released after the connection
         self._max_group = max_group
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
+        self.group_sizes: deque[int] = deque(maxlen=GROUP_SIZES_KEPT)
         # Daemon: an interpreter exiting without close() must not hang on this thread;
         # work it never ran was never acknowledged.
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
-        """Queue ``fn``; the future gives its result, or :class:`PersistFailed`."""
-        return self._put(fn, None)
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Queue ``fn(conn, *args)``; the future gives its result, or
+        :class:`PersistFailed`."""
+        return self._put(Work(fn, args))
 
-    def submit_grouped(
-        self, run_group: Callable[[sqlite3.Connection, list[Item]], list[T]], item: Item
-    ) -> Future[T]:
-        """Queue ``item`` for ``run_group(conn, items)``.
+    def submit_grouped(self, run_group: Callable[..., list[T]], item: Any, *args: Any
+                       ) -> Future[T]:
+        """Queue ``item`` for ``run_group(conn, items, *args)``.
 
-        The grouped submissions of one ``run_group`` (compared with ``==``) that wait in
-        the queue one behind the other when the writer reaches the first of them run as
-        one call, in one transaction, in submission order; ``run_group`` returns one result
+        The grouped submissions with an equal ``run_group`` and ``args`` that wait in the
+        queue one behind the other when the writer reaches the first of them run as one
+        call, in one transaction, in submission order; ``run_group`` returns one result
         per item.  If it raises, the transaction is rolled back and every item of the group
         gets :class:`PersistFailed`.
         """
-        return self._put(item, run_group)
+        return self._put(Work(run_group, args, item, grouped=True))
 
-    def _put(self, work: Any, run_group: Callable | None) -> Future:
+    def _put(self, work: Work) -> Future:
         future: Future = Future()
         with self._lock:
             if self._closed:
                 raise StoreClosed("no writes are accepted after close()")
-            self._queue.put((work, run_group, future))
+            self._queue.put((work, future))
         return future
 
     def close(self) -> None:
@@ -130,51 +207,33 @@ class Writer:
         try:
             while True:
                 entry = taken if taken is not None else self._queue.get()
-                taken = None
                 if entry is _STOP:
                     return
-                work, run_group, future = entry
-                if run_group is None:
-                    if future.set_running_or_notify_cancel():
-                        self._execute(work, future)
-                    continue
-                group = [(work, future)]
-                while len(group) < self._max_group:
-                    try:
-                        entry = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if entry is _STOP or entry[1] != run_group:
-                        taken = entry
-                        break
-                    group.append((entry[0], entry[2]))
-                self._execute_group(run_group, group)
+                group, taken = take_group(entry, self._waiting, self._max_group)
+                group = [(work, future) for work, future in group
+                         if future.set_running_or_notify_cancel()]
+                if group:
+                    self._execute(group)
         finally:
             self._conn.close()
+            if self._writer_lock is not None:
+                self._writer_lock.close()
 
-    def _execute(self, fn: Callable[[sqlite3.Connection], Any], future: Future) -> None:
+    def _waiting(self) -> Any:
         try:
-            with atomic(self._conn):
-                result = fn(self._conn)
-        # Whatever fn raised, the caller gets PersistFailed; the writer thread lives on.
-        except Exception as exc:  # noqa: BLE001
-            future.set_exception(PersistFailed.wrapping(exc))
-        else:
-            future.set_result(result)
+            return self._queue.get_nowait()
+        except queue.Empty:
+            return None
 
-    def _execute_group(self, run_group: Callable, group: list[tuple[Any, Future]]) -> None:
-        group = [(item, future) for item, future in group
-                 if future.set_running_or_notify_cancel()]
-        if not group:
-            return
+    def _execute(self, group: list[tuple[Work, Future]]) -> None:
         try:
-            with atomic(self._conn):
-                results = run_group(self._conn, [item for item, _ in group])
-                if len(results) != len(group):
-                    raise RuntimeError(f"a group of {len(group)} gave {len(results)} results")
+            results = run_group(self._conn, [work for work, _ in group])
+        # Whatever the work raised, the caller gets PersistFailed; the writer thread lives on.
         except Exception as exc:  # noqa: BLE001
             for _, future in group:
                 future.set_exception(PersistFailed.wrapping(exc))
-        else:
-            for (_, future), result in zip(group, results):
-                future.set_result(result)
+            return
+        if group[0][0].grouped:
+            self.group_sizes.append(len(group))
+        for (_, future), result in zip(group, results):
+            future.set_result(result)

@@ -12,9 +12,10 @@ def data_dir(tmp_path):
     return tmp_path / "data"
 
 
-@pytest.fixture
-def store(data_dir):
+@pytest.fixture(params=[False, True], ids=["thread", "process"])
+def store(data_dir, request):
+    """A store whose writer is a thread, or a child process (storage.writer_process)."""
     # NORMAL: no fsync per commit, so the tests stay fast; FULL is covered in test_wal.
-    opened = Store.open(data_dir, synchronous="normal")
+    opened = Store.open(data_dir, synchronous="normal", writer_process=request.param)
     yield opened
     opened.close()

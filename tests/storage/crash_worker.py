@@ -1,9 +1,10 @@
 """Appends batches to a store until killed; prints each seq once it is durable.
 
-Run by test_crash.py as ``python -m tests.storage.crash_worker DATA_DIR [WINDOW]``: up to
-WINDOW batches (default 1) wait for their commit at once, so the writer commits them in
-groups.  Every record comes from tests.storage.builders, so the test can rebuild what was
-acked.
+Run by test_crash.py as ``python -m tests.storage.crash_worker DATA_DIR [WINDOW [PROCESS]]``:
+up to WINDOW batches (default 1) wait for their commit at once, so the writer commits them
+in groups; PROCESS 1 runs the writer in a child process (storage.writer_process), whose pid
+is printed first as ``writer PID``.  Every record comes from tests.storage.builders, so the
+test can rebuild what was acked.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def batch_for(seq: int):
     )
 
 
-def main(data_dir: str, window: int = 1) -> None:
-    store = Store.open(data_dir, synchronous="normal")
+def main(data_dir: str, window: int = 1, process: int = 0) -> None:
+    store = Store.open(data_dir, synchronous="normal", writer_process=bool(process))
+    if process:
+        print("writer", store._writer.pid, flush=True)
     if store.next_query_id() == 1:
         for query_id in QUERY_IDS:
             store.register_query(query(query_id), {}, None)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-import time
+import sqlite3
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -16,8 +18,9 @@ from storage import (
     SnapshotCorrupt,
     Store,
     StoreClosed,
+    transactions,
 )
-from storage.store import REPLAY_PAGE
+from storage.store import DB_NAME, REPLAY_PAGE
 from tests.storage.builders import (
     assert_same_graph,
     assert_same_stream,
@@ -35,14 +38,15 @@ def append(store: Store, first: int, last: int, query_ids=(), **kwargs) -> None:
         store.append_batch(batch(seq, query_ids, **kwargs))
 
 
-def everything(store: Store) -> dict:
+def everything(store: Store, events_after: int = 0) -> dict:
     """Every read the service can make, for before/after comparisons."""
     return {
         "last_seq": store.last_seq(),
         "next_query_id": store.next_query_id(),
         "queries": store.queries(),
         "labels": store.labels(),
-        "events": {q.id: store.events_after(q.id, 0, 10**6) for q in store.queries()},
+        "events": {q.id: store.events_after(q.id, events_after, 10**6)
+                   for q in store.queries()},
         "batches": [(s, u.a.tolist(), u.kind.tolist()) for s, u in store.batches_after(0)],
         "snapshots": store.snapshots(),
     }
@@ -109,51 +113,52 @@ def test_event_for_another_seq_is_rejected(store):
 # ---------------------------------------------------------------------- group commit
 
 
-def held(store: Store) -> threading.Event:
-    """Keep the store's writer busy until the returned event is set, so batches queue up."""
-    gate, started = threading.Event(), threading.Event()
-    store._writer.submit(lambda conn: (started.set(), gate.wait(5)))
-    assert started.wait(5)
-    return gate
+@contextmanager
+def writer_blocked(store: Store) -> Iterator[None]:
+    """While the body runs, another connection holds the database's write lock: the writer
+    waits (in BEGIN IMMEDIATE) on a first unit of work, which carries nothing, and what
+    the body submits queues up behind it, in the writer's queue or the writer process's
+    pipe."""
+    other = sqlite3.connect(store.data_dir / DB_NAME, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        store._writer.submit(transactions.insert_labels, {})
+        yield
+    finally:
+        other.execute("COMMIT")
+        other.close()
 
 
-def group_sizes(store: Store, monkeypatch) -> list[int]:
-    """The size of every group of batches the store writes from now on."""
-    sizes: list[int] = []
-    write = store._append_batches
-
-    def spy(conn, group):
-        sizes.append(len(group))
-        return write(conn, group)
-
-    monkeypatch.setattr(store, "_append_batches", spy)
+def group_sizes(store: Store) -> deque[int]:
+    """The sizes of the groups of batches the store's writer commits from now on."""
+    sizes = store._writer.group_sizes
+    sizes.clear()
     return sizes
 
 
-def test_batches_queued_together_commit_as_if_one_by_one(data_dir, monkeypatch):
+@pytest.mark.parametrize("writer_process", [False, True], ids=["thread", "process"])
+def test_batches_queued_together_commit_as_if_one_by_one(data_dir, writer_process):
     """One group, one transaction, and the same rows as appending each batch alone: every
     batch its own seq, updates, events and idempotency key; query totals, labels and
     pruning as after the last of them."""
     options = {"synchronous": "normal", "result_retention": 4, "idempotency_retention": 3,
                "prune_every": 5}
-
     records = [batch(seq, (1, 2), idempotency=(f"key-{seq}", f"hash-{seq}", f"{{{seq}}}"),
                      new_labels={f"label-{seq}": seq} if seq % 4 == 0 else None)
                for seq in range(1, 13)]
     stores = {}
     for name in ("grouped", "alone"):
-        stores[name] = Store.open(data_dir / name, **options)
+        stores[name] = Store.open(data_dir / name, writer_process=writer_process, **options)
         for query_id in (1, 2):
             stores[name].register_query(query(query_id), {}, None)
     try:
         grouped, alone = stores["grouped"], stores["alone"]
-        sizes = group_sizes(grouped, monkeypatch)
+        sizes = group_sizes(grouped)
         grouped.append_batch(records[0])
-        gate = held(grouped)
-        futures = [grouped.append_batch_async(record) for record in records[1:]]
-        gate.set()
+        with writer_blocked(grouped):
+            futures = [grouped.append_batch_async(record) for record in records[1:]]
         assert [f.result() for f in futures] == [None] * 11
-        assert sizes == [1, 11]  # crossing the prunes at seq 5 and 10
+        assert list(sizes) == [1, 11]  # crossing the prunes at seq 5 and 10
         for record in records:
             alone.append_batch(record)
         for query_id in (1, 2):
@@ -165,9 +170,8 @@ def test_batches_queued_together_commit_as_if_one_by_one(data_dir, monkeypatch):
                 assert store.events_after(query_id, 8, 10) == \
                     [EventRecord(query_id, s, payload(query_id, s)) for s in (10, 11)]
             assert horizons == [5, 5]  # pruned at seq 10: events <= 6 (6 has none)
-        for store in (grouped, alone):
-            monkeypatch.setattr(store, "events_after", lambda q, after, limit: [])
-        assert everything(grouped) == everything(alone)
+        unpruned = {name: everything(store, events_after=8) for name, store in stores.items()}
+        assert unpruned["grouped"] == unpruned["alone"]
         assert [grouped.idempotent(f"key-{s}") for s in range(1, 13)] == \
             [alone.idempotent(f"key-{s}") for s in range(1, 13)]
         assert grouped.idempotent("key-12") == (12, "hash-12", "{12}")
@@ -176,20 +180,21 @@ def test_batches_queued_together_commit_as_if_one_by_one(data_dir, monkeypatch):
             store.close()
 
 
-def test_a_group_larger_than_one_statement_takes(data_dir, monkeypatch):
+@pytest.mark.parametrize("writer_process", [False, True], ids=["thread", "process"])
+def test_a_group_larger_than_one_statement_takes(data_dir, writer_process):
     """A group whose rows pass SQLite's parameter limit is written in several statements."""
-    store = Store.open(data_dir, synchronous="normal", prune_every=10**6)
+    store = Store.open(data_dir, synchronous="normal", prune_every=10**6,
+                       writer_process=writer_process)
     try:
         for query_id in (1, 2, 3):
             store.register_query(query(query_id), {}, None)
-        sizes = group_sizes(store, monkeypatch)
-        gate = held(store)
-        futures = [store.append_batch_async(batch(seq, (1, 2, 3), n=2,
-                                                  idempotency=(f"k{seq}", "h", "{}")))
-                   for seq in range(1, 251)]
-        gate.set()
+        sizes = group_sizes(store)
+        with writer_blocked(store):
+            futures = [store.append_batch_async(batch(seq, (1, 2, 3), n=2,
+                                                      idempotency=(f"k{seq}", "h", "{}")))
+                       for seq in range(1, 251)]
         assert [f.result() for f in futures] == [None] * 250
-        assert sizes == [250]  # 250 batch rows, ~500 events: more than 999 parameters
+        assert list(sizes) == [250]  # 250 batch rows, ~500 events: over 999 parameters
         assert [seq for seq, _ in store.batches_after(0)] == list(range(1, 251))
         touched = [s for s in range(1, 251) if s % 3]
         for query_id in (1, 2, 3):
@@ -202,43 +207,39 @@ def test_a_group_larger_than_one_statement_takes(data_dir, monkeypatch):
         store.close()
 
 
-def test_a_failing_group_fails_every_batch_in_it(store, monkeypatch):
+def test_a_failing_group_fails_every_batch_in_it(store):
     store.register_query(query(1), {}, None)
     append(store, 1, 2, (1,))
     before = everything(store)
-    sizes = group_sizes(store, monkeypatch)
-    gate = held(store)
+    sizes = group_sizes(store)
     # Batch 6 does not follow 4: the whole group is rolled back, 3 and 4 with it.
-    futures = [store.append_batch_async(batch(seq, (1,), idempotency=(f"k{seq}", "h", "{}")))
-               for seq in (3, 4, 6)]
-    gate.set()
+    with writer_blocked(store):
+        futures = [store.append_batch_async(batch(seq, (1,), idempotency=(f"k{seq}", "h", "{}")))
+                   for seq in (3, 4, 6)]
     for future in futures:
         with pytest.raises(PersistFailed, match="batch seq 6 does not follow"):
             future.result()
-    assert sizes == [3]
+    assert list(sizes) == []  # no group committed
     assert everything(store) == before
     assert store.idempotent("k3") is None
     append(store, 3, 4, (1,))
     assert store.last_seq() == 4 and store.query(1).batches_seen == 4
 
 
-def test_a_group_drops_the_stats_of_a_query_deleted_before_it(store, monkeypatch):
+def test_other_writes_end_a_group_in_their_place(store):
+    """Batch 1, then the deletion of query 2, then batches 2 and 3 computed before the
+    deletion reached the writer: two groups around the deletion, and the deleted query's
+    stats dropped from the second only."""
     for query_id in (1, 2):
         store.register_query(query(query_id), {}, None)
-    sizes = group_sizes(store, monkeypatch)
-    gate = held(store)
-    futures = [store.append_batch_async(batch(1, (1, 2)))]
-    # Batches 2 and 3 were computed before the deletion reached the writer, and queued
-    # after it: the deletion ends the first group.
-    deletion = threading.Thread(target=store.delete_query, args=(2,))
-    deletion.start()
-    while store._writer._queue.qsize() < 2:
-        time.sleep(0.001)
-    futures += [store.append_batch_async(batch(seq, (1, 2))) for seq in (2, 3)]
-    gate.set()
-    deletion.join()
-    assert [f.result() for f in futures] == [None] * 3
-    assert sizes == [1, 2]
+    sizes = group_sizes(store)
+    with writer_blocked(store):
+        futures = [store.append_batch_async(batch(1, (1, 2))),
+                   store._writer.submit(transactions.delete_query, 2),
+                   store.append_batch_async(batch(2, (1, 2))),
+                   store.append_batch_async(batch(3, (1, 2)))]
+    assert [f.result() for f in futures] == [None] * 4
+    assert list(sizes) == [1, 2]
     assert [q.id for q in store.queries()] == [1]
     assert store.query(1).batches_seen == 3
     assert store.last_seq() == 3

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from storage import Store, StoreClosed
+from storage import Store, StoreClosed, transactions
 from tests.storage.builders import batch
 
 
 def writer_pragma(store: Store, name: str):
-    return store._writer.submit(lambda conn: conn.execute(f"PRAGMA {name}").fetchone()[0]).result()
+    return store._writer.submit(transactions.pragma, name).result()
 
 
 def test_journal_mode_is_wal(store, data_dir):
@@ -27,9 +27,10 @@ def test_journal_mode_is_wal(store, data_dir):
         conn.close()
 
 
+@pytest.mark.parametrize("writer_process", [False, True], ids=["thread", "process"])
 @pytest.mark.parametrize(("asked", "level"), [("full", 2), ("normal", 1)])
-def test_synchronous_setting_is_honoured(data_dir, asked, level):
-    store = Store.open(data_dir, synchronous=asked)
+def test_synchronous_setting_is_honoured(data_dir, asked, level, writer_process):
+    store = Store.open(data_dir, synchronous=asked, writer_process=writer_process)
     try:
         assert writer_pragma(store, "synchronous") == level
     finally:

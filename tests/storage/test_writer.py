@@ -287,3 +287,19 @@ def test_close_drains_grouped_work(db_path):
     writer.close()
     assert [f.result(timeout=0) for f in futures] == [0, 10, 20, 30]
     assert rows(db_path) == [0, 1, 2, 3]
+
+
+def test_one_writer_per_database(tmp_path):
+    """A store's writer holds the writer lock until it is closed; another waits for it, and
+    gives up with a clear error (two servers on one data directory)."""
+    from storage import StorageError, Store
+    from storage.store import DB_NAME
+    from storage.writer import take_writer_lock
+
+    store = Store.open(tmp_path / "data", synchronous="normal")
+    try:
+        with pytest.raises(StorageError, match="another writer holds the database"):
+            take_writer_lock(tmp_path / "data" / DB_NAME, timeout=0.2)
+    finally:
+        store.close()
+    take_writer_lock(tmp_path / "data" / DB_NAME, timeout=0.2).close()
