@@ -225,6 +225,7 @@ class PendingCounts:
         self._size = size
         # (indices of the jobs, query size, pinned totals or None when no task, event)
         self._parts: list[tuple[list[int], int, np.ndarray | None, cp.cuda.Event | None]] = []
+        self._results: list[MatchSet] | None = None
 
     def add(self, members: list[int], n: int, totals: cp.ndarray | None) -> None:
         if totals is None:
@@ -238,6 +239,8 @@ class PendingCounts:
 
     def resolve(self) -> list[MatchSet]:
         """One MatchSet per job (waits for the copies only, not for later work)."""
+        if self._results is not None:
+            return self._results
         results: list[MatchSet | None] = [None] * self._size
         for members, n, host, event in self._parts:
             if event is not None:
@@ -245,6 +248,7 @@ class PendingCounts:
             totals = [0] * len(members) if host is None else host.tolist()
             for i, total in zip(members, totals, strict=True):
                 results[i] = MatchSet(int(total), np.empty((0, n), dtype=np.int32), False)
+        self._results = results
         return results
 
 
