@@ -11,7 +11,7 @@ client, from sending the request to reading the acknowledgement (durable, fsynce
 The clients share the machine with the server, so their own CPU time is taken from it:
 batches are posted through a minimal HTTP/1.1 client (`--client raw`, the default: one
 keep-alive socket, the request written whole, the response read by its Content-Length,
-about 0.03 ms of CPU a request) rather than `http.client` (`--client http.client`, ~0.2 ms
+about 0.06 ms of CPU a request) rather than `http.client` (`--client http.client`, ~0.2 ms
 a request, plus its share of the GIL among the client threads).
 
     python -m benchmarks.service_bench [--sizes 1 100 10000] [--seconds 20] [--json F]

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`| head`); silence the interpreter's own flush at exit.
-        sys.stdout = open(os.devnull, "w")
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- stdout for the rest of the run
         return EXIT_BROKEN_PIPE
     except BatchRejected as exc:
         return _error(exc, EXIT_REJECTED)

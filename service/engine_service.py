@@ -346,7 +346,7 @@ class EngineService:
                      idempotency[0] if idempotency is not None else None, touched)
         try:
             commit = self.store.append_batch_async(record)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 -- answered as a failed commit
             commit = Future()
             commit.set_exception(exc)
         self._last_commit = commit

@@ -158,7 +158,7 @@ def _npy_rows(body: bytes, max_updates: int) -> np.ndarray:
             shape, fortran, dtype = read_header(stream)
     except InputError:
         raise
-    except Exception:   # numpy raises several kinds, with its parser's internals in them
+    except Exception:  # noqa: BLE001 -- numpy raises several kinds, naming its internals
         raise InputError("body: not a readable .npy array (no .npy magic, or a malformed "
                          "header)") from None
     if len(shape) != 2 or shape[1] != 4 or dtype.kind not in "iu" or dtype.hasobject:

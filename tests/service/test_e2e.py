@@ -38,7 +38,7 @@ class Server:
     def __init__(self, data_dir: Path, log: Path) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = open(log, "ab")
+        self._log = open(log, "ab")  # noqa: SIM115 -- closed by kill() or stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir),
              "--port", str(self.port), "--backend", BACKEND, "--synchronous", "normal",

@@ -138,7 +138,7 @@ def test_a_failed_commit_fails_the_batches_applied_behind_it(tmp_path):
                 threads[-1].start()
                 # Applied in memory and handed to the writer.  (Not read from engine.seq:
                 # batch 3's commit fails at once and the rebuild may already have reset it.)
-                _until(lambda: seq in submitted)
+                _until(lambda seq=seq: seq in submitted)
         finally:
             gate.set()
             for t in threads:
@@ -175,7 +175,7 @@ def test_a_corrupt_snapshot_falls_back_to_the_older_one(tmp_path):
             assert client.post("/v1/batches", json=b).status_code == 200
         _until(lambda: [s.seq for s in client.app.state.motifstream.store.snapshots()]
                == [12, 8])
-    newest = sorted((data / "snapshots").glob("*.npz"))[-1]
+    newest = max((data / "snapshots").glob("*.npz"))
     newest.write_bytes(newest.read_bytes()[:-100])    # torn
     with running(data, snapshot_every=4) as client:
         assert graph_state(client) == reference
