@@ -150,6 +150,12 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
 
     # ---- inserts ---------------------------------------------------------
     ins = np.flatnonzero(is_insert)
+    # Stored edge labels are never negative (the device graph marks ranks with them).
+    negative = ins[lab[ins] < 0]
+    if len(negative):
+        i = ei[negative[0]]
+        reject(i, f"edge ({a[i]}, {b[i]}) is inserted with label {label[i]}; edge labels "
+                  f"must be >= 0")
     bad = _first_duplicate_conflict(key[ins], lab[ins])
     if bad >= 0:
         i = ei[ins[bad]]
@@ -226,6 +232,8 @@ def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
                  "delete_v": empty, "delete_labels": empty, "insert_u": empty,
                  "insert_v": empty, "insert_labels": empty}
     if kind == INSERT_EDGE:
+        if label[0] < 0:
+            return None     # the general path rejects it
         if pos >= 0:
             ignored["edges_inserted"] = 1
         else:

@@ -24,8 +24,9 @@ hundred times).  Counted tails:
 * leaf product and non-adjacent pair: their value changes only at the ranks of
   the update edges they could use, so they are evaluated once per rank
   interval that holds members (or once per member, when fewer), from the
-  ranked buffers and per-leaf update ranks, without rescanning.  (The plan does not group a type whose such tail
-  has a vertex with the leaf's label: it would need one evaluation per member.)
+  ranked buffers and per-leaf update ranks, without rescanning.  (The plan does
+  not group a type whose such tail has a vertex with the leaf's label: it would
+  need one evaluation per member.)
 """
 from __future__ import annotations
 

@@ -90,6 +90,14 @@ class DeviceMirror:
     def clear_ranks(self) -> None:
         self.graph.clear_ranks()
 
+    def admit(self, labels, slots: int) -> str | None:
+        """Why the device graph cannot take these vertex labels and `slots` vertex slots
+        (None when it can); nothing changes."""
+        return self.graph.admit(labels, slots)
+
+    def register_labels(self, labels) -> None:
+        self.graph.register_labels(labels)
+
     def check(self, graph, cands: dict[int, np.ndarray]) -> None:
         """Assert the device graph and candidate bits equal the host's (tests)."""
         self.graph.check(graph)
@@ -216,6 +224,17 @@ class _Launch:
         return counts * self.plan[-1][self.tasks[3]]
 
 
+# Pinned buffers whose asynchronous copies may still be running, with the event after each:
+# kept until the copy is done, whoever drops its PendingCounts (CuPy's pinned pool would
+# hand a freed block to the next upload's staging while the copy still writes it).
+_IN_FLIGHT: list[tuple[cp.cuda.Event, np.ndarray]] = []
+
+
+def _keep_until_copied(event: cp.cuda.Event, host: np.ndarray) -> None:
+    _IN_FLIGHT[:] = [(e, h) for e, h in _IN_FLIGHT if not e.done]
+    _IN_FLIGHT.append((event, host))
+
+
 class PendingCounts:
     """Totals of a shared launch on their way to the host: one asynchronous copy per query
     size into pinned memory, queued behind the kernels, and an event after it, so the host
@@ -235,6 +254,7 @@ class PendingCounts:
         cp.asnumpy(totals, out=host, blocking=False)
         event = cp.cuda.Event(block=False, disable_timing=True)
         event.record()
+        _keep_until_copied(event, host)
         self._parts.append((members, n, host, event))
 
     def resolve(self) -> list[MatchSet]:

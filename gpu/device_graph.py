@@ -53,7 +53,8 @@ class PmaGraph:
         self.config = config
         self.labels = LabelIndex()
         self.vertex_bits = 32 - MIN_LABEL_BITS
-        self.pma = PackedMemoryArray(cp, 0, self._pma_config())
+        self.pma = PackedMemoryArray(cp, 0, dataclasses.replace(config,
+                                                                vertex_bits=self.vertex_bits))
         self.max_degree = 0
         self.relayouts = 0
         self._host = None                   # the host graph this follows
@@ -61,13 +62,28 @@ class PmaGraph:
         self._ranked: tuple | None = None
         self._no_ranks = cp.zeros(1, dtype=np.int32)
 
-    def _pma_config(self) -> PMAConfig:
-        return dataclasses.replace(self.config, vertex_bits=self.vertex_bits)
-
     def _fits(self, slots: int) -> bool:
         """Whether the label bits and `slots` vertex ids fit the current layout."""
         return (self.labels.bits() <= 32 - self.vertex_bits
                 and slots <= (1 << self.vertex_bits))
+
+    def admit(self, labels, slots: int) -> str | None:
+        """Why the keys cannot hold these vertex labels besides the known ones and `slots`
+        vertex slots (None when they can); nothing changes.  The engine asks before it
+        changes anything, so a batch or query that does not fit is refused whole."""
+        count = self.labels.count_with(labels)
+        need = max(0, count - 1).bit_length()
+        if slots > 1 << (32 - need):
+            return (f"the packed memory array cannot key {count} vertex labels and {slots} "
+                    f"vertex slots in 32 bits; use EngineConfig(device_graph='lists')")
+        return None
+
+    def register_labels(self, labels) -> None:
+        """Give these labels indices now (a query's, at registration), re-keying the array
+        when they need another label bit, so that no phase has to."""
+        self.labels.of(labels)
+        if self._host is not None and not self._fits(self._host.num_slots):
+            self._relayout(self._host)
 
     def _relayout(self, graph) -> None:
         """Choose the label bits again and load the host graph's edges under them."""
@@ -80,23 +96,24 @@ class PmaGraph:
             raise ValueError(f"the packed memory array keys {self.labels.count} vertex labels "
                              f"and {slots} vertex slots in 32 bits, which does not fit; use "
                              f"EngineConfig(device_graph='lists')")
-        self.vertex_bits = 32 - bits
-        self.pma = PackedMemoryArray(cp, 0, self._pma_config())
+        # Built aside and swapped in whole, so a failed load leaves the old array.
+        pma = PackedMemoryArray(cp, 0, dataclasses.replace(self.config, vertex_bits=32 - bits))
+        self._load(graph, pma, 32 - bits)
+        self.pma, self.vertex_bits = pma, 32 - bits
         self.relayouts += 1
-        self._load(graph)
         # A query label registered during a phase (its plan's first launch) re-keys the
         # array under ranks already set: they go into the new array too.
         ranked, self._ranked = self._ranked, None
         if ranked is not None:
             self.set_ranks(*ranked[3:])
 
-    def _load(self, graph) -> None:
+    def _load(self, graph, pma: PackedMemoryArray, vertex_bits: int) -> None:
         us, vs, elab = graph.edges()
         both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
-        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
-        self.pma.ensure_vertices(graph.num_slots)
+        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), vertex_bits)
+        pma.ensure_vertices(graph.num_slots)
         vals = np.concatenate([elab, elab]).astype(np.int32)
-        self.pma.load(cp.asarray(keys), cp.asarray(vals))
+        pma.load(cp.asarray(keys), cp.asarray(vals))
 
     def sync(self, graph, touched=None, batch=None) -> None:
         """Follow the host graph: load it whole (no batch), or apply the batch's edge
@@ -142,11 +159,11 @@ class PmaGraph:
         dst = np.concatenate([vs, us])
         keys = label_keys(src, dst, self.labels.of(self._host.label[dst]), self.vertex_bits)
         pos = self.pma.find(cp.asarray(keys))
-        vals = self.pma.vals
-        saved = vals[pos]
-        vals[pos] = -cp.arange(1, len(keys) + 1, dtype=np.int32)
+        saved = self.pma.vals[pos]
         ranked = cp.asarray(np.concatenate([ranks, ranks]).astype(np.int32))
+        # Recorded before the slots change, so clear_ranks restores them after any failure.
         self._ranked = (ranked, saved, pos, us, vs, ranks)
+        self.pma.vals[pos] = -cp.arange(1, len(keys) + 1, dtype=np.int32)
 
     def clear_ranks(self) -> None:
         if self._ranked is not None:
@@ -201,6 +218,12 @@ class ListMirror:
     def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
         """Query vertex labels as the kernel compares them: the labels themselves."""
         return np.asarray(labels, dtype=np.int32)
+
+    def admit(self, labels, slots: int) -> str | None:
+        return None     # any labels and vertex slots
+
+    def register_labels(self, labels) -> None:
+        pass
 
     def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
         """Bring the copies up to date after a batch that touched `touched` (None: all)."""

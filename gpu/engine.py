@@ -117,6 +117,11 @@ class Engine:
     # ---- standing queries -------------------------------------------
     def add_query(self, query: QueryGraph) -> int:
         """Register a standing query; returns its id."""
+        if self._device is not None:
+            problem = self._device.admit(query.labels, self.graph.num_slots)
+            if problem is not None:
+                raise ValueError(f"query {query.name}: {problem}")
+            self._device.register_labels(query.labels)
         qid = self._next_id
         self._next_id += 1
         self.signatures.add_query(qid, query, self.graph)
@@ -247,13 +252,15 @@ class Engine:
         tasks) overlaps the kernels of the one before: counted queries' totals come back
         by asynchronous copies, and a batch's result is yielded once the next batch has
         been started, so iterate to the end (a batch is applied when it is started).  A
-        rejected batch raises BatchRejected after the results of the batches before it.
+        rejected batch raises BatchRejected (any error, its own) after the results of the
+        batches before it.
         """
         pending = None
         for stream in streams:
             try:
                 current = self._start(stream, list_limit, defer=True)
-            except BatchRejected:
+            except Exception:
+                # The batch before was applied: its result first.
                 if pending is not None:
                     yield pending.finish()
                 raise
@@ -270,6 +277,11 @@ class Engine:
             list_limit = dict.fromkeys(self._queries, list_limit)
         t0 = time.perf_counter()
         batch = normalize(stream, self.graph)
+        if self._device is not None and len(batch.add_slots):
+            slots = max(self.graph.num_slots, int(batch.add_slots.max()) + 1)
+            problem = self._device.admit(batch.add_labels, slots)
+            if problem is not None:
+                raise BatchRejected(stream.source, 0, problem)
         self._device_seconds = 0.0
         t1 = time.perf_counter()
         # Leaf counts leave out each phase's update edges (see gpu/leafcount.py).  The
@@ -318,15 +330,15 @@ class Engine:
             return results, seconds
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         ranked = len(us) > 0 and len(self._queries) > 0
-        if ranked:
-            # Each executor reads the ranks (and the CPU one the update index) of its
-            # own copy of the graph only.
-            if self._device is not None:
-                self._device.set_ranks(us, vs, ranks)
-            else:
-                self.graph.set_ranks(us, vs, ranks)
-                self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
         try:
+            if ranked:
+                # Each executor reads the ranks (and the CPU one the update index) of its
+                # own copy of the graph only.
+                if self._device is not None:
+                    self._device.set_ranks(us, vs, ranks)
+                else:
+                    self.graph.set_ranks(us, vs, ranks)
+                    self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
             # The counted queries share one call (on CUDA one launch per query size, on the
             # CPU one compiled call for a small batch); listing ones, and those the shared
             # call hands back, go one by one.  The shared call's seconds are split evenly.

@@ -258,7 +258,10 @@ class DynamicGraph:
         vs = g.ids.lookup(graph.edge_dst)
         if (us < 0).any() or (vs < 0).any():
             raise ValueError("edge endpoint is not a vertex of the graph")
-        g.insert_edges(us, vs, np.asarray(graph.edge_labels, dtype=np.int32))
+        labels = np.asarray(graph.edge_labels, dtype=np.int32)
+        if len(labels) and int(labels.min()) < 0:
+            raise ValueError(f"edge label {int(labels.min())}: edge labels must be >= 0")
+        g.insert_edges(us, vs, labels)
         return g
 
     # ---- queries ------------------------------------------------------

@@ -40,6 +40,13 @@ class LabelIndex:
         """Bits that hold every index."""
         return max(0, self.count - 1).bit_length()
 
+    def count_with(self, labels) -> int:
+        """How many labels there would be with these registered too (nothing changes)."""
+        labels = np.unique(np.asarray(labels, dtype=np.int64).ravel())
+        if len(labels) == 0:
+            return self.count
+        return self.count + int((~np.isin(labels, self._sorted)).sum())
+
 
 def label_keys(us, vs, vs_labels, vertex_bits: int) -> np.ndarray:
     """Keys us -> vs with the destinations' label indices between (host arrays)."""

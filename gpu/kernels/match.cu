@@ -38,6 +38,16 @@ __device__ __forceinline__ long long lower_bound(const T* a, long long lo, long 
     return lo;
 }
 
+// First position in [lo, hi) whose value is > key (values sorted ascending there).
+template <class T>
+__device__ __forceinline__ long long upper_bound(const T* a, long long lo, long long hi, T key) {
+    while (lo < hi) {
+        long long mid = (lo + hi) >> 1;
+        if (a[mid] <= key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 struct ListGraph {
     static constexpr bool keyed = false;    // find() and rank() ignore the source vertex
     const long long* start;
@@ -51,7 +61,7 @@ struct ListGraph {
     __device__ __forceinline__ void range(int x, int want, long long& lo, long long& hi) const {
         long long s = start[x], e = s + deg[x];
         lo = lower_bound(nlab, s, e, want);
-        hi = lower_bound(nlab, lo, e, want + 1);
+        hi = upper_bound(nlab, lo, e, want);    // not want + 1: labels reach INT_MAX
     }
     __device__ __forceinline__ bool real(long long) const { return true; }
     __device__ __forceinline__ int nbr_at(long long i) const { return nbr[i]; }

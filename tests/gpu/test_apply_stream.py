@@ -98,3 +98,24 @@ def test_rejected_batch_after_the_results_before_it(backend, config):
     assert got == want
     # The rejected batch changed nothing, and the stream can go on.
     assert summary(engine.apply(batches[2])) == summary(reference.apply(batches[2]))
+
+
+@pytest.mark.parametrize(("backend", "config"), BACKENDS)
+def test_stream_left_early_then_applied_on(backend, config):
+    """Leaving the stream after one result: the next batch was already started (applied,
+    its result dropped, its totals' copy still in flight); later batches, applied one by
+    one, must still equal the CPU's."""
+    initial, batches = mixed_batches(skewed_graph(24), 24, count=6, size=20)
+    engine = Engine(initial, backend=backend, config=config)
+    reference = Engine(initial, backend="cpu")
+    for e in (engine, reference):
+        for q in QUERIES:
+            e.add_query(q)
+    stream = engine.apply_stream(batches[:4])
+    first = next(stream)
+    stream.close()
+    assert summary(first) == summary(reference.apply(batches[0]))
+    reference.apply(batches[1])
+    for batch in batches[2:]:
+        assert summary(engine.apply(batch)) == summary(reference.apply(batch))
+    engine.check()

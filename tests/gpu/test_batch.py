@@ -388,3 +388,25 @@ def test_one_record_scalar_path_is_taken():
     assert gpu.batch._single_edge(stream([(DE, 2, 1, NO_LABEL)]), g) is not None
     assert gpu.batch._single_edge(stream([(E, 1, 7, 0)]), g) is None      # 7 is missing
     assert gpu.batch._single_edge(stream([(V, 7, 0, 1)]), g) is None      # not an edge
+
+
+@pytest.mark.parametrize("records", [
+    [(E, 1, 4, -1)],                                  # the one-record path
+    [(E, 1, 4, 0), (E, 2, 4, -5), (V, 7, 0, 1)],      # the general path
+])
+def test_negative_insert_label_is_refused(records):
+    # Stored edge labels are never negative: the device graph marks ranks with them.  The
+    # parsers refuse such records; an UpdateStream built in Python reaches normalize.
+    g = make_graph()
+    before = snapshot(g)
+    kinds, a, b, labels = (np.array(column) for column in zip(*records, strict=True))
+    raw = UpdateStream(kinds, a, b, labels, np.arange(1, len(records) + 1), SOURCE)
+    with pytest.raises(BatchRejected, match="must be >= 0") as info:
+        normalize(raw, g)
+    assert info.value.line == (1 if len(records) == 1 else 2)
+    assert snapshot(g) == before
+
+
+def test_negative_delete_label_still_means_any_label():
+    g, b = run([(DE, 1, 2, NO_LABEL)])
+    assert ext_edges(g, b, b.delete_u, b.delete_v, b.delete_labels) == {(1, 2): 0}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, LabeledGraph,
@@ -251,3 +252,57 @@ def test_pma_rekeyed_by_a_new_query_label_in_the_middle_of_a_batch():
     assert_same(results, 1000)
     assert results[0].queries[2].positive >= len(ends) > 0
     pair[1].check()
+
+
+@pytest.mark.parametrize("layout", ["lists", "pma"])
+def test_largest_vertex_label(layout):
+    """Label 2^31 - 1 is valid: the list kernel's label segment must not compute want + 1."""
+    top = 2**31 - 1
+    full = skewed_graph(13, labels=2)
+    labels = np.where(full.vertex_labels == 1, top, 0).astype(np.int32)
+    full = LabeledGraph(full.vertex_ids, labels, full.edge_src, full.edge_dst,
+                        full.edge_labels)
+    initial, stream = split_stream(full, 0.2, 13)
+    queries = [query("triangle", [top, top, 0]), query("path4", [top, 0, top, 0])]
+    pair = engines(initial, queries, EngineConfig(device_graph=layout))
+    results = [e.apply(stream) for e in pair]
+    assert_same(results, 0)
+    assert results[0].queries[1].positive > 0
+    for qid in pair[0].query_ids():
+        assert pair[0].count(qid) == pair[1].count(qid) > 0
+
+
+def test_pma_refuses_what_its_keys_cannot_hold_and_changes_nothing():
+    """65,536 vertices with as many labels need 16 label bits, which leave 16 bits for
+    vertex ids: exactly enough.  A batch adding vertices of new labels, or a query with a
+    new label, would need 17 label bits, too few for the vertices: refused whole, and the
+    engine goes on."""
+    n = 1 << 16
+    ids = np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(14)
+    src, dst = rng.integers(0, n, 3 * n), rng.integers(0, n, 3 * n)
+    keep = src != dst
+    pairs = np.unique(np.minimum(src[keep], dst[keep]) * n + np.maximum(src[keep], dst[keep]))
+    graph = LabeledGraph(ids, ids.astype(np.int32), pairs // n, pairs % n,
+                         np.zeros(len(pairs), np.int32))
+    engine = Engine(graph, backend="cuda", config=EngineConfig(device_graph="pma"))
+    qid = engine.add_query(query("edge", [0, 1]))
+    extra = np.arange(n, n + 10)
+    adds = UpdateStream(np.full(len(extra), ADD_VERTEX), extra, np.zeros(len(extra)),
+                        extra.astype(np.int32), np.arange(1, len(extra) + 1), "adds")
+    with pytest.raises(BatchRejected, match="cannot key 65546 vertex labels"):
+        engine.apply(adds)
+    with pytest.raises(ValueError, match="cannot key 65537 vertex labels"):
+        engine.add_query(QueryGraph.build("far", np.arange(2), [0, 10**9], [(0, 1)]))
+    engine.check()
+    assert engine.graph.num_vertices == n and engine.query_ids() == [qid]
+    # The engine goes on: an edge between the vertices labelled 0 and 1 is one new match.
+    slots = engine.graph.ids.lookup(np.array([0, 1]))
+    present = engine.graph.edge_positions(slots[:1].astype(np.int32),
+                                          slots[1:].astype(np.int32))[0] >= 0
+    op = DELETE_EDGE if present else INSERT_EDGE
+    edge = UpdateStream(np.array([op]), np.array([0]), np.array([1]), np.zeros(1, np.int32),
+                        np.array([1]), "edge")
+    delta = engine.apply(edge).queries[qid]
+    assert (delta.positive, delta.negative) == ((0, 1) if present else (1, 0))
+    engine.check()

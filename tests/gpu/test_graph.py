@@ -403,3 +403,11 @@ def test_one_edge_batches_match_model(name):
         relocations += g.garbage > garbage
         compare(g, m, rng)
     assert relocations > 0
+
+
+def test_bulk_load_refuses_negative_edge_labels():
+    lg = LabeledGraph(np.array([1, 2], np.int64), np.zeros(2, np.int32),
+                      np.array([1], np.int64), np.array([2], np.int64),
+                      np.array([-3], np.int32))
+    with pytest.raises(ValueError, match="edge label -3"):
+        DynamicGraph.from_labeled(lg)

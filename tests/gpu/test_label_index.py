@@ -39,3 +39,12 @@ def test_sorted_keys_group_each_source_by_label_index_then_id():
         assert np.array_equal(keys[got], keys[want])
         assert np.array_equal(keys >> np.uint64(32), us.astype(np.uint64))
         assert np.array_equal(keys & np.uint64((1 << vertex_bits) - 1), vs.astype(np.uint64))
+
+
+def test_count_with_changes_nothing():
+    index = LabelIndex()
+    index.of([4, 9])
+    assert index.count_with([]) == 2
+    assert index.count_with([9, 4, 4]) == 2
+    assert index.count_with([1, 9, 1, 30]) == 4
+    assert index.count == 2 and index.of([1]).tolist() == [2]
