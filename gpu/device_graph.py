@@ -58,8 +58,7 @@ class PmaGraph:
         self.max_degree = 0
         self.relayouts = 0
         self._host = None                   # the host graph this follows
-        # A phase's (ranks, saved labels, slots) on the device and (us, vs, ranks) given.
-        self._ranked: tuple | None = None
+        self._ranked: tuple | None = None   # a phase's (ranks, saved labels, slots)
         self._no_ranks = cp.zeros(1, dtype=np.int32)
 
     def _fits(self, slots: int) -> bool:
@@ -98,14 +97,11 @@ class PmaGraph:
                              f"EngineConfig(device_graph='lists')")
         # Built aside and swapped in whole, so a failed load leaves the old array.
         pma = PackedMemoryArray(cp, 0, dataclasses.replace(self.config, vertex_bits=32 - bits))
+        # Only between phases (a batch's sync, a query's registration): no ranks are set.
+        assert self._ranked is None, "re-keyed with a phase's ranks set"
         self._load(graph, pma, 32 - bits)
         self.pma, self.vertex_bits = pma, 32 - bits
         self.relayouts += 1
-        # A query label registered during a phase (its plan's first launch) re-keys the
-        # array under ranks already set: they go into the new array too.
-        ranked, self._ranked = self._ranked, None
-        if ranked is not None:
-            self.set_ranks(*ranked[3:])
 
     def _load(self, graph, pma: PackedMemoryArray, vertex_bits: int) -> None:
         us, vs, elab = graph.edges()
@@ -144,12 +140,10 @@ class PmaGraph:
         self.pma.apply(cp.asarray(inserted), cp.asarray(vals), cp.asarray(deleted))
 
     def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
-        """Query vertex labels as the kernel compares them: label indices (registering
-        labels the graph does not have yet, which may re-key the array)."""
-        index = self.labels.of(labels).astype(np.int32).reshape(np.shape(labels))
-        if self._host is not None and not self._fits(self._host.num_slots):
-            self._relayout(self._host)
-        return index
+        """Query vertex labels as the kernel compares them: label indices (registered with
+        the query, so never new here: a new one could re-key the array inside a phase)."""
+        assert self.labels.count_with(labels) == self.labels.count, "unregistered label"
+        return self.labels.of(labels).astype(np.int32).reshape(np.shape(labels))
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
         """Rank the edges us-vs (both directions, all stored) until clear_ranks: the value
@@ -162,12 +156,12 @@ class PmaGraph:
         saved = self.pma.vals[pos]
         ranked = cp.asarray(np.concatenate([ranks, ranks]).astype(np.int32))
         # Recorded before the slots change, so clear_ranks restores them after any failure.
-        self._ranked = (ranked, saved, pos, us, vs, ranks)
+        self._ranked = (ranked, saved, pos)
         self.pma.vals[pos] = -cp.arange(1, len(keys) + 1, dtype=np.int32)
 
     def clear_ranks(self) -> None:
         if self._ranked is not None:
-            _, saved, pos = self._ranked[:3]
+            _, saved, pos = self._ranked
             self.pma.vals[pos] = saved
             self._ranked = None
 

@@ -220,20 +220,19 @@ def test_counted_queries_share_one_launch(seed, layout):
         assert (got.positive, got.negative) == (want.positive, want.negative), qid
 
 
-def test_pma_rekeyed_by_a_new_query_label_in_the_middle_of_a_batch():
+def test_pma_rekeyed_by_a_query_with_a_ninth_label():
     """Eight vertex labels fill the PMA's reserved label bits; a triangle query with a
-    ninth label (on no vertex yet) shares the launch of another triangle query, so its
-    plan reaches the device inside a batch's phase, after the phase's ranks are set, and
-    re-keys the array there: the ranks must carry over into the new array, and the new
-    label must match once vertices carry it."""
+    ninth label (on no vertex yet) is registered, which re-keys the array then (not in a
+    batch's phase, where the ranks are set); the new label matches once vertices carry
+    it."""
     full = skewed_graph(12, labels=8)
     initial, stream = split_stream(full, 0.2, 12)
     queries = [query("triangle", [0, 1, 2]), query("triangle", [8, 0, 1]),
                query("path4", [3, 4, 5, 6])]
     pair = engines(initial, queries, EngineConfig(device_graph="pma"))
-    assert pair[1]._device.graph.relayouts == 1         # the load
+    assert pair[1]._device.graph.relayouts == 2         # the load, the ninth label
     assert_same([e.apply(stream) for e in pair], 0)
-    assert pair[1]._device.graph.relayouts == 2         # the ninth label, mid-phase
+    assert pair[1]._device.graph.relayouts == 2
     pair[1].check()
     # New label-8 vertices joined to both ends of stored edges between labels 0 and 1.
     label = dict(zip(full.vertex_ids.tolist(), full.vertex_labels.tolist(), strict=True))
