@@ -119,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--backend", choices=BACKENDS, help="executor (default auto)")
+    serve.add_argument("--device-graph", choices=DEVICE_GRAPHS,
+                       help="cuda: the graph's layout on the device (default lists)")
     serve.add_argument("--graph", metavar="FILE",
                        help="bulk-load this graph when the store is empty")
     serve_labels = serve.add_mutually_exclusive_group()
@@ -282,8 +284,9 @@ def _match(args, progress: Progress) -> int:
     return 0
 
 
-_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "graph", "labels", "num_labels",
-                "label_seed", "synchronous", "snapshot_every", "log_level", "access_log")
+_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "device_graph", "graph", "labels",
+                "num_labels", "label_seed", "synchronous", "snapshot_every", "log_level",
+                "access_log")
 
 
 def _serve(args, progress: Progress) -> int:

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from gpu.batch import BatchRejected
+from gpu.config import EngineConfig
 from gpu.device import device_memory_bytes
 from gpu.engine import Engine
 from gpu.formats import LabeledGraph, UpdateStream, load_graph
@@ -202,7 +203,7 @@ class EngineService:
         t0 = time.perf_counter()
         store = self.store
         snapshot, graph = self._readable_snapshot()
-        engine = Engine(graph, backend=self.settings.backend)
+        engine = Engine(graph, backend=self.settings.backend, config=self._engine_config())
         seq = snapshot.seq if snapshot is not None else 0
         replayed = 0
         # Replayed with no query standing: only the graph is rebuilt, the results are
@@ -228,6 +229,9 @@ class EngineService:
                  snapshot.seq if snapshot is not None else "none", replayed,
                  engine.graph.num_vertices, engine.graph.num_edges, len(queries), self.backend,
                  time.perf_counter() - t0)
+
+    def _engine_config(self) -> EngineConfig:
+        return EngineConfig(device_graph=self.settings.device_graph)
 
     def _readable_snapshot(self) -> tuple[SnapshotRecord | None, LabeledGraph | None]:
         """The newest snapshot that reads back intact (the batch log reaches back to the
@@ -263,7 +267,7 @@ class EngineService:
         t0 = time.perf_counter()
         graph = LabeledGraph(np.arange(4), np.zeros(4), np.array([0, 1]), np.array([1, 2]),
                              np.zeros(2))
-        engine = Engine(graph, backend=self.backend)
+        engine = Engine(graph, backend=self.backend, config=self._engine_config())
         qid = engine.add_query(QueryGraph.build("warm-up", [0, 1, 2], [0, 0, 0],
                                                 [(0, 1), (1, 2), (0, 2)]))
         engine.apply(UpdateStream.from_records([(2, 0, 2, 0), (2, 2, 3, 0), (3, 0, 1, -1)]),
@@ -542,7 +546,7 @@ class EngineService:
         old = self.engine
         log.info("bulk load: indexing %d vertices, %d edges", graph.num_vertices,
                  graph.num_edges)
-        engine = Engine(graph, backend=self.backend)
+        engine = Engine(graph, backend=self.backend, config=self._engine_config())
         log.info("bulk load: indexed in %.2f s; re-planning %d standing queries",
                  time.perf_counter() - t0, len(self.queries))
         for standing in self.queries.values():

@@ -12,14 +12,17 @@ from gpu.formats import ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_
 from service.main import create_app
 from service.settings import Settings
 
-# The executor the service tests run on: cpu by default; the device run sets cuda.
+# The executor the service tests run on: cpu by default; the device run sets cuda (and may
+# set the device graph's layout).
 BACKEND = os.environ.get("MOTIFSTREAM_TEST_BACKEND", "cpu")
+DEVICE_GRAPH = os.environ.get("MOTIFSTREAM_TEST_DEVICE_GRAPH", "lists")
 
 
 @contextmanager
 def running(data_dir, **overrides):
     """A started app (recovered and warm) on `data_dir`, as a TestClient."""
-    settings = Settings(data_dir=data_dir, synchronous="normal", backend=BACKEND, **overrides)
+    settings = Settings(**{"data_dir": data_dir, "synchronous": "normal", "backend": BACKEND,
+                           "device_graph": DEVICE_GRAPH, **overrides})
     with TestClient(create_app(settings)) as client:
         wait_ready(client)
         yield client

@@ -75,3 +75,29 @@ def test_openapi_refers_only_to_schemas_it_defines(client):
     assert {"QueryCreate", "BatchCreate", "GraphLoad"} <= refs
     assert refs <= defined, refs - defined
     assert client.get("/docs").status_code == 200
+
+
+def test_settings_refuse_an_unknown_device_graph():
+    with pytest.raises(ValidationError, match="device_graph"):
+        Settings(device_graph="csr")
+
+
+def test_both_device_graphs_serve_the_same_results(tmp_path):
+    # On the CPU executor the setting is accepted and changes nothing; on CUDA the two
+    # layouts must agree.
+    square = {"vertices": [{"id": i, "label": 0} for i in range(4)],
+              "edges": [{"source": i, "target": (i + 1) % 4} for i in range(4)]}
+    batches = [{"insert_vertices": [[i, 0] for i in range(8)],
+                "insert_edges": [[i, j] for i in range(8) for j in range(i + 1, 8)
+                                 if (i + j) % 3]},
+               {"delete_edges": [[0, 1], [2, 4]], "insert_edges": [[0, 3]]}]
+    seen = []
+    for layout in ("lists", "pma"):
+        with running(tmp_path / layout, device_graph=layout) as client:
+            qid = client.post("/v1/queries", json={"pattern": square}).json()["id"]
+            results = [client.post("/v1/batches", json=b).json()["results"][str(qid)]
+                       for b in batches]
+            seen.append(results)
+    assert seen[0] == seen[1]
+    assert seen[0][0]["positive"] > 0 and seen[0][1]["negative"] > 0
+
