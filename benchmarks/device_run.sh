@@ -8,6 +8,7 @@
 #   gpu-tests    only the gpu-marked tests (GPU_TESTS_ARGS adds pytest flags, e.g.
 #                "--ignore tests/gpu/test_pma.py" when the packed memory array is unchanged)
 #   service-tests  the service and storage tests with the service on the cuda executor
+#                (MOTIFSTREAM_TEST_DEVICE_GRAPH=pma: on the packed-memory-array layout)
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags)
 #   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
