@@ -10,15 +10,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.deps import StateDep, bearer_token, key_accepted, unauthorized
 from service.engine_service import IngestResult
-from service.ingest import (
-    JSON,
-    NPY,
-    TEXT,
-    PayloadTooLarge,
-    media_type,
-    parse_batch,
-    read_body,
-)
+from service.ingest import JSON, NPY, TEXT, PayloadTooLarge, parse_batch
 from service.schemas import BatchPublic
 from service.state import ServiceState
 
@@ -55,17 +47,8 @@ async def post_batch(request: Request, state: StateDep,
 
 async def _ingest(request: Request, state: ServiceState, idempotency_key: str | None
                   ) -> Response:
-    settings = state.settings
-    body = await read_body(request, settings.max_request_bytes)
-    media = media_type(request.headers)
-    if len(body) > _INLINE_PARSE_BYTES:
-        batch = await run_in_threadpool(parse_batch, body, media, settings.max_batch_updates)
-    else:
-        batch = parse_batch(body, media, settings.max_batch_updates)
-    key = None
-    if idempotency_key is not None:
-        key = (idempotency_key, hashlib.sha256(media.encode() + b"\0" + body).hexdigest())
-    result = await state.engine.ingest_async(batch, key)   # durable from here on
+    result = await _ingest_raw(state, _headers(request.scope["headers"]), request.receive,
+                               idempotency_key)
     headers = {"Idempotent-Replayed": "true"} if result.replayed else None
     return Response(result.response, media_type=JSON, headers=headers)
 
@@ -107,7 +90,8 @@ class BatchFastPath:
                     None if authorization is None else authorization.decode("latin-1"),
                     scope["query_string"])):
                 raise unauthorized()
-            result = await _ingest_raw(state, headers, receive, key)
+            result = await _ingest_raw(state, headers, receive,
+                                       None if key is None else key.decode("latin-1"))
         except ClientDisconnect:
             return
         except Exception as exc:
@@ -141,8 +125,9 @@ def _headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
 
 
 async def _ingest_raw(state: ServiceState, headers: dict[bytes, bytes], receive: Receive,
-                      idempotency_key: bytes | None) -> IngestResult:
-    """`_ingest` over the raw headers and ASGI messages."""
+                      idempotency_key: str | None) -> IngestResult:
+    """Read, check and apply one batch from the raw headers (`_headers`) and the ASGI
+    messages; returns once it is durable.  Raises what the route answers with a 4xx/503."""
     settings = state.settings
     limit = settings.max_request_bytes
     declared = headers.get(b"content-length")
@@ -172,6 +157,5 @@ async def _ingest_raw(state: ServiceState, headers: dict[bytes, bytes], receive:
         batch = parse_batch(body, media, settings.max_batch_updates)
     key = None
     if idempotency_key is not None:
-        key = (idempotency_key.decode("latin-1"),
-               hashlib.sha256(media.encode() + b"\0" + body).hexdigest())
+        key = (idempotency_key, hashlib.sha256(media.encode() + b"\0" + body).hexdigest())
     return await state.engine.ingest_async(batch, key)
