@@ -86,15 +86,14 @@ class PmaGraph:
 
     def _relayout(self, graph) -> None:
         """Choose the label bits again and load the host graph's edges under them."""
-        need = self.labels.bits()
         slots = graph.num_slots
+        problem = self.admit([], slots)     # the engine asked before: a defence only
+        if problem is not None:
+            raise ValueError(problem)
+        need = self.labels.bits()
         bits = max(need, MIN_LABEL_BITS)
         if slots > 1 << (32 - bits):
             bits = need
-        if slots > 1 << (32 - bits):
-            raise ValueError(f"the packed memory array keys {self.labels.count} vertex labels "
-                             f"and {slots} vertex slots in 32 bits, which does not fit; use "
-                             f"EngineConfig(device_graph='lists')")
         # Built aside and swapped in whole, so a failed load leaves the old array.
         pma = PackedMemoryArray(cp, 0, dataclasses.replace(self.config, vertex_bits=32 - bits))
         # Only between phases (a batch's sync, a query's registration): no ranks are set.
