@@ -172,9 +172,6 @@ class PmaGraph:
                                            pma.S.bit_length() - 1, self.vertex_bits,
                                            ranked, saved)
 
-    def memory_bytes(self) -> int:
-        return self.pma.memory_bytes()
-
     def check(self, graph) -> None:
         """Assert the PMA holds exactly the host graph's edges, both directions, keyed
         by the labels of their destinations (tests)."""
@@ -260,9 +257,6 @@ class ListMirror:
         a = self._copies
         return cuda_kernels.ListGraphArrays(a["start"], a["deg"], a["nbr"], a["nlab"],
                                             a["elab"], a["rank"])
-
-    def memory_bytes(self) -> int:
-        return sum(int(a.nbytes) for a in self._copies.values())
 
     def check(self, graph) -> None:
         """Assert the device copies equal the host structures where they are read (tests)."""
