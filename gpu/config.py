@@ -46,12 +46,15 @@ class EngineConfig:
     device_graph: str = "lists"
     # CUDA executor: slots per packed-memory-array segment (a power of two >= 2).
     pma_segment_size: int = 32
+    # CUDA executor: (update edge, task type) pairs one launch tests, one int32 of task
+    # buffer each; a larger phase runs as launches over slices of its edges.
+    launch_pairs: int = 1 << 26
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
                      "share_capacity", "share_every", "leaf_group_min",
-                     "serial_below_tasks", "pma_segment_size"):
+                     "serial_below_tasks", "pma_segment_size", "launch_pairs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
@@ -66,8 +69,9 @@ class EngineConfig:
     @classmethod
     def tiny(cls) -> "EngineConfig":
         """Smallest settings: forces growth, relocation, one-task chunks, the grouped
-        search of every leaf-rooted pair of tasks, and deep window trees in the PMA."""
+        search of every leaf-rooted pair of tasks, deep window trees in the PMA, and one
+        update edge per CUDA launch."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, serial_below_tasks=1,
-                   pma_segment_size=2)
+                   pma_segment_size=2, launch_pairs=1)

@@ -1,11 +1,13 @@
-"""The CUDA executor: the device's graph, candidate bits and plans, and `execute_cuda`.
+"""The CUDA executor: the device's graph, signatures and plans, and `execute_cuda`.
 
 `execute_cuda` takes what `gpu.executor.execute_cpu` takes (with the mirror in
-place of the host graph) and returns the same `MatchSet`; this boundary is the
-only place that copies between host and device.  The data graph on the device
-is a packed memory array updated from each batch's edge changes, or the host's
-pools mirrored per touched vertex (gpu/device_graph.py); candidate bits follow
-the touched vertices, so per-batch traffic follows the batch.
+place of the host graph and its candidate bits) and returns the same `MatchSet`;
+this boundary is the only place that copies between host and device.  The data
+graph on the device is a packed memory array updated from each batch's edge
+changes, or the host's pools mirrored per touched vertex (gpu/device_graph.py);
+signatures and candidate bits are updated there for the touched vertices
+(gpu/device_signatures.py), and each launch makes its tasks there from the update
+edges, so per-batch traffic is the batch itself.
 
 Importing this module needs CuPy; `gpu.device` decides whether to.
 """
@@ -16,8 +18,10 @@ import cupyx
 import numpy as np
 
 from gpu import cuda_kernels
+from gpu.config import EngineConfig
 from gpu.device_graph import make_device_graph
-from gpu.plan import TaskTypes, make_tasks
+from gpu.device_signatures import DeviceSignatures
+from gpu.plan import TaskTypes
 from gpu.pma import PMAConfig
 from gpu.results import MatchSet
 
@@ -59,25 +63,28 @@ KERNEL_CLOCK = KernelClock()
 
 
 class DeviceMirror:
-    """The device graph (gpu/device_graph.py, in the configured layout), each query's
-    candidate bits, and the device copies of the plans."""
+    """The device graph (gpu/device_graph.py, in the configured layout), the signatures
+    and candidate bits (gpu/device_signatures.py), and the device copies of the plans."""
 
     def __init__(self, layout: str = "pma", segment_size: int = PMAConfig.segment_size) -> None:
         self.graph = make_device_graph(layout, segment_size)
-        self.cand: dict[int, cp.ndarray] = {}
-        self._host_cand: dict[int, np.ndarray] = {}
-        self._plans: dict[int, dict[int, tuple[TaskTypes, tuple]]] = {}
+        self.signatures = DeviceSignatures()
+        self._plans: dict[int, dict[int, tuple[TaskTypes, cuda_kernels.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
         self._cand_ptrs: tuple | None = None    # (addresses, their device table)
 
     # ---- graph ---------------------------------------------------------
     def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
         """Follow the host graph after a batch (None: copy it whole); `touched` are the
-        vertices the batch touched, `batch` its EffectiveBatch."""
+        vertices the batch touched, `batch` its EffectiveBatch.  The signatures and
+        candidate bits follow on the device."""
         self.graph.sync(graph, touched, batch)
         if batch is None:
+            self.signatures.load(graph)
             # A whole load's temporaries (sorts of every key) would stay in CuPy's pool.
             cp.get_default_memory_pool().free_all_blocks()
+        else:
+            self.signatures.apply(graph, batch, touched)
 
     @property
     def max_degree(self) -> int:
@@ -98,32 +105,20 @@ class DeviceMirror:
     def register_labels(self, labels) -> None:
         self.graph.register_labels(labels)
 
-    def check(self, graph, cands: dict[int, np.ndarray]) -> None:
-        """Assert the device graph and candidate bits equal the host's (tests)."""
+    def check(self, graph) -> None:
+        """Assert the device graph, signatures and candidate bits equal the host graph's
+        (tests)."""
         self.graph.check(graph)
-        n = graph.num_slots
-        assert set(self.cand) == set(cands), "device candidate tables differ in queries"
-        for qid, host in cands.items():
-            assert np.array_equal(self.cand[qid][:n].get(), host[:n]), f"cand of {qid}"
-
-    # ---- candidate bits ------------------------------------------------
-    def sync_cand(self, qid: int, host: np.ndarray, touched: np.ndarray | None = None) -> None:
-        if touched is None or self._host_cand.get(qid) is not host:
-            self.cand[qid] = cp.asarray(host)
-            self._host_cand[qid] = host
-        elif len(touched):
-            touched = np.asarray(touched, dtype=np.int64)
-            self.cand[qid][cp.asarray(touched)] = cp.asarray(host[touched])
+        self.signatures.check(graph)
 
     def drop_query(self, qid: int) -> None:
-        self.cand.pop(qid, None)
-        self._host_cand.pop(qid, None)
+        """Forget a removed query's plans (the engine removes it from the signatures)."""
         self._plans.pop(qid, None)
         self._stacked = {key: value for key, value in self._stacked.items()
                          if all(q != qid for q, _ in key)}
 
     # ---- plans ---------------------------------------------------------
-    def plan_arrays(self, qid: int, types: TaskTypes) -> tuple:
+    def plan_arrays(self, qid: int, types: TaskTypes) -> cuda_kernels.DevicePlan:
         """Device copies of a plan's task types (made once per plan)."""
         per_query = self._plans.setdefault(qid, {})
         cached = per_query.get(id(types))
@@ -132,33 +127,39 @@ class DeviceMirror:
         level_of = np.argsort(types.orders, axis=1).astype(np.int32)
         # Labels per type (not per query), so types of several queries share a launch.
         labels = np.tile(self.graph.kernel_labels(types.query_labels), (types.count, 1))
-        host = (labels, types.orders, level_of, types.bw_count, types.bw_level,
-                types.bw_label, types.tail_free.astype(np.uint8), types.perms,
-                types.multiplicity)
-        dev = tuple(cp.asarray(np.ascontiguousarray(a)) for a in host)
+        host = (labels, np.zeros(types.count, dtype=np.int32), types.orders, level_of,
+                types.bw_count, types.bw_level, types.bw_label,
+                types.tail_free.astype(np.uint8), types.perms, types.multiplicity,
+                types.roots, types.root_labels)
+        dev = cuda_kernels.DevicePlan(*(cp.asarray(np.ascontiguousarray(
+            a, dtype=cuda_kernels.PLAN_DTYPES[name]))
+            for name, a in zip(cuda_kernels.DevicePlan._fields, host, strict=True)))
         per_query[id(types)] = (types, dev)
         return dev
 
-    def stacked_plans(self, plans: list[tuple[int, TaskTypes]]) -> tuple[tuple, int]:
-        """The task types of several queries as one plan (types renumbered in order, the
-        per-type candidate-table row added) and its orbit width; kept while the same
-        queries stand with the same plans, so a batch does not stack them again."""
+    def stacked_plans(self, plans: list[tuple[int, TaskTypes]]
+                      ) -> tuple[cuda_kernels.DevicePlan, int]:
+        """The task types of several queries as one plan (types renumbered in order, each
+        type's candidate-table row set) and its orbit width; kept while the same queries
+        stand with the same plans, so a batch does not stack them again."""
         key = tuple((qid, id(types)) for qid, types in plans)
         cached = self._stacked.get(key)
         if cached is not None and all(a is b for a, (_, b) in zip(cached[0], plans,
                                                                   strict=True)):
             return cached[1], cached[2]
         parts = [self.plan_arrays(qid, types) for qid, types in plans]
-        members = max(plan[7].shape[1] for plan in parts)
-        # perms [T, members, n] padded to the widest orbit (read only when listing, which
-        # runs one query per launch).
-        stacked = [cp.concatenate([cp.pad(part, ((0, 0), (0, members - part.shape[1]),
-                                                 (0, 0))) for part in column])
-                   if i == 7 else cp.concatenate(column)
-                   for i, column in enumerate(zip(*parts))]
-        rows = np.concatenate([np.full(types.count, row, dtype=np.int32)
-                               for row, (_, types) in enumerate(plans)])
-        plan = (stacked[0], cp.asarray(rows), *stacked[1:])
+        members = max(part.perms.shape[1] for part in parts)
+        columns = {}
+        for name in cuda_kernels.DevicePlan._fields:
+            column = [getattr(part, name) for part in parts]
+            if name == "perms":     # [T, members, n], padded to the widest orbit
+                column = [cp.pad(c, ((0, 0), (0, members - c.shape[1]), (0, 0)))
+                          for c in column]
+            if name == "cand_row":
+                column = [cp.full(c.shape[0], row, dtype=np.int32)
+                          for row, c in enumerate(column)]
+            columns[name] = cp.concatenate(column)
+        plan = cuda_kernels.DevicePlan(**columns)
         if len(self._stacked) >= 8:     # sets of counted queries come and go: keep a few
             self._stacked.clear()
         self._stacked[key] = (tuple(types for _, types in plans), plan, members)
@@ -167,10 +168,19 @@ class DeviceMirror:
     def cand_table(self, qids) -> cp.ndarray:
         """The address of each query's candidate bits, in order, on the device (uploaded
         again only when an address changed)."""
-        ptrs = tuple(self.cand[q].data.ptr for q in qids)
+        ptrs = tuple(self.signatures.cand[q].data.ptr for q in qids)
         if self._cand_ptrs is None or self._cand_ptrs[0] != ptrs:
             self._cand_ptrs = (ptrs, cp.asarray(np.array(ptrs, dtype=np.uint64)))
         return self._cand_ptrs[1]
+
+    @staticmethod
+    def upload_edges(us: np.ndarray, vs: np.ndarray, labels: np.ndarray,
+                     ranks: np.ndarray) -> cuda_kernels.UpdateEdges:
+        """A phase's update edges on the device, in one upload."""
+        count = len(us)
+        both = cp.asarray(np.concatenate([us, vs, labels, ranks]).astype(np.int32,
+                                                                         copy=False))
+        return cuda_kernels.UpdateEdges(*(both[i * count:(i + 1) * count] for i in range(4)))
 
 
 def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
@@ -188,40 +198,92 @@ def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
     return warps, width
 
 
-class _Launch:
-    """The tasks of one or more queries (of one size) as one kernel launch."""
+# Most (edge, task type) pairs one launch tests (its task buffer holds one int32 each); a
+# larger phase runs as several launches over slices of its edges.
+MAX_PAIRS = EngineConfig.launch_pairs
 
-    def __init__(self, mirror: DeviceMirror, jobs, us, vs, labels, ranks) -> None:
-        n = jobs[0][2].orders.shape[1]
-        host_tasks, self.bounds = [], [0]
-        type_base = 0
-        for qid, cand, types in jobs:
-            tu, tv, tr, tt = make_tasks(types, cand, us, vs, labels, ranks)
-            host_tasks.append((tu, tv, tr, tt + np.int32(type_base)))
-            type_base += types.count
-            self.bounds.append(self.bounds[-1] + len(tu))
-        self.n = n
-        self.num_tasks = self.bounds[-1]
-        if self.num_tasks == 0:
+
+class _Launch:
+    """The tasks of one or more queries (of one size) started from a phase's update
+    edges: made on the device (make_tasks) and searched (match_tasks), in launches over
+    slices of the edges of at most MAX_PAIRS pairs each."""
+
+    def __init__(self, mirror: DeviceMirror, jobs: list[tuple[int, TaskTypes]],
+                 edges: cuda_kernels.UpdateEdges, max_pairs: int = MAX_PAIRS) -> None:
+        self.n = jobs[0][1].orders.shape[1]
+        self.queries = len(jobs)
+        self.plan, self.members = mirror.stacked_plans(jobs)
+        self.types = self.plan.roots.shape[0]
+        self.edges = edges
+        self.step = max(1, max_pairs // self.types)
+        self.pairs = min(len(edges.us), self.step) * self.types   # per launch, at most
+        if self.pairs == 0:
             return
-        self.tasks = tuple(cp.asarray(np.concatenate(column)) for column in zip(*host_tasks))
-        self.plan, self.members = mirror.stacked_plans([(job[0], job[2]) for job in jobs])
         self.graph = mirror.graph.arrays()
         self.kernel = cuda_kernels.GRAPH_LAYOUTS[type(self.graph)][0]
-        self.cand_ptrs = mirror.cand_table([job[0] for job in jobs])
-        self.warps, self.width = _warps_and_width(mirror, n, self.num_tasks, self.kernel)
-        self.bufs = cp.empty(self.warps * n * self.width, dtype=np.int32)
+        self.cand_ptrs = mirror.cand_table([qid for qid, _ in jobs])
+        self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel)
+        self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
+        self.tasks = cp.empty(self.pairs, dtype=np.int32)
+        self.ctl = cp.zeros(cuda_kernels.CTL_WORDS, dtype=np.uint64)
 
-    def run(self, counts, offsets, out, limit: int, listing: bool, sharing: bool,
-            share_capacity: int, share_every: int) -> None:
+    def slices(self):
+        """The edges in slices of at most `step`; each slice's tasks made on the device."""
+        count = len(self.edges.us)
+        for lo in range(0, count, self.step):
+            self.ctl[:] = 0
+            part = cuda_kernels.UpdateEdges(*(a[lo:lo + self.step] for a in self.edges))
+            cuda_kernels.make_tasks(self.cand_ptrs, self.plan, part, self.tasks, self.ctl)
+            yield part
+
+    def run(self, edges, counts, by_task: bool, offsets, out, limit: int, listing: bool,
+            sharing: bool, share_capacity: int, share_every: int) -> None:
         KERNEL_CLOCK.launch(cuda_kernels.match_tasks, self.graph, self.cand_ptrs, self.plan,
-                            self.n, self.members, self.tasks, self.bufs, self.width, self.warps,
-                            counts, offsets, out, limit, listing, sharing, share_capacity,
-                            share_every)
+                            self.n, self.members, self.tasks, edges, self.ctl, self.bufs,
+                            self.width, self.warps, counts, by_task, offsets, out, limit,
+                            listing, sharing, share_capacity, share_every)
 
-    def per_task(self, counts):
-        """Matches per task: the searched count times the type's orbit size."""
-        return counts * self.plan[-1][self.tasks[3]]
+    def totals(self, sharing: bool, share_capacity: int, share_every: int) -> cp.ndarray:
+        """Each query's number of matches (int64 [queries], on the device, queued)."""
+        if self.pairs == 0:
+            return cp.zeros(self.queries, dtype=np.int64)
+        # Per warp and query, and the launch's totals in the last row (match_tasks).
+        counts = cp.zeros((self.warps + 1) * self.queries, dtype=np.int64)
+        none = cp.zeros(0, dtype=np.int64)
+        rows = cp.zeros((0, self.n), dtype=np.int32)
+        for part in self.slices():
+            self.run(part, counts, False, none, rows, 0, False, sharing, share_capacity,
+                     share_every)
+        return counts[self.warps * self.queries:]
+
+    def listing(self, limit: int, sharing: bool, share_capacity: int,
+                share_every: int) -> tuple[int, list[np.ndarray]]:
+        """The one query's number of matches and its first `limit` rows (a counting pass
+        gives each task its offset, a listing pass writes the rows), slice by slice."""
+        total, found = 0, []
+        if self.pairs == 0:
+            return total, found
+        none = cp.zeros(0, dtype=np.int64)
+        for part in self.slices():
+            num_tasks = int(self.ctl[cuda_kernels.TASKS_WORD].get())
+            if num_tasks == 0:
+                continue
+            counts = cp.zeros(num_tasks, dtype=np.int64)
+            self.run(part, counts, True, none, cp.zeros((0, self.n), dtype=np.int32), 0,
+                     False, sharing, share_capacity, share_every)
+            per_task = counts * self.plan.multiplicity[self.tasks[:num_tasks] % self.types]
+            in_part = int(per_task.sum())
+            room = min(in_part, limit - min(total, limit))
+            total += in_part
+            if room == 0:
+                continue
+            offsets = cp.zeros(num_tasks, dtype=np.int64)
+            cp.cumsum(per_task[:-1], out=offsets[1:])
+            rows = cp.full((room, self.n), -1, dtype=np.int32)
+            self.run(part, cp.zeros(num_tasks, dtype=np.int64), True, offsets, rows, room,
+                     True, False, share_capacity, share_every)
+            found.append(rows.get())
+        return total, found
 
 
 # Pinned buffers whose asynchronous copies may still be running, with the event after each:
@@ -275,68 +337,52 @@ class PendingCounts:
 def launch_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarray,
                        labels: np.ndarray, ranks: np.ndarray, sharing: bool = True,
                        share_capacity: int = cuda_kernels.SHARE_CAPACITY,
-                       share_every: int = cuda_kernels.SHARE_EVERY) -> PendingCounts:
+                       share_every: int = cuda_kernels.SHARE_EVERY,
+                       max_pairs: int = MAX_PAIRS) -> PendingCounts:
     """Queue the counting of several queries' matches started from edges us-vs, one launch
-    per query size: `jobs` is [(qid, host candidate bits, task types)]."""
+    per query size (and slice of at most `max_pairs` pairs): `jobs` is [(qid, task
+    types)]."""
     pending = PendingCounts(len(jobs))
+    edges = mirror.upload_edges(us, vs, labels, ranks)
     by_size: dict[int, list[int]] = {}
     for i, job in enumerate(jobs):
-        by_size.setdefault(job[2].orders.shape[1], []).append(i)
+        by_size.setdefault(job[1].orders.shape[1], []).append(i)
     for n, members in by_size.items():
-        launch = _Launch(mirror, [jobs[i] for i in members], us, vs, labels, ranks)
-        if not launch.num_tasks:
+        launch = _Launch(mirror, [jobs[i] for i in members], edges, max_pairs)
+        if launch.pairs == 0:
             pending.add(members, n, None)
             continue
-        counts = cp.zeros(launch.num_tasks, dtype=np.int64)
-        launch.run(counts, cp.zeros(0, dtype=np.int64), cp.zeros((0, n), dtype=np.int32),
-                   0, False, sharing, share_capacity, share_every)
-        running = cp.cumsum(launch.per_task(counts))
-        # A query with no task has its end before its start: its total is the diff, 0.
-        ends = cp.asarray(np.asarray(launch.bounds[1:], dtype=np.int64) - 1)
-        at_ends = cp.where(ends >= 0, running[cp.maximum(ends, 0)], 0)
-        totals = at_ends.copy()
-        totals[1:] -= at_ends[:-1]
-        pending.add(members, n, totals)
+        pending.add(members, n, launch.totals(sharing, share_capacity, share_every))
     return pending
 
 
 def execute_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarray,
                         labels: np.ndarray, ranks: np.ndarray, sharing: bool = True,
                         share_capacity: int = cuda_kernels.SHARE_CAPACITY,
-                        share_every: int = cuda_kernels.SHARE_EVERY) -> list[MatchSet]:
+                        share_every: int = cuda_kernels.SHARE_EVERY,
+                        max_pairs: int = MAX_PAIRS) -> list[MatchSet]:
     """Count the matches of several queries started from edges us-vs, in one launch per
-    query size: `jobs` is [(qid, host candidate bits, task types)]; one MatchSet each."""
+    query size: `jobs` is [(qid, task types)]; one MatchSet each."""
     return launch_cuda_counts(mirror, jobs, us, vs, labels, ranks, sharing, share_capacity,
-                              share_every).resolve()
+                              share_every, max_pairs).resolve()
 
 
-def execute_cuda(mirror: DeviceMirror, qid: int, cand: np.ndarray, types: TaskTypes,
+def execute_cuda(mirror: DeviceMirror, qid: int, types: TaskTypes,
                  us: np.ndarray, vs: np.ndarray, labels: np.ndarray, ranks: np.ndarray,
                  list_limit: int, sharing: bool = True,
                  share_capacity: int = cuda_kernels.SHARE_CAPACITY,
-                 share_every: int = cuda_kernels.SHARE_EVERY) -> MatchSet:
+                 share_every: int = cuda_kernels.SHARE_EVERY,
+                 max_pairs: int = MAX_PAIRS) -> MatchSet:
     """Count (and list up to `list_limit`) the matches of `types` started from edges us-vs.
 
-    `cand` is the host copy of the query's candidate bits (tasks are made on the host);
-    `sharing` lets busy warps hand work to idle ones while counting."""
+    Tasks are made on the device from the query's candidate bits there; `sharing` lets
+    busy warps hand work to idle ones while counting."""
     if list_limit <= 0:
-        return execute_cuda_counts(mirror, [(qid, cand, types)], us, vs, labels, ranks,
-                                   sharing, share_capacity, share_every)[0]
+        return execute_cuda_counts(mirror, [(qid, types)], us, vs, labels, ranks,
+                                   sharing, share_capacity, share_every, max_pairs)[0]
     n = types.orders.shape[1]
-    empty = np.empty((0, n), dtype=np.int32)
-    launch = _Launch(mirror, [(qid, cand, types)], us, vs, labels, ranks)
-    if launch.num_tasks == 0:
-        return MatchSet(0, empty, False)
-    counts = cp.zeros(launch.num_tasks, dtype=np.int64)
-    launch.run(counts, cp.zeros(0, dtype=np.int64), cp.zeros((0, n), dtype=np.int32), 0,
-               False, sharing, share_capacity, share_every)
-    per_task = launch.per_task(counts)
-    total = int(per_task.sum())
-    if total == 0:
-        return MatchSet(0, empty, False)
-    offsets = cp.zeros(launch.num_tasks, dtype=np.int64)
-    cp.cumsum(per_task[:-1], out=offsets[1:])
-    rows = cp.full((min(total, list_limit), n), -1, dtype=np.int32)
-    launch.run(cp.zeros(launch.num_tasks, dtype=np.int64), offsets, rows, rows.shape[0], True,
-               False, share_capacity, share_every)
-    return MatchSet(total, rows.get(), total > rows.shape[0])
+    launch = _Launch(mirror, [(qid, types)], mirror.upload_edges(us, vs, labels, ranks),
+                     max_pairs)
+    total, found = launch.listing(list_limit, sharing, share_capacity, share_every)
+    rows = np.concatenate(found) if found else np.empty((0, n), dtype=np.int32)
+    return MatchSet(total, rows, total > rows.shape[0])

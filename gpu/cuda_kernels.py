@@ -102,12 +102,81 @@ def _graph_args(graph) -> tuple[str, list]:
     return kernel, args
 
 
-PLAN_DTYPES = (("q_label", np.int32), ("cand_row", np.int32), ("orders", np.int32),
-               ("level_of", np.int32),
-               ("bw_count", np.int32), ("bw_level", np.int32), ("bw_label", np.int32),
-               ("tail_free", np.uint8), ("perms", np.int32), ("multiplicity", np.int64))
-TASK_DTYPES = (("task_u", np.int32), ("task_v", np.int32), ("task_rank", np.int32),
-               ("task_type", np.int32))
+class DevicePlan(NamedTuple):
+    """The task types of one launch (one query's, or several stacked), on the device."""
+    q_label: cp.ndarray       # int32 [T, n]
+    cand_row: cp.ndarray      # int32 [T]     which of the launch's candidate tables
+    orders: cp.ndarray        # int32 [T, n]
+    level_of: cp.ndarray      # int32 [T, n]
+    bw_count: cp.ndarray      # int32 [T, n]
+    bw_level: cp.ndarray      # int32 [T, n, n]
+    bw_label: cp.ndarray      # int32 [T, n, n]
+    tail_free: cp.ndarray     # uint8 [T]
+    perms: cp.ndarray         # int32 [T, members, n]
+    multiplicity: cp.ndarray  # int64 [T]
+    roots: cp.ndarray         # int32 [T, 2]  (make_tasks only)
+    root_labels: cp.ndarray   # int32 [T]     (make_tasks only)
+
+
+PLAN_DTYPES = {"q_label": np.int32, "cand_row": np.int32, "orders": np.int32,
+               "level_of": np.int32, "bw_count": np.int32, "bw_level": np.int32,
+               "bw_label": np.int32, "tail_free": np.uint8, "perms": np.int32,
+               "multiplicity": np.int64, "roots": np.int32, "root_labels": np.int32}
+# The fields match_tasks reads, in its parameter order.
+MATCH_PLAN_FIELDS = DevicePlan._fields[:10]
+
+
+class UpdateEdges(NamedTuple):
+    """A phase's update edges on the device: ends, edge labels and ranks (int32 [E])."""
+    us: cp.ndarray
+    vs: cp.ndarray
+    labels: cp.ndarray
+    ranks: cp.ndarray
+
+
+# ctl words of a launch: match.cu's [next_task, head, tail, active, waiting] and the
+# number of tasks make_tasks wrote.
+CTL_WORDS = 6
+TASKS_WORD = 5
+
+
+def _check_plan_and_edges(plan: DevicePlan, edges: UpdateEdges) -> None:
+    if not isinstance(plan, DevicePlan):
+        raise TypeError(f"plan: expected a DevicePlan, got {type(plan).__name__}")
+    for name, array in zip(plan._fields, plan, strict=True):
+        _check(name, array, PLAN_DTYPES[name])
+    if not isinstance(edges, UpdateEdges):
+        raise TypeError(f"edges: expected UpdateEdges, got {type(edges).__name__}")
+    for name, array in zip(edges._fields, edges, strict=True):
+        _check(name, array, np.int32, 1)
+        if array.shape[0] != edges.us.shape[0]:
+            raise ValueError(f"edges.{name} has {array.shape[0]} entries, us "
+                             f"{edges.us.shape[0]}")
+
+
+def make_tasks(cand_ptrs: cp.ndarray, plan: DevicePlan, edges: UpdateEdges,
+               tasks: cp.ndarray, ctl: cp.ndarray) -> None:
+    """Launch gpu/kernels/tasks.cu:make_tasks: the (edge, type) pairs that can start a
+    match go to `tasks` (room for every pair) and their number to ctl[TASKS_WORD], which
+    must start at zero."""
+    _check_plan_and_edges(plan, edges)
+    _check("cand_ptrs", cand_ptrs, np.uint64, 1)
+    _check("tasks", tasks, np.int32, 1)
+    _check("ctl", ctl, np.uint64, 1)
+    types, count = plan.roots.shape[0], edges.us.shape[0]
+    if types * count >= 1 << 31:
+        raise ValueError(f"{count} edges x {types} task types exceed int32 task numbers")
+    if tasks.shape[0] < types * count or ctl.shape[0] != CTL_WORDS:
+        raise ValueError(f"tasks holds {tasks.shape[0]} of {types * count} pairs, or ctl "
+                         f"has {ctl.shape[0]} words instead of {CTL_WORDS}")
+    if types * count == 0:
+        return
+    threads = 256
+    blocks = min(-(-types * count // threads), 65535)
+    module("tasks").get_function("make_tasks")(
+        (blocks,), (threads,),
+        (cand_ptrs, plan.cand_row, plan.roots, plan.root_labels, np.int32(types), edges.us,
+         edges.vs, edges.labels, np.int32(count), tasks, ctl))
 
 
 @functools.cache
@@ -122,39 +191,49 @@ def resident_warps(name: str = "match_tasks") -> int:
     return max(WARPS_PER_BLOCK, per_sm * props["multiProcessorCount"])
 
 
-def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray, plan: tuple,
-                n: int, members: int, tasks: tuple, bufs: cp.ndarray, width: int, warps: int,
-                counts: cp.ndarray, offsets: cp.ndarray, out: cp.ndarray, limit: int,
-                listing: bool, sharing: bool = True, share_capacity: int = SHARE_CAPACITY,
-                share_every: int = SHARE_EVERY) -> None:
+def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
+                plan: DevicePlan, n: int, members: int, tasks: cp.ndarray,
+                edges: UpdateEdges, ctl: cp.ndarray, bufs: cp.ndarray, width: int, warps: int,
+                counts: cp.ndarray, by_task: bool, offsets: cp.ndarray, out: cp.ndarray,
+                limit: int, listing: bool, sharing: bool = True,
+                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY) -> None:
     """Launch gpu/kernels/match.cu:match_tasks (or match_tasks_pma, by the graph's layout)
-    over `warps` persistent warps.
+    over `warps` persistent warps, on the tasks make_tasks wrote (their number in ctl).
 
     cand_ptrs holds the address of each query's candidate bits (the plan's cand_row
-    indexes it); counts must start at zero (parts of a task shared between warps add to
-    it); `sharing` hands unexplored candidates to idle warps (never while listing)."""
+    indexes it).  Counts must start at zero: with `by_task`, one per task (ctl's count;
+    parts of a task shared between warps add to it); otherwise [warps + 1, queries],
+    warp-major: each warp's totals, orbit sizes included, then in the last row each
+    query's total over the launch.  `sharing` hands unexplored candidates to idle warps
+    (never while listing).  Listing reads an offset per task."""
     kernel_name, graph_args = _graph_args(graph)
     _check("cand_ptrs", cand_ptrs, np.uint64, 1)
-    for (name, dtype), array in zip(PLAN_DTYPES + TASK_DTYPES, plan + tasks, strict=True):
-        _check(name, array, dtype)
+    _check_plan_and_edges(plan, edges)
+    _check("tasks", tasks, np.int32, 1)
+    _check("ctl", ctl, np.uint64, 1)
     _check("bufs", bufs, np.int32)
     _check("counts", counts, np.int64, 1)
     _check("offsets", offsets, np.int64, 1)
     _check("out", out, np.int32, 2)
     if not 2 <= n <= MAX_QUERY:
         raise ValueError(f"query size must be 2..{MAX_QUERY}, got {n}")
-    num_tasks = tasks[0].shape[0]
-    if counts.shape[0] != num_tasks:
-        raise ValueError(f"counts has {counts.shape[0]} entries for {num_tasks} tasks")
+    pairs = plan.roots.shape[0] * edges.us.shape[0]
+    queries = cand_ptrs.shape[0]
+    if tasks.shape[0] < pairs or ctl.shape[0] != CTL_WORDS:
+        raise ValueError(f"tasks holds {tasks.shape[0]} of {pairs} pairs, or ctl has "
+                         f"{ctl.shape[0]} words instead of {CTL_WORDS}")
+    need = 0 if by_task else (warps + 1) * queries
+    if counts.shape[0] < need:
+        raise ValueError(f"counts has {counts.shape[0]} entries, {need} needed")
     if warps % WARPS_PER_BLOCK or bufs.size < warps * n * width:
         raise ValueError(f"bufs holds {bufs.size} ints, {warps} warps need {warps * n * width}")
-    if listing and (offsets.shape[0] != num_tasks or out.shape[1] != n):
-        raise ValueError("listing needs one offset per task and n columns in out")
+    if listing and out.shape[1] != n:
+        raise ValueError(f"listing needs {n} columns in out, got {out.shape[1]}")
     if share_capacity < 1 or share_every < 1:
         raise ValueError(f"share_capacity and share_every must be positive, got "
                          f"{share_capacity} and {share_every}")
     sharing = sharing and not listing
-    ctl = cp.zeros(5, dtype=np.uint64)
+    ctl[:TASKS_WORD] = 0        # the task count stays: make_tasks wrote it
     capacity = share_capacity if sharing else 1
     records = _scratch("records", capacity * SHARE_RECORD_INTS)
     ready = _scratch("ready", capacity)
@@ -162,9 +241,12 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray, 
     kernel = module("match").get_function(kernel_name)
     blocks = warps // WARPS_PER_BLOCK
     kernel((blocks,), (32 * WARPS_PER_BLOCK,),
-           (*graph_args, cand_ptrs, np.int32(n), np.int32(members), *plan,
-            np.int32(num_tasks), *tasks, bufs, np.int64(width), ctl, records, ready,
+           (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
+            *(getattr(plan, name) for name in MATCH_PLAN_FIELDS),
+            tasks, np.int32(plan.roots.shape[0]), edges.us, edges.vs, edges.ranks,
+            bufs, np.int64(width), ctl, records, ready,
             np.int64(capacity), np.int32(1 if sharing else 0), np.int32(share_every), counts,
+            np.int32(1 if by_task else 0), np.int32(queries),
             offsets, out, np.int64(limit), np.int32(1 if listing else 0)),
            shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
 
@@ -416,3 +498,59 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, plan: cp.ndar
         (-(-count * window_slots // threads),), (threads,),
         (keys, cnt, np.int32(segment_size), np.int64(keys.shape[0]), plan, np.int64(count), fit,
          np.int64(window_slots), del_keys, np.int64(num_vertices), row))
+
+
+def count_edges(us: cp.ndarray, vs: cp.ndarray, delta: int, slot_of: cp.ndarray,
+                counts: cp.ndarray, deg: cp.ndarray) -> None:
+    """Launch gpu/kernels/signature.cu:count_edges: edges us[i] - vs[i] added (delta 1)
+    or taken out (-1) in the neighbour-label counts [vertices, slots] and degrees."""
+    for name, array in (("us", us), ("vs", vs), ("slot_of", slot_of), ("deg", deg)):
+        _check(name, array, np.int32, 1)
+    _check("counts", counts, np.int32, 2)
+    if vs.shape[0] != us.shape[0] or delta not in (1, -1):
+        raise ValueError(f"us and vs differ in length ({us.shape[0]}, {vs.shape[0]}) or "
+                         f"delta {delta} is not 1 or -1")
+    if us.shape[0] == 0:
+        return
+    threads = 256
+    module("signature").get_function("count_edges")(
+        (-(-us.shape[0] // threads),), (threads,),
+        (us, vs, np.int32(us.shape[0]), np.int32(delta), slot_of, counts,
+         np.int32(counts.shape[1]), deg))
+
+
+class QueryTables(NamedTuple):
+    """Every standing query's side of the candidate test, stacked for refresh."""
+    cand_ptrs: cp.ndarray     # uint64 [Q]   address of each query's candidate bits
+    q_n: cp.ndarray           # int32 [Q]
+    q_label: cp.ndarray       # int32 [Q, MAX_QUERY]
+    q_deg: cp.ndarray         # int32 [Q, MAX_QUERY]
+    q_codes: cp.ndarray       # uint64 [Q, MAX_QUERY, words]
+
+
+def refresh_candidates(vertices: cp.ndarray, counts: cp.ndarray, codes: cp.ndarray,
+                       label: cp.ndarray, deg: cp.ndarray, alive: cp.ndarray,
+                       queries: QueryTables) -> None:
+    """Launch gpu/kernels/signature.cu:refresh: re-encode `vertices` from their counts
+    and recompute their candidate bits in every query's table."""
+    for name, array in (("vertices", vertices), ("label", label), ("deg", deg)):
+        _check(name, array, np.int32, 1)
+    _check("counts", counts, np.int32, 2)
+    _check("codes", codes, np.uint64, 2)
+    _check("alive", alive, np.bool_, 1)
+    dtypes = {"cand_ptrs": np.uint64, "q_n": np.int32, "q_label": np.int32,
+              "q_deg": np.int32, "q_codes": np.uint64}
+    for name, array in zip(queries._fields, queries, strict=True):
+        _check(name, array, dtypes[name])
+    words = codes.shape[1]
+    if queries.q_codes.shape[1:] != (MAX_QUERY, words) or words * 32 < counts.shape[1]:
+        raise ValueError(f"codes have {words} words for {counts.shape[1]} label slots, "
+                         f"query codes {queries.q_codes.shape[1:]}")
+    if vertices.shape[0] == 0:
+        return
+    threads = 128
+    module("signature").get_function("refresh")(
+        (-(-vertices.shape[0] // threads),), (threads,),
+        (vertices, np.int32(vertices.shape[0]), counts, np.int32(counts.shape[1]), codes,
+         np.int32(words), label, deg, alive, np.int32(queries.cand_ptrs.shape[0]),
+         *queries))

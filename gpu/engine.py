@@ -98,8 +98,6 @@ class Engine:
                                  np.empty(0, np.int64), np.empty(0, np.int64),
                                  np.empty(0, np.int32))
         self.graph = DynamicGraph.from_labeled(graph, self.config)
-        self.signatures = SignatureTable()
-        self.signatures.resize(self.graph)
         self._queries: dict[int, _Standing] = {}
         self._updates = UpdateIndex(self.graph.label.shape[0])
         self._upkeep = upkeep.QueryArrays()
@@ -113,6 +111,11 @@ class Engine:
             self._device = DeviceMirror(self.config.device_graph,
                                         self.config.pma_segment_size)
             self._device.sync(self.graph)
+            # Signatures and candidate bits live on the device (gpu/device_signatures.py).
+            self.signatures = self._device.signatures
+        else:
+            self.signatures = SignatureTable()
+            self.signatures.resize(self.graph)
 
     # ---- standing queries -------------------------------------------
     def add_query(self, query: QueryGraph) -> int:
@@ -125,20 +128,17 @@ class Engine:
         qid = self._next_id
         self._next_id += 1
         self.signatures.add_query(qid, query, self.graph)
-        plan = build_plan(query, self._plan_stats(qid, query), coalesce=self.coalesce)
+        cand = self.signatures.host_cand(qid)
+        plan = build_plan(query, self._plan_stats(query, cand), coalesce=self.coalesce)
         leaves = LeafCounts(query, self.graph.label.shape[0], kept=self._device is None)
-        leaves.rebuild(self.graph, self.signatures.cand[qid])
+        leaves.rebuild(self.graph, cand)
         self._queries[qid] = _Standing(plan, leaves)
-        if self._device is not None:
-            # Registration may widen the signature labels, changing every query's bits.
-            for other in self._queries:
-                self._device.sync_cand(other, self.signatures.cand[other])
         return qid
 
-    def _plan_stats(self, qid: int, query: QueryGraph) -> PlanStats:
+    def _plan_stats(self, query: QueryGraph, cand: np.ndarray) -> PlanStats:
         """Candidate-set sizes and data edges between candidate sets (registration only)."""
         g = self.graph
-        cand = self.signatures.cand[qid][: g.num_slots]
+        cand = cand[: g.num_slots]
         sizes = np.array([float(((cand >> np.uint32(q)) & np.uint32(1)).sum())
                           for q in range(query.num_vertices)])
         qa, qb = (np.ascontiguousarray(query.edges[:, k], dtype=np.int64) for k in (0, 1))
@@ -189,26 +189,24 @@ class Engine:
         return self._run(qid, plan.static, us, vs, labels, ranks, limit)
 
     def _run(self, qid: int, types: TaskTypes, us, vs, labels, ranks, limit: int) -> MatchSet:
-        cand = self.signatures.cand[qid]
         if self._device is not None:
             from gpu.cuda_executor import execute_cuda
-            return execute_cuda(self._device, qid, cand, types, us, vs, labels, ranks, limit,
+            return execute_cuda(self._device, qid, types, us, vs, labels, ranks, limit,
                                 self.config.work_sharing, self.config.share_capacity,
-                                self.config.share_every)
+                                self.config.share_every, self.config.launch_pairs)
         group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
-        return execute_cpu(self.graph, cand, self._queries[qid].leaves, self._updates, types,
-                           us, vs, labels, ranks, limit, self.config.task_chunk, group_min,
-                           self.config.serial_below_tasks)
+        return execute_cpu(self.graph, self.signatures.cand[qid], self._queries[qid].leaves,
+                           self._updates, types, us, vs, labels, ranks, limit,
+                           self.config.task_chunk, group_min, self.config.serial_below_tasks)
 
     def _count_on_device(self, qids: list[int], us, vs, labels, ranks):
         """Incremental counts of several standing queries in one CUDA launch per size,
         queued (a PendingCounts: resolve() gives one MatchSet per query)."""
         from gpu.cuda_executor import launch_cuda_counts
-        jobs = [(qid, self.signatures.cand[qid], self._queries[qid].plan.incremental)
-                for qid in qids]
+        jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
         return launch_cuda_counts(self._device, jobs, us, vs, labels, ranks,
                                   self.config.work_sharing, self.config.share_capacity,
-                                  self.config.share_every)
+                                  self.config.share_every, self.config.launch_pairs)
 
     def _count_small(self, qids: list[int], us, vs, labels, ranks) -> list[MatchSet | None]:
         """Incremental counts of several standing queries in one compiled CPU call, for a
@@ -305,7 +303,8 @@ class Engine:
         return _PendingBatch(batch, list_limit, negative, positive, seconds, t0, t5, timings)
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
-        if len(us) and self._queries:
+        # The CUDA executor keeps no leaf counts (LeafCounts(kept=False)).
+        if len(us) and self._queries and self._device is None:
             upkeep.leaf_edges(self._query_arrays(), us, vs,
                               np.ascontiguousarray(labels, dtype=np.int32), np.int32(sign))
 
@@ -378,36 +377,36 @@ class Engine:
     def _mutate(self, batch: EffectiveBatch) -> None:
         g, sig = self.graph, self.signatures
         # New vertices first: normalize() gave them slots before this batch frees any.
-        slots = batch.add_slots
         if len(batch.add_ids):
             slots = g.add_vertices(batch.add_ids, batch.add_labels)
             assert np.array_equal(slots, batch.add_slots)
-            sig.vertices_added(g, slots)
-            for standing in self._queries.values():
-                standing.leaves.resize(g.label.shape[0])
         if len(batch.delete_u):
             g.delete_edges(batch.delete_u, batch.delete_v)
-            sig.edges_changed(batch.delete_u, batch.delete_v, -1)
         g.delete_vertices(batch.delete_slots)
         if len(batch.insert_u):
             g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
-            sig.edges_changed(batch.insert_u, batch.insert_v, +1)
+        touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
+                                            batch.insert_v, batch.delete_slots,
+                                            batch.add_slots])).astype(np.int32)
+        if self._device is not None:
+            # The device graph, signatures and candidate bits follow on the device.
+            t0 = time.perf_counter()
+            self._device.sync(g, touched, batch)
+            self._device_seconds = time.perf_counter() - t0
+            return
+        if len(batch.add_ids):
+            sig.vertices_added(g, batch.add_slots)
+            for standing in self._queries.values():
+                standing.leaves.resize(g.label.shape[0])
+        sig.edges_changed(batch.delete_u, batch.delete_v, -1)
+        sig.edges_changed(batch.insert_u, batch.insert_v, +1)
         # Leaf counts follow the new edges under the old candidate bits, then the bit changes.
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
-        touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
-                                            batch.insert_v, batch.delete_slots, slots]))
-        touched = touched.astype(np.int32)
         # SignatureTable.refresh and LeafCounts.candidates_changed for every query at once.
         sig.encode(touched)
         if len(touched) and self._queries:
             upkeep.refresh_candidates(self._query_arrays(), touched, g.alive, g.label, g.deg,
                                       sig.codes, g.start, g.nbr, g.elab)
-        if self._device is not None:
-            t0 = time.perf_counter()
-            self._device.sync(g, touched, batch)
-            for qid in self._queries:
-                self._device.sync_cand(qid, sig.cand[qid], touched)
-            self._device_seconds = time.perf_counter() - t0
 
     # ---- inspection -----------------------------------------------------
     def check(self) -> None:
@@ -417,7 +416,7 @@ class Engine:
         for qid, standing in self._queries.items():
             standing.leaves.check(self.graph, self.signatures.cand[qid])
         if self._device is not None:
-            self._device.check(self.graph, self.signatures.cand)
+            self._device.check(self.graph)
 
     def to_labeled(self) -> LabeledGraph:
         """The current graph with external ids (snapshots, tests)."""

@@ -110,6 +110,35 @@ def _candidates(cand, vertices, alive, label, deg, codes, q_label, q_deg, q_code
         cand[v] = bits
 
 
+def query_codes(labels: np.ndarray, query) -> np.ndarray:
+    """2-bit codes of each query vertex's neighbour-label counts over the encoded
+    `labels` (sorted; they include every label of the query)."""
+    n = query.num_vertices
+    counts = np.zeros((n, max(1, len(labels))), dtype=np.int32)
+    for a, b in query.edges.tolist():
+        counts[a, np.searchsorted(labels, query.labels[b])] += 1
+        counts[b, np.searchsorted(labels, query.labels[a])] += 1
+    codes = np.zeros((n, max(1, -(-len(labels) // LABELS_PER_WORD))), dtype=np.uint64)
+    _encode(counts, codes, np.arange(n, dtype=np.int32))
+    return codes
+
+
+def label_slots(labels: np.ndarray, vertex_labels: np.ndarray) -> np.ndarray:
+    """Each vertex label's slot among the encoded `labels` (sorted), or -1."""
+    pos = np.searchsorted(labels, vertex_labels)
+    hit = pos < len(labels)
+    hit[hit] = labels[pos[hit]] == vertex_labels[hit]
+    return np.where(hit, pos, -1).astype(np.int32)
+
+
+def count_neighbour_labels(graph, slot_of: np.ndarray, slots: int) -> np.ndarray:
+    """Every vertex slot's neighbour count per label slot, from scratch ([capacity, slots])."""
+    counts = np.zeros((slot_of.shape[0], slots), dtype=np.int32)
+    _count_all(graph.start, graph.deg, graph.nbr, slot_of, graph.alive, counts,
+               graph.num_slots)
+    return counts
+
+
 class SignatureTable:
     """Neighbour-label counts, 2-bit codes, and one candidate bitmap per query."""
 
@@ -128,14 +157,7 @@ class SignatureTable:
     # ---- the label set --------------------------------------------------
     def query_codes(self, query) -> np.ndarray:
         """2-bit codes of each query vertex's neighbour-label counts."""
-        n = query.num_vertices
-        counts = np.zeros((n, max(1, len(self.labels))), dtype=np.int32)
-        for a, b in query.edges.tolist():
-            counts[a, np.searchsorted(self.labels, query.labels[b])] += 1
-            counts[b, np.searchsorted(self.labels, query.labels[a])] += 1
-        codes = np.zeros((n, self.words), dtype=np.uint64)
-        _encode(counts, codes, np.arange(n, dtype=np.int32))
-        return codes
+        return query_codes(self.labels, query)
 
     def cover_labels(self, labels, graph) -> bool:
         """Make sure `labels` are encoded; re-encode the whole graph if the set grew."""
@@ -146,17 +168,13 @@ class SignatureTable:
         self.resize(graph)
         n = graph.num_slots
         self.slot_of[:n] = self._slots_for(graph.label[:n])
-        self.counts = np.zeros((self.slot_of.shape[0], len(new)), dtype=np.int32)
+        self.counts = count_neighbour_labels(graph, self.slot_of, len(new))
         self.codes = np.zeros((self.slot_of.shape[0], self.words), dtype=np.uint64)
-        _count_all(graph.start, graph.deg, graph.nbr, self.slot_of, graph.alive, self.counts, n)
         _encode(self.counts, self.codes, np.arange(n, dtype=np.int32))
         return True
 
     def _slots_for(self, labels: np.ndarray) -> np.ndarray:
-        pos = np.searchsorted(self.labels, labels)
-        hit = pos < len(self.labels)
-        hit[hit] = self.labels[pos[hit]] == labels[hit]
-        return np.where(hit, pos, -1).astype(np.int32)
+        return label_slots(self.labels, labels)
 
     # ---- capacity -------------------------------------------------------
     def resize(self, graph) -> None:
@@ -185,6 +203,10 @@ class SignatureTable:
                 self._query_side[other] = (q, lab, deg, self.query_codes(q))
         self.cand[qid] = np.zeros(self.slot_of.shape[0], dtype=np.uint32)
         self.refresh(graph, np.arange(graph.num_slots, dtype=np.int32), only=qid)
+
+    def host_cand(self, qid: int) -> np.ndarray:
+        """The query's candidate bits (on the host already)."""
+        return self.cand[qid]
 
     def query_side(self, qid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(labels, degrees, codes) of the query's vertices, as `_candidates` reads them."""

@@ -10,10 +10,12 @@
 // level is counted (popc), never stored; the last two levels are counted together as
 // |A||B| - |A & B| when they are not adjacent (the plan's tail_free).
 //
-// Warps are persistent and take tasks from a global counter, so skewed tasks do not
-// leave whole blocks idle.  Counts are exact 64-bit.  In listing mode a task writes its
-// rows from its own offset (a prefix sum of the counting pass) up to the limit, for
-// every member of its coalesced-search orbit.
+// Tasks are made on the device (gpu/kernels/tasks.cu) from the update edges and the
+// candidate bits there.  Warps are persistent and take tasks from a global counter, so
+// skewed tasks do not leave whole blocks idle.  Counts are exact 64-bit: per warp and
+// query when counting (summed after the launch), per task before listing.  In listing
+// mode a task writes its rows from its own offset (a prefix sum of the counting pass) up
+// to the limit, for every member of its coalesced-search orbit.
 //
 // Two layouts of the data graph, one search (templated on the layout):
 // - ListGraph: the host's pooled lists, sorted by (neighbour label, id), mirrored; a
@@ -140,12 +142,16 @@ struct Plan {
     const long long* multiplicity;   // [T]
 };
 
+// A launch's tasks, made on the device (gpu/kernels/tasks.cu): pair[i] = e * types + t
+// for update edge e and task type t; their number is in ctl[TASKS].
 struct Tasks {
-    int count;
-    const int* u;
+    long long count;
+    const int* pair;
+    int types;
+    const int* u;             // [E] the update edges' ends
     const int* v;
-    const int* rank;
-    const int* type;
+    const int* rank;          // [E] their ranks (0: unranked)
+    __device__ __forceinline__ int type(long long task) const { return pair[task] % types; }
 };
 
 __device__ __forceinline__ bool blocked(int r, int cur) { return r != 0 && r < cur; }
@@ -338,14 +344,14 @@ __device__ long long list_last(const G& g, const Plan& p, int t, int cur, WarpSt
 // those vertices) and searches the range.  Records only ever append (no wrap-around),
 // so a slot is written once; `ready` publishes it.
 struct Share {
-    unsigned long long* ctl;  // [next_task, head, tail, active, waiting]
+    unsigned long long* ctl;  // [next_task, head, tail, active, waiting, tasks]
     int* records;             // [capacity, 4 + MAX_QUERY]: task, level, lo, hi, m[0..level)
     int* ready;               // [capacity]
     long long capacity;
     int enabled;
     int every;                // advance steps between looks at the waiting warps
 };
-enum { NEXT_TASK = 0, HEAD = 1, TAIL = 2, ACTIVE = 3, WAITING = 4 };
+enum { NEXT_TASK = 0, HEAD = 1, TAIL = 2, ACTIVE = 3, WAITING = 4, TASKS = 5 };
 #define RECORD_INTS (4 + MAX_QUERY)
 
 __device__ __forceinline__ unsigned long long peek(unsigned long long* x) {
@@ -389,13 +395,15 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, long lon
                             bool listing, int lane) {
     const int n = p.n;
     const int last = n - 1;
-    const int t = tk.type[task];
-    const int cur = tk.rank[task];
+    const unsigned pair = (unsigned)tk.pair[task];
+    const int e = (int)(pair / (unsigned)tk.types);
+    const int t = (int)(pair - (unsigned)e * (unsigned)tk.types);
+    const int cur = tk.rank[e];
     const int floor = record ? record[1] : 2;
     if (lane == 0) {
         for (int l = 0; l < n; ++l) s.built_at[l] = 0;
-        assign(s, 0, tk.u[task]);
-        assign(s, 1, tk.v[task]);
+        assign(s, 0, tk.u[e]);
+        assign(s, 1, tk.v[e]);
         for (int l = 2; l < floor; ++l) assign(s, l, record[4 + l]);
     }
     __syncwarp();
@@ -506,24 +514,60 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, long lon
         const int* orders, const int* level_of, \
         const int* bw_count, const int* bw_level, const int* bw_label, \
         const unsigned char* tail_free, const int* perms, const long long* multiplicity, \
-        int num_tasks, const int* task_u, const int* task_v, const int* task_rank, \
-        const int* task_type, \
+        const int* task_pair, int types, const int* edge_u, const int* edge_v, \
+        const int* edge_rank, \
         int* bufs, long long width, unsigned long long* ctl, int* records, int* ready, \
         long long capacity, int sharing, int share_every, unsigned long long* counts, \
-        const long long* offsets, int* out, long long limit, int listing
+        int by_task, int queries, const long long* offsets, int* out, long long limit, \
+        int listing
 #define MATCH_ARGS cand_ptrs, n, width_members, q_label, cand_row, orders, level_of, \
-        bw_count, bw_level, bw_label, tail_free, perms, multiplicity, num_tasks, task_u, \
-        task_v, task_rank, task_type, bufs, width, ctl, records, ready, capacity, sharing, \
-        share_every, counts, offsets, out, limit, listing
+        bw_count, bw_level, bw_label, tail_free, perms, multiplicity, task_pair, types, \
+        edge_u, edge_v, edge_rank, bufs, width, ctl, records, ready, capacity, sharing, \
+        share_every, counts, by_task, queries, offsets, out, limit, listing
 
-// counts[i] += searched matches of task i (before orbit multiplicity); counts start at
-// zero.  In listing mode task i writes rows from offsets[i] (tasks starting at or past
-// `limit` are skipped) and work sharing is off, so rows keep their order.
+// Matches found by a warp for a task (or a shared part of one): with `by_task`,
+// counts[task] += c (searched matches, before orbit multiplicity; several warps may add
+// to one task); otherwise the warp's own total of the task's query, counts[warp *
+// queries + cand_row[t]], grows by c times the orbit size, and when the warp is done it
+// adds its totals to the last row, counts[warps * queries + q] (flush_counts).  Counts
+// start at zero.
+__device__ __forceinline__ void add_count(const Plan& p, const Tasks& tk,
+                                          unsigned long long* counts, int by_task,
+                                          int queries, long long task, long long c) {
+    if (c == 0) return;
+    if (by_task) {
+        atomicAdd(counts + task, (unsigned long long)c);
+    } else {
+        // Read again here rather than kept live across the search (registers).
+        const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        const int t = tk.type(task);
+        counts[warp * queries + p.cand_row[t]] += (unsigned long long)(c * p.multiplicity[t]);
+    }
+}
+
+// Lane 0, when the warp is done: its per-query totals into the last row, and its own row
+// back to zero (a phase's edge slices run as launches over the same counts).
+// Not inlined: inlined at the kernel's two exits it made both kernels spill registers.
+__device__ __noinline__ void flush_counts(unsigned long long* counts, int by_task,
+                                             int queries) {
+    if (by_task) return;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    for (int q = 0; q < queries; ++q) {
+        const unsigned long long c = counts[warp * queries + q];
+        if (c) atomicAdd(counts + warps * queries + q, c);
+        counts[warp * queries + q] = 0;     // the next launch over these counts adds anew
+    }
+}
+
+// In listing mode task i writes rows from offsets[i] (tasks starting at or past `limit`
+// are skipped) and work sharing is off, so rows keep their order.
 template <class G>
 __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     const Plan p{n, width_members, q_label, cand_ptrs, cand_row, orders, level_of, bw_count,
                  bw_level, bw_label, tail_free, perms, multiplicity};
-    const Tasks tk{num_tasks, task_u, task_v, task_rank, task_type};
+    const Tasks tk{(long long)*(volatile unsigned long long*)(ctl + TASKS), task_pair, types,
+                   edge_u, edge_v, edge_rank};
     const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
     extern __shared__ WarpState states[];
     const int lane = threadIdx.x & 31;
@@ -543,9 +587,10 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
         if (lane == 0) {
             atomicAdd(ctl + ACTIVE, 1ULL);
             task = atomicAdd(ctl + NEXT_TASK, 1ULL);
+            if (task >= peek(ctl + TASKS)) task = ~0ULL;     // none left
         }
         task = __shfl_sync(FULL_MASK, task, 0);
-        if (task >= (unsigned long long)tk.count) break;
+        if (task == ~0ULL) break;
         long long pos = 0;
         bool skip = false;
         if (listing) {
@@ -555,7 +600,7 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
         if (!skip) {
             long long c = search(g, p, tk, (long long)task, nullptr, sh, s, my_bufs, width,
                                  out, pos, limit, listing != 0, lane);
-            if (lane == 0 && c) atomicAdd(counts + task, (unsigned long long)c);
+            if (lane == 0) add_count(p, tk, counts, by_task, queries, task, c);
         }
         if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
     }
@@ -563,7 +608,10 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
         atomicAdd(ctl + ACTIVE, ~0ULL);
         atomicAdd(ctl + WAITING, 1ULL);
     }
-    if (!sh.enabled) return;
+    if (!sh.enabled) {
+        if (lane == 0) flush_counts(counts, by_task, queries);
+        return;
+    }
     // Then shared parts, until nothing is queued and no warp is active (only active
     // warps add records, and each checks the queue again before it can leave).
     while (true) {
@@ -601,12 +649,15 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
         long long c = search(g, p, tk, task, r, sh, s, my_bufs, width, out, 0, limit, false,
                              lane);
         if (lane == 0) {
-            if (c) atomicAdd(counts + task, (unsigned long long)c);
+            add_count(p, tk, counts, by_task, queries, task, c);
             atomicAdd(ctl + ACTIVE, ~0ULL);
             atomicAdd(ctl + WAITING, 1ULL);
         }
     }
-    if (lane == 0) atomicAdd(ctl + WAITING, ~0ULL);
+    if (lane == 0) {
+        atomicAdd(ctl + WAITING, ~0ULL);
+        flush_counts(counts, by_task, queries);
+    }
 }
 
 // 128 threads (4 warps) per block; at least 7 blocks per SM keeps both kernels at 72

@@ -42,7 +42,9 @@ def mixed_batches(full, seed: int, count: int, size: int) -> tuple:
 
 
 def summary(result) -> dict:
-    return {qid: (d.positive, d.negative, None if d.added is None else
+    # A cut listing is some `limit` matches (the device makes tasks in no fixed order).
+    return {qid: (d.positive, d.negative, d.truncated,
+                  None if d.added is None else len(d.added) if d.truncated else
                   sorted(map(tuple, d.added.tolist()))) for qid, d in result.queries.items()}
 
 

@@ -267,7 +267,7 @@ def test_planner_edge_counts_follow_random_batches():
     for _ in range(30):
         for qid, q in queries.items():
             bits = brute_candidates(m, q)
-            got = engine._plan_stats(qid, q).edges
+            got = engine._plan_stats(q, engine.signatures.host_cand(qid)).edges
             for (a, b), label in zip(q.edges.tolist(), q.edge_labels.tolist()):
                 want = 0
                 for k, lab in m.edges.items():
