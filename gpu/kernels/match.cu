@@ -353,6 +353,7 @@ struct Share {
 };
 enum { NEXT_TASK = 0, HEAD = 1, TAIL = 2, ACTIVE = 3, WAITING = 4, TASKS = 5 };
 #define RECORD_INTS (4 + MAX_QUERY)
+#define FEW_TASKS 64
 
 __device__ __forceinline__ unsigned long long peek(unsigned long long* x) {
     return *(volatile unsigned long long*)x;
@@ -569,6 +570,14 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     const Tasks tk{(long long)*(volatile unsigned long long*)(ctl + TASKS), task_pair, types,
                    edge_u, edge_v, edge_rank};
     const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
+    // The launch is sized for every (edge, type) pair, of which the candidate bits keep
+    // few.  With more than FEW_TASKS tasks, blocks past them leave at once (a warp per
+    // task: idle warps would share work the short tasks of dense queries do not need,
+    // 15% slower on GH dense 100-edge batches); with fewer, every warp stays to take
+    // shared parts of them (3x faster on GH sparse one-edge batches, docs/benchmarks.md).
+    const unsigned long long num_tasks = peek(ctl + TASKS);
+    if (num_tasks > FEW_TASKS &&
+        (unsigned long long)blockIdx.x * (blockDim.x >> 5) >= num_tasks) return;
     extern __shared__ WarpState states[];
     const int lane = threadIdx.x & 31;
     const int warp_in_block = threadIdx.x >> 5;
