@@ -58,7 +58,9 @@ class Sections:
         self._stack: list[float] = []     # callees' time of each open call
 
     def wrap(self, owner, name: str, label: str | None = None) -> None:
-        fn = getattr(owner, name)
+        fn = getattr(owner, name, None)
+        if fn is None:      # not in this version of the code
+            return
         label = label or f"{getattr(owner, '__name__', owner)}.{name}"
 
         @functools.wraps(fn)

@@ -9,6 +9,8 @@ grown, the signature labels widened); the kernels below walk that list.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numba as nb
 import numpy as np
 from numba.typed import List
@@ -45,27 +47,40 @@ def refresh_candidates(queries, vertices, alive, label, deg, codes, start, nbr, 
 class QueryArrays:
     """A typed list of one tuple of arrays per query, rebuilt only when an array changes:
     (cand, nc, leaf_q, leaf_elab, q_label, q_deg, q_codes) for the kernels above, or
-    executor.small_query's tuples for the small-batch search."""
+    executor.small_query's tuples for the small-batch search.
+
+    The owner names the state of its arrays with a key that changes whenever one of them
+    may have been replaced (a query added or removed, the vertex capacity grown): a batch
+    then costs one tuple comparison instead of a key of every array's id (~70 of them for
+    ten queries, built several times a batch).  `check` compares the list held with fresh
+    parts (tests)."""
 
     def __init__(self) -> None:
-        self._key: tuple = ()
+        self._key: object = None
         self._parts: list[tuple] = []
         self._list = None
 
-    def get(self, parts: list[tuple]):
-        """The typed list for `parts` (one tuple per query, in order), None when empty.
-
-        Rebuilt only when an element is not the one the list holds (the parts held keep
-        the old elements alive, so their ids cannot have been reused)."""
-        key = tuple(id(a) for part in parts for a in part)
+    def get(self, key, parts: Callable[[], list[tuple]]):
+        """The typed list for `parts()` (one tuple per query, in order), None when empty;
+        `parts` is called only when `key` differs from the last call's."""
         if key != self._key:
             self._list = None
-            if parts:
+            built = parts()
+            if built:
                 typed = List()
-                for part in parts:
+                for part in built:
                     # Kernels write cand and nc in place: they must be these very arrays.
                     assert all(a.flags.c_contiguous for a in part if isinstance(a, np.ndarray))
                     typed.append(part)
                 self._list = typed
-            self._key, self._parts = key, parts
+            self._key, self._parts = key, built
         return self._list
+
+    def check(self, parts: list[tuple]) -> None:
+        """Assert the list held (if any) holds exactly these arrays (tests)."""
+        if self._key is None:
+            return
+        assert len(parts) == len(self._parts), "QueryArrays is stale: queries changed"
+        for fresh, held in zip(parts, self._parts, strict=True):
+            assert all(a is b for a, b in zip(fresh, held, strict=True)), \
+                "QueryArrays is stale: an array was replaced under the same key"
