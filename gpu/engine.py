@@ -33,6 +33,9 @@ from gpu.signature import SignatureTable, candidate_edge_counts
 __all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
 
 
+_NO_VERTICES = np.empty(0, dtype=np.int32)
+
+
 @functools.cache
 def _no_rows(n: int) -> np.ndarray:
     """The rows of a counted query's MatchSet (none; shared, never written)."""
@@ -420,21 +423,17 @@ class Engine:
                 standing.leaves.resize(g.label.shape[0])
         if len(batch.delete_u):
             g.delete_edges(batch.delete_u, batch.delete_v)
-            sig.edges_changed(batch.delete_u, batch.delete_v, -1)
         g.delete_vertices(batch.delete_slots)
         if len(batch.insert_u):
             g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
-            sig.edges_changed(batch.insert_u, batch.insert_v, +1)
-        # Leaf counts follow the new edges under the old candidate bits, then the bit changes.
-        self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
-        touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
-                                            batch.insert_v, batch.delete_slots, slots]))
-        touched = touched.astype(np.int32)
-        # SignatureTable.refresh and LeafCounts.candidates_changed for every query at once.
-        sig.encode(touched)
-        if len(touched) and self._queries:
-            upkeep.refresh_candidates(self._query_arrays(), touched, g.alive, g.label, g.deg,
-                                      sig.codes, g.start, g.nbr, g.elab)
+        # Signatures, then leaf counts of the new edges under the old candidate bits, then
+        # the bit changes (SignatureTable.refresh and LeafCounts.candidates_changed), for
+        # every query in one compiled call.
+        vertices = (np.concatenate([batch.delete_slots, slots]).astype(np.int32)
+                    if len(batch.delete_slots) or len(slots) else _NO_VERTICES)
+        touched = upkeep.batch_changes(self._query_arrays() if self._queries else None, sig, g,
+                                       batch.delete_u, batch.delete_v, batch.insert_u,
+                                       batch.insert_v, batch.insert_labels, vertices)
         if self._device is not None:
             t0 = time.perf_counter()
             self._device.sync(g, touched, batch)
@@ -449,7 +448,7 @@ class Engine:
         self.signatures.check(self.graph)
         for qid, standing in self._queries.items():
             standing.leaves.check(self.graph, self.signatures.cand[qid])
-        self._upkeep.check(self._upkeep_parts())
+        self._upkeep.check(self._arrays_key(), self._upkeep_parts())
         if self._device is not None:
             self._device.check(self.graph, self.signatures.cand)
 

@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from gpu.config import EngineConfig
-from gpu.idmap import IdMap
+from gpu.idmap import IdMap, find_slot
 
 
 @nb.njit(cache=True, inline="always")
@@ -68,6 +68,17 @@ def label_segment(nlab, lo, hi, wanted):
 def _find_many(nbr, nlab, label, start, deg, us, vs, out):
     for i in range(us.shape[0]):
         out[i] = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
+
+
+@nb.njit(cache=True)
+def _find_edge(keys, vals, a, b, nbr, nlab, label, start, deg):
+    """DynamicGraph.find_edge in one compiled call."""
+    su = find_slot(keys, vals, a)
+    sv = find_slot(keys, vals, b)
+    if su < 0 or sv < 0 or su == sv:
+        return su, sv, np.int64(-1)
+    u, v = min(su, sv), max(su, sv)
+    return u, v, np.int64(find_position(nbr, nlab, start, deg, u, v, label[v]))
 
 
 @nb.njit(cache=True)
@@ -281,6 +292,15 @@ class DynamicGraph:
                    np.ascontiguousarray(us, dtype=np.int32),
                    np.ascontiguousarray(vs, dtype=np.int32), out)
         return out
+
+    def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
+        """For external ids a and b: their slots (u < v) and the pool position of the edge
+        u -> v (-1 when absent); when a or b is unknown (-1) or a == b, their slots as they
+        are (u, v = a's, b's) and -1.  One call instead of a lookup and a search (the
+        one-edge batches of a stream)."""
+        keys, vals = self.ids.table
+        return _find_edge(keys, vals, a, b, self.nbr, self.nlab, self.label, self.start,
+                          self.deg)
 
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All edges touching `slots`, each once, as (u, v, label) with u < v."""
