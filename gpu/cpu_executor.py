@@ -278,17 +278,12 @@ def _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks):
 
 @nb.njit(cache=True)
 def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_pos, limit,
-            listing, part, parts):
-    """Matches of one task.  Returns the count; writes rows from out_pos when listing.
-
-    Counting (not listing) may split a task into `parts` pieces: this one takes the
-    level-2 candidates i with i % parts == part (see run_pieces); parts = 1 is the task."""
+            listing):
+    """Matches of one task.  Returns the count; writes rows from out_pos when listing."""
     orders, tail_free, leaf_from, tail_head = plan[1], plan[5], plan[6], plan[7]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     n = orders.shape[1]
     last = n - 1
-    if part > 0 and (last <= 2 or leaf_from[t] == 2 or (tail_free[t] and last == 3)):
-        return np.int64(0)      # level 2 is counted, not enumerated: part 0 has it all
     m[0] = u
     m[1] = v
     if n == 2:
@@ -341,9 +336,8 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
             else:
                 _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
                 idx[level] = 0
-        # advance at `level` to the next unused candidate (of this piece, at level 2)
-        while idx[level] < cnt[level] and (_used(m, level, buf[level, idx[level]]) or
-                                           (level == 2 and idx[level] % parts != part)):
+        # advance at `level` to the next unused candidate
+        while idx[level] < cnt[level] and _used(m, level, buf[level, idx[level]]):
             idx[level] += 1
         if idx[level] >= cnt[level]:
             level -= 1
@@ -418,39 +412,7 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
                 if pos >= limit:
                     continue
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
-                                plan, leaves, scratch, None, out, pos, limit, listing, 0, 1)
-    return counts
-
-
-@nb.njit(cache=True, parallel=True)
-def run_pieces(task_u, task_v, task_rank, task_type, parts, graph, cand, plan, leaves, max_deg,
-               chunk):
-    """run_tasks' counts (nothing listed), task i searched as parts[i] independent pieces,
-    each over an interleaved slice of its level-2 candidates: one hub edge's task can hold
-    most of a batch's matches, and as one piece it keeps one worker busy while the others
-    wait at the region's end."""
-    ntasks = task_u.shape[0]
-    first_piece = np.zeros(ntasks + 1, dtype=np.int64)
-    for i in range(ntasks):
-        first_piece[i + 1] = first_piece[i] + parts[i]
-    npieces = first_piece[ntasks]
-    piece_counts = np.zeros(npieces, dtype=np.int64)
-    n = plan[1].shape[1]
-    width = max_deg + 1
-    no_out = np.empty((0, n), dtype=np.int32)
-    nchunks = (npieces + chunk - 1) // chunk
-    for c in nb.prange(nchunks):
-        scratch = new_scratch(n, width)
-        # Chunk c takes pieces c, c + nchunks, ...: a split task's pieces are consecutive,
-        # so they land in different chunks, and dynamic scheduling balances the rest.
-        for k in range(c, npieces, nchunks):
-            i = np.searchsorted(first_piece, k, side="right") - 1
-            piece_counts[k] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph,
-                                      cand, plan, leaves, scratch, None, no_out, np.int64(0),
-                                      np.int64(0), False, k - first_piece[i], parts[i])
-    counts = np.zeros(ntasks, dtype=np.int64)
-    for i in range(ntasks):
-        counts[i] = piece_counts[first_piece[i]:first_piece[i + 1]].sum()
+                                plan, leaves, scratch, None, out, pos, limit, listing)
     return counts
 
 
@@ -560,6 +522,6 @@ def _count_small(us, vs, labels, ranks, roots, root_labels, serial_below, group_
     no_out = np.empty((0, n), dtype=np.int32)
     for i in range(ntasks):
         found = _search(tu[i], tv[i], tr[i], tt[i], graph, cand, plan, leaves, scratch, None,
-                        no_out, np.int64(0), np.int64(0), False, 0, 1)
+                        no_out, np.int64(0), np.int64(0), False)
         total += found * multiplicity[tt[i]]
     return total

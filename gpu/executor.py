@@ -32,14 +32,12 @@ def execute_cpu(graph, cand: np.ndarray, leaves: LeafCounts, updates: UpdateInde
     if len(tu) == 0:
         return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
     threads = numba.get_num_threads()
-    if len(tu) >= serial_below or threads == 1 or \
-            (list_limit <= 0 and _heavy_tasks(graph, tu, tv).any()):
+    if len(tu) >= serial_below or threads == 1:
         return _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,
                         group_min)
-    # A parallel region wakes every worker and ends at a barrier: for a handful of light
-    # tasks that costs more than the work, and on a busy host (the service's event loop,
-    # writer and clients share the cores) one late worker stalls the whole region.  A
-    # heavy task (a hub's edge) is worth one: it runs as pieces over the workers.
+    # A parallel region wakes every worker and ends at a barrier: for a handful of tasks
+    # that costs more than the work, and on a busy host (the service's event loop, writer
+    # and clients share the cores) one late worker stalls the whole region.
     numba.set_num_threads(1)
     try:
         return _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, chunk,
@@ -111,13 +109,8 @@ def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, ch
     else:
         total = 0
     args = (tu, tv, tr, tt) + shared
-    parts = _task_parts(graph, tu, tv) if list_limit <= 0 else None
-    if parts is not None:
-        with numba.parallel_chunksize(1):
-            counts = cpu_executor.run_pieces(tu, tv, tr, tt, parts, *shared)
-    else:
-        counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out,
-                                        np.int64(0), False)
+    counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),
+                                    False)
     per_task = counts * types.multiplicity[tt]
     total += int(per_task.sum())
     if list_limit <= 0:
@@ -132,25 +125,6 @@ def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, ch
 # Groups of at least this many members are split into PIECES_PER_THREAD pieces per worker.
 GROUP_SPLIT_MEMBERS = 4
 PIECES_PER_THREAD = 4
-# A counted task is split so too when deg(u) * deg(v) of its edge is at least this much.
-# On GH with the dense queries, 7% of the tasks of 100-edge batches pass it and hold 59% of
-# their matches; in the heaviest batches one task holds 40-80% of the matches.
-HEAVY_TASK_WEIGHT = 100_000
-
-
-def _heavy_tasks(graph, tu: np.ndarray, tv: np.ndarray) -> np.ndarray:
-    return graph.deg[tu].astype(np.float64) * graph.deg[tv] >= HEAVY_TASK_WEIGHT
-
-
-def _task_parts(graph, tu: np.ndarray, tv: np.ndarray) -> np.ndarray | None:
-    """Pieces per task for run_pieces, or None when no task is split (or one thread)."""
-    threads = numba.get_num_threads()
-    if threads == 1 or len(tu) == 0:
-        return None
-    heavy = _heavy_tasks(graph, tu, tv)
-    if not heavy.any():
-        return None
-    return np.where(heavy, PIECES_PER_THREAD * threads, 1).astype(np.int64)
 
 
 def _grouped_count(groups: LeafGroups, types: TaskTypes, shared: tuple) -> int:

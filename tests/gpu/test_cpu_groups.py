@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import random
 
-import numba
 import numpy as np
 import pytest
 
-import gpu.cpu_executor
 import gpu.executor
 from gpu.config import EngineConfig
 from gpu.engine import Engine
@@ -96,26 +94,13 @@ def hub_batch(rng: random.Random, d: Data, nelabels: int) -> UpdateStream:
     return UpdateStream.from_records(recs)
 
 
-@pytest.fixture(params=["whole", "split", "split_tasks"])
+@pytest.fixture(params=["whole", "split"])
 def group_pieces(request, monkeypatch):
-    """Groups and tasks searched whole, or every group of two or more split into three
-    pieces per worker, or every counted task (run_pieces; on one thread nothing is split)."""
+    """Groups searched whole, or every group of two or more split into three pieces."""
     if request.param == "split":
         monkeypatch.setattr(gpu.executor, "GROUP_SPLIT_MEMBERS", 2)
         monkeypatch.setattr(gpu.executor, "PIECES_PER_THREAD", 3)
-    pieces = []
-    if request.param == "split_tasks":
-        monkeypatch.setattr(gpu.executor, "HEAVY_TASK_WEIGHT", 0)
-        monkeypatch.setattr(gpu.executor, "PIECES_PER_THREAD", 3)
-        real = gpu.cpu_executor.run_pieces
-
-        def spy(*args):
-            pieces.append(int(args[4].sum()))
-            return real(*args)
-        monkeypatch.setattr(gpu.cpu_executor, "run_pieces", spy)
-    yield request.param
-    if request.param == "split_tasks" and numba.get_num_threads() > 1:
-        assert sum(pieces) > 0, "no task was split: run_pieces went untested"
+    return request.param
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
