@@ -325,7 +325,9 @@ class Engine:
         return _PendingBatch(batch, list_limit, negative, positive, seconds, t0, t5, timings)
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
-        if len(us) and self._queries:
+        # Without a leaf (the dense queries) there is nothing to count: no call, and no GIL
+        # hand-off (a released GIL may wait for the event loop to give it back).
+        if len(us) and any(s.leaves.active for s in self._queries.values()):
             upkeep.leaf_edges(self._query_arrays(), us, vs,
                               np.ascontiguousarray(labels, dtype=np.int32), np.int32(sign))
 

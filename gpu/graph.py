@@ -148,6 +148,23 @@ def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab,
 
 
 @nb.njit(cache=True)
+def _insert_one(nbr, nlab, elab, rank, label, start, deg, cap, u, v, lab, top, min_cap):
+    """_insert_sorted of the one undirected edge u < v when the pool has room for both
+    lists to relocate: returns (top, garbage, the larger new degree), or top = -1 and
+    nothing changed when it has not (the caller reserves room the general way)."""
+    need = max(2 * cap[u], deg[u] + 1, min_cap) + max(2 * cap[v], deg[v] + 1, min_cap)
+    if top + need > nbr.shape[0]:
+        return np.int64(-1), np.int64(0), np.int64(0)
+    src = np.empty(2, dtype=np.int32)
+    dst = np.empty(2, dtype=np.int32)
+    labs = np.empty(2, dtype=np.int32)
+    src[0], src[1], dst[0], dst[1], labs[0], labs[1] = u, v, v, u, lab, lab
+    top, garbage = _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, labs,
+                                  top, min_cap)
+    return np.int64(top), np.int64(garbage), np.int64(max(deg[u], deg[v]))
+
+
+@nb.njit(cache=True)
 def _delete_sorted(nbr, nlab, elab, rank, start, deg, src, dst):
     """Remove directed entries (sorted by src, then list order); all of them must exist."""
     i = 0
@@ -383,6 +400,18 @@ class DynamicGraph:
         """Insert absent undirected edges (the engine has deduplicated them)."""
         if len(us) == 0:
             return
+        if len(us) == 1:    # one edge: one compiled call unless the pool must grow first
+            u, v = sorted((int(us[0]), int(vs[0])))
+            top, garbage, degree = _insert_one(self.nbr, self.nlab, self.elab, self.rank,
+                                               self.label, self.start, self.deg, self.cap, u,
+                                               v, int(labels[0]), self.top,
+                                               self.config.min_list_capacity)
+            if top >= 0:
+                self.top = int(top)
+                self.garbage += int(garbage)
+                self.num_edges += 1
+                self._max_degree = max(self._max_degree, int(degree))
+                return
         src, dst, lab = _directed_sorted(us, vs, labels, self.label)
         if len(us) == 1:    # one edge: two lists, one entry each (scalar code is faster)
             touched = src.tolist()
