@@ -218,12 +218,10 @@ def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
     kind = int(stream.kind[0])
     if kind != INSERT_EDGE and kind != DELETE_EDGE:
         return None
-    ends = graph.ids.lookup(np.array([stream.a[0], stream.b[0]], dtype=np.int64))
-    su, sv = int(ends[0]), int(ends[1])
+    su, sv, pos = graph.find_edge(stream.a[0], stream.b[0])
     if su < 0 or sv < 0 or su == sv:
         return None
-    u, v = np.array([min(su, sv)], dtype=np.int32), np.array([max(su, sv)], dtype=np.int32)
-    pos = int(graph.edge_positions(u, v)[0])
+    u, v = np.array([su], dtype=np.int32), np.array([sv], dtype=np.int32)
     applied, ignored = _counts(), _counts()
     label = np.array([stream.label[0]], dtype=np.int32)
     empty = _NO_INT32

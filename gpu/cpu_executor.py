@@ -417,25 +417,67 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
 
 
 @nb.njit(cache=True, nogil=True)
-def count_small(queries, us, vs, labels, ranks, serial_below, group_size, graph, updates,
+def count_small(queries, us, vs, labels, serial_below, group_size, graph, upd_start, upd_cnt,
                 max_deg):
-    """make_tasks, the grouping test and a serial run_tasks for several queries' small batch.
+    """One phase of a small batch for several queries: ranks, update index, make_tasks, the
+    grouping test and a serial run_tasks, in one compiled call.
 
     `queries` is a typed list of (roots, root_labels, cand, plan, leaf column, leaf nc),
-    one per query; `updates` the update index's arrays, shared by all.  Returns each
-    query's matches (orbit multiplicity included) of the tasks the update edges us-vs
-    start, searched one by one on this thread, or -1 where the general path would do
-    otherwise: `serial_below` or more tasks (a parallel region), or, with group_size > 0,
-    a leaf group of at least `group_size` members (group_leaf_tasks).  Tasks are made and
-    checked exactly as make_tasks does; a small batch then costs one dispatch per phase
-    instead of a dozen NumPy calls on one-element arrays per query.  It releases the GIL
-    once: the service's event loop and writer run on the other core while it searches."""
+    one per query.  The update edges us-vs (present in the graph) get ranks 1..k in the
+    graph's rank column and are listed per endpoint in `upd_start`/`upd_cnt` (the
+    UpdateIndex's per-vertex arrays, all counts zero on entry) for the time of the call;
+    both are cleared before it returns, so a count is exactly what DynamicGraph.set_ranks,
+    UpdateIndex.fill and execute_cpu give.  Returns each query's matches (orbit
+    multiplicity included) of the tasks the update edges start, searched one by one on
+    this thread, or -1 where the general path would do otherwise: `serial_below` or more
+    tasks (a parallel region), or, with group_size > 0, a leaf group of at least
+    `group_size` members (group_leaf_tasks).  Tasks are made and checked exactly as
+    make_tasks does.  A small batch then costs one dispatch per phase instead of a dozen
+    NumPy calls on one-element arrays per query, and the GIL is released once for all of
+    it: the service's event loop and writer run on the other core while it searches."""
+    start, deg, nbr, nlab, elab, rank, label = graph
+    k = us.shape[0]
+    ranks = np.empty(k, dtype=np.int32)
+    forward = np.empty(k, dtype=np.int64)
+    backward = np.empty(k, dtype=np.int64)
+    for i in range(k):
+        ranks[i] = i + 1
+        forward[i] = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
+        backward[i] = find_position(nbr, nlab, start, deg, vs[i], us[i], label[us[i]])
+        rank[forward[i]] = ranks[i]
+        rank[backward[i]] = ranks[i]
+    # UpdateIndex.fill: both directions, per endpoint by rank.
+    src = np.empty(2 * k, dtype=np.int32)
+    key = np.empty(2 * k, dtype=np.int64)
+    for i in range(k):
+        src[i], src[k + i] = us[i], vs[i]
+        key[i] = (np.int64(us[i]) << 32) | ranks[i]
+        key[k + i] = (np.int64(vs[i]) << 32) | ranks[i]
+    order = np.argsort(key)     # the keys are distinct: an edge's two endpoints differ
+    upd_nbr = np.empty(2 * k, dtype=np.int32)
+    upd_rank = np.empty(2 * k, dtype=np.int32)
+    upd_elab = np.empty(2 * k, dtype=np.int32)
+    for j in range(2 * k):
+        i = order[j]
+        e = i if i < k else i - k
+        upd_nbr[j] = vs[e] if i < k else us[e]
+        upd_rank[j] = ranks[e]
+        upd_elab[j] = labels[e]
+        s = src[i]
+        if upd_cnt[s] == 0:
+            upd_start[s] = j
+        upd_cnt[s] += 1
     totals = np.empty(len(queries), dtype=np.int64)
     for q in range(len(queries)):
         roots, root_labels, cand, plan, column, nc = queries[q]
-        leaves = (column, nc, updates[0], updates[1], updates[2], updates[3], updates[4])
+        leaves = (column, nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab)
         totals[q] = _count_small(us, vs, labels, ranks, roots, root_labels, serial_below,
                                  group_size, graph, cand, plan, leaves, max_deg)
+    for i in range(k):
+        rank[forward[i]] = 0
+        rank[backward[i]] = 0
+        upd_cnt[us[i]] = 0
+        upd_cnt[vs[i]] = 0
     return totals
 
 

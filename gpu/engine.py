@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,17 @@ from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
 from gpu.signature import SignatureTable, candidate_edge_counts
 
 __all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
+
+
+_NO_VERTICES = np.empty(0, dtype=np.int32)
+
+
+@functools.cache
+def _no_rows(n: int) -> np.ndarray:
+    """The rows of a counted query's MatchSet (none; shared, never written)."""
+    rows = np.empty((0, n), dtype=np.int64)
+    rows.flags.writeable = False
+    return rows
 
 
 class UnknownQuery(KeyError):
@@ -102,6 +114,7 @@ class Engine:
         self._updates = UpdateIndex(self.graph.label.shape[0])
         self._upkeep = upkeep.QueryArrays()
         self._small_queries = upkeep.QueryArrays()
+        self._arrays_generation = 0     # bumped when a query comes or goes (QueryArrays key)
         self._next_id = 1
         self.batches_applied = 0
         self._device_seconds = 0.0      # the last batch's device graph and candidate sync
@@ -133,6 +146,7 @@ class Engine:
         leaves = LeafCounts(query, self.graph.label.shape[0], kept=self._device is None)
         leaves.rebuild(self.graph, cand)
         self._queries[qid] = _Standing(plan, leaves)
+        self._arrays_generation += 1
         return qid
 
     def _plan_stats(self, query: QueryGraph, cand: np.ndarray) -> PlanStats:
@@ -153,6 +167,7 @@ class Engine:
     def remove_query(self, qid: int) -> None:
         self._standing(qid)
         del self._queries[qid]
+        self._arrays_generation += 1
         self.signatures.remove_query(qid)
         if self._device is not None:
             self._device.drop_query(qid)
@@ -208,22 +223,27 @@ class Engine:
                                   self.config.work_sharing, self.config.share_capacity,
                                   self.config.share_every, self.config.launch_pairs)
 
-    def _count_small(self, qids: list[int], us, vs, labels, ranks) -> list[MatchSet | None]:
+    def _count_small(self, qids: list[int], us, vs, labels) -> list[MatchSet | None]:
         """Incremental counts of several standing queries in one compiled CPU call, for a
-        batch of fewer than `serial_below_tasks` edges; None where a query is handed back
-        (it runs alone, through _run), or for all of them when the batch is larger."""
+        batch of fewer than `serial_below_tasks` edges (it ranks the edges and fills the
+        update index itself); None where a query is handed back (it runs alone, through
+        _run), or for all of them when the batch is larger."""
         if not qids or len(us) >= self.config.serial_below_tasks:
             return [None] * len(qids)
-        sig = self.signatures
-        queries = self._small_queries.get([
-            small_query(sig.cand[qid], self._queries[qid].leaves,
+        queries = self._small_queries.get((self._arrays_key(), tuple(qids)), lambda: [
+            small_query(self.signatures.cand[qid], self._queries[qid].leaves,
                         self._queries[qid].plan.incremental) for qid in qids])
         group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
-        totals = count_small_cpu(self.graph, queries, self._updates, us, vs, labels, ranks,
+        totals = count_small_cpu(self.graph, queries, self._updates, us, vs, labels,
                                  group_min, self.config.serial_below_tasks)
-        return [MatchSet(int(total), np.empty((0, self._queries[qid].plan.query.num_vertices),
-                                              dtype=np.int32), False) if total >= 0 else None
+        return [MatchSet(total, _no_rows(self._queries[qid].plan.query.num_vertices), False)
+                if total >= 0 else None
                 for qid, total in zip(qids, totals.tolist(), strict=True)]
+
+    def _arrays_key(self) -> tuple[int, int]:
+        """Names the state of the per-query arrays the QueryArrays lists hold: they are
+        replaced only when a query comes or goes, or when the vertex capacity grows."""
+        return self._arrays_generation, self.graph.label.shape[0]
 
     def _external(self, rows: np.ndarray) -> np.ndarray:
         if rows.shape[0] == 0:
@@ -303,17 +323,21 @@ class Engine:
         return _PendingBatch(batch, list_limit, negative, positive, seconds, t0, t5, timings)
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
-        # The CUDA executor keeps no leaf counts (LeafCounts(kept=False)).
-        if len(us) and self._queries and self._device is None:
+        # Without a leaf (the dense queries, and every query on CUDA: LeafCounts(kept=False))
+        # there is nothing to count: no call, and no GIL hand-off (a released GIL may wait
+        # for the event loop to give it back).
+        if len(us) and any(s.leaves.active for s in self._queries.values()):
             upkeep.leaf_edges(self._query_arrays(), us, vs,
                               np.ascontiguousarray(labels, dtype=np.int32), np.int32(sign))
 
     def _query_arrays(self):
         """Every standing query's upkeep arrays as a typed list (gpu/upkeep.py), or None."""
+        return self._upkeep.get(self._arrays_key(), self._upkeep_parts)
+
+    def _upkeep_parts(self) -> list[tuple]:
         sig = self.signatures
-        return self._upkeep.get([(sig.cand[qid], s.leaves.nc, s.leaves.leaf_q,
-                                  s.leaves.leaf_elab) + sig.query_side(qid)
-                                 for qid, s in self._queries.items()])
+        return [(sig.cand[qid], s.leaves.nc, s.leaves.leaf_q, s.leaves.leaf_elab)
+                + sig.query_side(qid) for qid, s in self._queries.items()]
 
     def _incremental(self, us, vs, labels, list_limit: Mapping[int, int], defer: bool = False
                      ) -> tuple[dict, dict[int, float]]:
@@ -327,6 +351,21 @@ class Engine:
                 results[qid] = MatchSet(0, np.empty((0, n), dtype=np.int64), False)
                 seconds[qid] = 0.0
             return results, seconds
+        counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
+        if self._device is None:
+            # The counted queries of a small batch share one compiled call that ranks the
+            # edges and fills the update index itself (and clears both); the queries it
+            # hands back, and the listed ones, go one by one below.
+            t0 = time.perf_counter()
+            found_small = {qid: found for qid, found in
+                           zip(counted, self._count_small(counted, us, vs, labels), strict=True)
+                           if found is not None}
+            results.update(found_small)
+            for qid in found_small:
+                seconds[qid] = (time.perf_counter() - t0) / len(found_small)
+            if len(results) == len(self._queries):
+                return results, seconds
+            counted = []
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         ranked = len(us) > 0 and len(self._queries) > 0
         try:
@@ -339,16 +378,15 @@ class Engine:
                     self.graph.set_ranks(us, vs, ranks)
                     self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
             # The counted queries share one call (on CUDA one launch per query size, on the
-            # CPU one compiled call for a small batch); listing ones, and those the shared
-            # call hands back, go one by one.  The shared call's seconds are split evenly.
-            counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
+            # CPU the small-batch call above); listing ones, and those the shared call hands
+            # back, go one by one.  The shared call's seconds are split evenly.
             t0 = time.perf_counter()
             if self._device is not None:
                 pending = self._count_on_device(counted, us, vs, labels, ranks)
                 shared = ([_Deferred(pending, i) for i in range(len(counted))] if defer
                           else pending.resolve())
             else:
-                shared = self._count_small(counted, us, vs, labels, ranks)
+                shared = []
             found_together = {qid: found for qid, found in zip(counted, shared, strict=True)
                               if found is not None}
             for qid, found in found_together.items():
@@ -356,7 +394,7 @@ class Engine:
                                 else MatchSet(found.count, self._external(found.rows), False))
             for qid in found_together:
                 seconds[qid] = (time.perf_counter() - t0) / len(found_together)
-            listed = {qid: s for qid, s in self._queries.items() if qid not in found_together}
+            listed = {qid: s for qid, s in self._queries.items() if qid not in results}
             for qid, standing in listed.items():
                 t0 = time.perf_counter()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
@@ -385,11 +423,11 @@ class Engine:
         g.delete_vertices(batch.delete_slots)
         if len(batch.insert_u):
             g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
-        touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
-                                            batch.insert_v, batch.delete_slots,
-                                            batch.add_slots])).astype(np.int32)
         if self._device is not None:
             # The device graph, signatures and candidate bits follow on the device.
+            touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
+                                                batch.insert_v, batch.delete_slots,
+                                                batch.add_slots])).astype(np.int32)
             t0 = time.perf_counter()
             self._device.sync(g, touched, batch)
             self._device_seconds = time.perf_counter() - t0
@@ -398,15 +436,14 @@ class Engine:
             sig.vertices_added(g, batch.add_slots)
             for standing in self._queries.values():
                 standing.leaves.resize(g.label.shape[0])
-        sig.edges_changed(batch.delete_u, batch.delete_v, -1)
-        sig.edges_changed(batch.insert_u, batch.insert_v, +1)
-        # Leaf counts follow the new edges under the old candidate bits, then the bit changes.
-        self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
-        # SignatureTable.refresh and LeafCounts.candidates_changed for every query at once.
-        sig.encode(touched)
-        if len(touched) and self._queries:
-            upkeep.refresh_candidates(self._query_arrays(), touched, g.alive, g.label, g.deg,
-                                      sig.codes, g.start, g.nbr, g.elab)
+        # Signatures, then leaf counts of the new edges under the old candidate bits, then
+        # the bit changes (SignatureTable.refresh and LeafCounts.candidates_changed), for
+        # every query in one compiled call.
+        vertices = (np.concatenate([batch.delete_slots, batch.add_slots]).astype(np.int32)
+                    if len(batch.delete_slots) or len(batch.add_slots) else _NO_VERTICES)
+        upkeep.batch_changes(self._query_arrays() if self._queries else None, sig, g,
+                             batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
+                             batch.insert_labels, vertices)
 
     # ---- inspection -----------------------------------------------------
     def check(self) -> None:
@@ -415,7 +452,9 @@ class Engine:
         self.signatures.check(self.graph)
         for qid, standing in self._queries.items():
             standing.leaves.check(self.graph, self.signatures.cand[qid])
-        if self._device is not None:
+        if self._device is None:
+            self._upkeep.check(self._arrays_key(), self._upkeep_parts())
+        else:
             self._device.check(self.graph)
 
     def to_labeled(self) -> LabeledGraph:

@@ -53,17 +53,19 @@ def small_query(cand: np.ndarray, leaves: LeafCounts, types: TaskTypes) -> tuple
 
 
 def count_small_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np.ndarray,
-                    labels: np.ndarray, ranks: np.ndarray, group_min: int,
-                    serial_below: int) -> np.ndarray:
-    """The counts `execute_cpu` (nothing listed) gives each of several queries for a
-    batch of fewer than `serial_below` edges, in one compiled call: the same tasks,
-    searched one by one on this thread.  `queries` is a typed list of `small_query`
-    tuples.  A negative count hands that query back: `execute_cpu` would form a leaf
-    group or a parallel region, and must run it."""
+                    labels: np.ndarray, group_min: int, serial_below: int) -> np.ndarray:
+    """The counts `execute_cpu` (nothing listed) gives each of several queries for a phase
+    of fewer than `serial_below` edges, in one compiled call that ranks the edges 1..k and
+    fills `updates` itself, and clears both before it returns: the same tasks, searched one
+    by one on this thread.  `queries` is a typed list of `small_query` tuples; us-vs are
+    int32 and in the graph.  A negative count hands that query back: `execute_cpu` would
+    form a leaf group or a parallel region, and must run it (after the caller has set the
+    ranks and filled `updates` the general way)."""
     assert len(us) < serial_below
-    return cpu_executor.count_small(queries, us, vs, labels, ranks, serial_below,
+    updates.reserve(graph.label.shape[0])
+    return cpu_executor.count_small(queries, us, vs, labels, serial_below,
                                     max(2, group_min) if group_min > 0 else 0,
-                                    _graph_arrays(graph), _update_arrays(updates),
+                                    _graph_arrays(graph), updates.start, updates.count,
                                     graph.max_degree)
 
 

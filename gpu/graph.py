@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from gpu.config import EngineConfig
-from gpu.idmap import IdMap
+from gpu.idmap import IdMap, find_slot
 
 
 @nb.njit(cache=True, inline="always")
@@ -68,6 +68,17 @@ def label_segment(nlab, lo, hi, wanted):
 def _find_many(nbr, nlab, label, start, deg, us, vs, out):
     for i in range(us.shape[0]):
         out[i] = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
+
+
+@nb.njit(cache=True)
+def _find_edge(keys, vals, a, b, nbr, nlab, label, start, deg):
+    """DynamicGraph.find_edge in one compiled call."""
+    su = find_slot(keys, vals, a)
+    sv = find_slot(keys, vals, b)
+    if su < 0 or sv < 0 or su == sv:
+        return su, sv, np.int64(-1)
+    u, v = min(su, sv), max(su, sv)
+    return u, v, np.int64(find_position(nbr, nlab, start, deg, u, v, label[v]))
 
 
 @nb.njit(cache=True)
@@ -134,6 +145,23 @@ def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab,
         deg[u] = d + k
         i = j
     return top, garbage
+
+
+@nb.njit(cache=True)
+def _insert_one(nbr, nlab, elab, rank, label, start, deg, cap, u, v, lab, top, min_cap):
+    """_insert_sorted of the one undirected edge u < v when the pool has room for both
+    lists to relocate: returns (top, garbage, the larger new degree), or top = -1 and
+    nothing changed when it has not (the caller reserves room the general way)."""
+    need = max(2 * cap[u], deg[u] + 1, min_cap) + max(2 * cap[v], deg[v] + 1, min_cap)
+    if top + need > nbr.shape[0]:
+        return np.int64(-1), np.int64(0), np.int64(0)
+    src = np.empty(2, dtype=np.int32)
+    dst = np.empty(2, dtype=np.int32)
+    labs = np.empty(2, dtype=np.int32)
+    src[0], src[1], dst[0], dst[1], labs[0], labs[1] = u, v, v, u, lab, lab
+    top, garbage = _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, labs,
+                                  top, min_cap)
+    return np.int64(top), np.int64(garbage), np.int64(max(deg[u], deg[v]))
 
 
 @nb.njit(cache=True)
@@ -282,6 +310,15 @@ class DynamicGraph:
                    np.ascontiguousarray(vs, dtype=np.int32), out)
         return out
 
+    def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
+        """For external ids a and b: their slots (u < v) and the pool position of the edge
+        u -> v (-1 when absent); when a or b is unknown (-1) or a == b, their slots as they
+        are (u, v = a's, b's) and -1.  One call instead of a lookup and a search (the
+        one-edge batches of a stream)."""
+        keys, vals = self.ids.table
+        return _find_edge(keys, vals, a, b, self.nbr, self.nlab, self.label, self.start,
+                          self.deg)
+
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All edges touching `slots`, each once, as (u, v, label) with u < v."""
         parts_u, parts_v, parts_l = [], [], []
@@ -363,6 +400,18 @@ class DynamicGraph:
         """Insert absent undirected edges (the engine has deduplicated them)."""
         if len(us) == 0:
             return
+        if len(us) == 1:    # one edge: one compiled call unless the pool must grow first
+            u, v = sorted((int(us[0]), int(vs[0])))
+            top, garbage, degree = _insert_one(self.nbr, self.nlab, self.elab, self.rank,
+                                               self.label, self.start, self.deg, self.cap, u,
+                                               v, int(labels[0]), self.top,
+                                               self.config.min_list_capacity)
+            if top >= 0:
+                self.top = int(top)
+                self.garbage += int(garbage)
+                self.num_edges += 1
+                self._max_degree = max(self._max_degree, int(degree))
+                return
         src, dst, lab = _directed_sorted(us, vs, labels, self.label)
         if len(us) == 1:    # one edge: two lists, one entry each (scalar code is faster)
             touched = src.tolist()

@@ -21,18 +21,22 @@ def _slot(key, mask):
     return np.int64((h ^ (h >> np.uint64(29))) & np.uint64(mask))
 
 
+@nb.njit(cache=True, inline="always")
+def find_slot(keys, vals, q):
+    """The slot of id q in the table (keys, vals), or -1."""
+    mask = keys.shape[0] - 1
+    s = _slot(q, mask)
+    while keys[s] != EMPTY:
+        if keys[s] == q:
+            return vals[s]
+        s = (s + 1) & mask
+    return np.int32(-1)
+
+
 @nb.njit(cache=True)
 def _lookup(keys, vals, query, out):
-    mask = keys.shape[0] - 1
     for i in range(query.shape[0]):
-        q = query[i]
-        s = _slot(q, mask)
-        out[i] = -1
-        while keys[s] != EMPTY:
-            if keys[s] == q:
-                out[i] = vals[s]
-                break
-            s = (s + 1) & mask
+        out[i] = find_slot(keys, vals, query[i])
 
 
 @nb.njit(cache=True)
@@ -81,6 +85,11 @@ class IdMap:
 
     def __len__(self) -> int:
         return self._live
+
+    @property
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, vals) for find_slot in compiled code (replaced when the table grows)."""
+        return self._keys, self._vals
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Internal slot per id, -1 where the id is unknown."""

@@ -130,10 +130,14 @@ class UpdateIndex:
         self.elab = np.empty(0, dtype=np.int32)
         self._touched = np.empty(0, dtype=np.int32)
 
-    def fill(self, capacity: int, us, vs, labels, ranks) -> None:
+    def reserve(self, capacity: int) -> None:
+        """Per-vertex arrays for `capacity` vertices (all counts zero: call between phases)."""
         if self.count.shape[0] < capacity:
             self.start = np.zeros(capacity, dtype=np.int64)
             self.count = np.zeros(capacity, dtype=np.int32)
+
+    def fill(self, capacity: int, us, vs, labels, ranks) -> None:
+        self.reserve(capacity)
         src = np.concatenate([us, vs]).astype(np.int32)
         both = np.concatenate([ranks, ranks]).astype(np.int32)
         order = np.lexsort((both, src))     # per vertex by rank (grouped search relies on it)

@@ -1,0 +1,170 @@
+"""Where a small batch's `Engine.apply` time goes: the service benchmark's stream, in-process.
+
+    python -m benchmarks.apply_profile [--size 1] [--batches 3000] [--rounds 3] [--cprofile]
+
+Same setup as benchmarks.service_bench (GH, 5 random labels, 10% of the edges held out,
+the 10 dense 6-vertex queries standing, counts only) without HTTP or the store: batches
+of `--size` edges cycle through the held-out edges (all inserted, then all deleted), as
+the service benchmark posts them.  Prints, per round, the mean / median / p99 of
+`Engine.apply`, then one instrumented round: each wrapped function's own time (its
+callees' wrapped time left out) per batch.  The wrappers cost ~0.5 us a call, so the
+instrumented round's total is a little above the plain ones.  `--cprofile` adds a cProfile
+listing (which inflates every Python call several times over: use it for call counts).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import io
+import pstats
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
+from benchmarks.service_bench import REPO
+from gpu import engine as engine_module
+from gpu import executor, graph, leafcount, signature, upkeep
+from gpu.engine import Engine
+from gpu.formats import (DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream, load_graph,
+                         read_query, split_stream)
+from gpu.query import QueryGraph
+
+
+def batches(held_out: UpdateStream, size: int, count: int, position: int = 0):
+    """`count` UpdateStreams of `size` records continuing the insert-all/delete-all cycle."""
+    n = len(held_out.a)
+    out = []
+    for _ in range(count):
+        steps = np.arange(position, position + size)
+        position += size
+        index, inserting = steps % n, (steps // n) % 2 == 0
+        out.append(UpdateStream(np.where(inserting, INSERT_EDGE, DELETE_EDGE),
+                                held_out.a[index], held_out.b[index],
+                                np.where(inserting, 0, NO_LABEL), steps + 1, "profile"))
+    return out, position
+
+
+class Sections:
+    """Own time per wrapped function (a stack subtracts the wrapped callees)."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._stack: list[float] = []     # callees' time of each open call
+
+    def wrap(self, owner, name: str, label: str | None = None) -> None:
+        fn = getattr(owner, name, None)
+        if fn is None:      # not in this version of the code
+            return
+        label = label or f"{getattr(owner, '__name__', owner)}.{name}"
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            self._stack.append(0.0)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - t0
+                inner = self._stack.pop()
+                self.own[label] += elapsed - inner
+                self.calls[label] += 1
+                if self._stack:
+                    self._stack[-1] += elapsed
+        setattr(owner, name, timed)
+
+
+def instrument(sections: Sections) -> None:
+    wrap = sections.wrap
+    wrap(engine_module, "normalize", "batch.normalize")
+    for name in ("_start", "_leaf_edges", "_query_arrays", "_incremental", "_count_small",
+                 "_mutate"):
+        wrap(Engine, name, f"Engine.{name}")
+    wrap(engine_module._PendingBatch, "finish", "_PendingBatch.finish")
+    wrap(engine_module, "count_small_cpu", "count_small_cpu (search, compiled)")
+    wrap(engine_module, "small_query", "executor.small_query")
+    wrap(executor.cpu_executor, "count_small", "cpu_executor.count_small (compiled)")
+    wrap(upkeep.QueryArrays, "get", "QueryArrays.get")
+    wrap(upkeep, "leaf_edges", "upkeep.leaf_edges (compiled)")
+    wrap(upkeep, "refresh_candidates", "upkeep.refresh_candidates (compiled)")
+    wrap(graph.DynamicGraph, "set_ranks", "DynamicGraph.set_ranks")
+    wrap(graph.DynamicGraph, "insert_edges", "DynamicGraph.insert_edges")
+    wrap(graph.DynamicGraph, "delete_edges", "DynamicGraph.delete_edges")
+    wrap(graph.DynamicGraph, "delete_vertices", "DynamicGraph.delete_vertices")
+    wrap(graph.DynamicGraph, "edge_positions", "DynamicGraph.edge_positions")
+    wrap(leafcount.UpdateIndex, "fill", "UpdateIndex.fill")
+    wrap(leafcount.UpdateIndex, "clear", "UpdateIndex.clear")
+    wrap(signature.SignatureTable, "encode", "SignatureTable.encode")
+    wrap(signature.SignatureTable, "edges_changed", "SignatureTable.edges_changed")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.apply_profile",
+                                description=__doc__.split("\n", 1)[0])
+    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
+    p.add_argument("--queries-dir", type=Path,
+                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
+    p.add_argument("--queries", type=int, default=10)
+    p.add_argument("--size", type=int, default=1, help="edges per batch")
+    p.add_argument("--batches", type=int, default=3000, help="per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--cprofile", action="store_true")
+    p.add_argument("--top", type=int, default=25)
+    args = p.parse_args(argv)
+
+    initial, held_out = split_stream(load_graph(args.graph, num_labels=5, seed=0),
+                                     INSERT_FRACTION, 0)
+    engine = Engine(initial, backend="cpu")
+    for i in range(args.queries):
+        path = args.queries_dir / f"dense_{i}.graph"
+        engine.add_query(QueryGraph.from_labeled(read_query(path), path.stem))
+    position = 0
+    warm, position = batches(held_out, args.size, 200, position)
+    for batch in warm:
+        engine.apply(batch)
+
+    def run(label: str) -> list[float]:
+        nonlocal position
+        todo, position = batches(held_out, args.size, args.batches, position)
+        seconds, matches = [], 0
+        for batch in todo:
+            t0 = time.perf_counter()
+            result = engine.apply(batch)
+            seconds.append(time.perf_counter() - t0)
+            matches += sum(d.positive + d.negative for d in result.queries.values())
+        q = statistics.quantiles(seconds, n=100)
+        print(f"{label}: {len(seconds)} batches of {args.size}: mean {np.mean(seconds) * 1e3:.3f}"
+              f" ms, median {statistics.median(seconds) * 1e3:.3f} ms, p99 {q[98] * 1e3:.3f}"
+              f" ms; {matches / len(seconds):,.0f} matches a batch", flush=True)
+        return seconds
+
+    for r in range(args.rounds):
+        run(f"round {r + 1}")
+
+    sections = Sections()
+    instrument(sections)
+    seconds = run("instrumented")
+    n = len(seconds)
+    print(f"\nown time per batch (us), {n} batches; total {np.mean(seconds) * 1e6:.0f} us")
+    for label, own in sorted(sections.own.items(), key=lambda kv: -kv[1]):
+        print(f"  {own / n * 1e6:8.1f}  {sections.calls[label] / n:5.1f} calls  {label}")
+
+    if args.cprofile:
+        todo, position = batches(held_out, args.size, args.batches, position)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for batch in todo:
+            engine.apply(batch)
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
