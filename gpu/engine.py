@@ -262,6 +262,14 @@ class Engine:
         """
         return self._start(stream, list_limit, defer=False).finish()
 
+    def start(self, stream: UpdateStream, list_limit: int | Mapping[int, int] = 0
+              ) -> _PendingBatch:
+        """Apply one batch atomically (as `apply`) and start its matching: the batch is
+        applied when this returns, and `finish()` of what it returns gives its BatchResult.
+        On the CUDA executor counted queries' totals may still be on the device until
+        then, so the caller can start the next batch first (as apply_stream does)."""
+        return self._start(stream, list_limit, defer=True)
+
     def apply_stream(self, streams: Iterable[UpdateStream],
                      list_limit: int | Mapping[int, int] = 0) -> Iterator[BatchResult]:
         """Apply batches in order, yielding each one's result (as `apply` does).

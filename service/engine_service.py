@@ -115,6 +115,19 @@ class _Done:
 
 
 @dataclass
+class _Started:
+    """A batch applied to the engine whose results may still be on the device."""
+    pending: object             # Engine.start's: finish() gives the BatchResult
+    seq: int
+    stream: UpdateStream
+    new_labels: dict
+    idempotency: tuple[str, str] | None
+    acknowledged: Future
+    t0: float
+    graph: LabeledGraph | None  # the snapshot's graph, when this seq takes one
+
+
+@dataclass
 class IngestResult:
     """What POST /v1/batches answers: the stored response JSON, and whether it is a replay."""
     response: str
@@ -142,10 +155,19 @@ class EngineService:
         self._pending_keys: dict[str, tuple[str, Future]] = {}
         self._keys_lock = threading.Lock()
         self._last_commit: Future | None = None
+        # Batches applied whose results may still be on the device (CUDA), in order: see
+        # ingest.
+        self._unfinished: deque[_Started] = deque()
 
     async def call(self, fn, *args):
-        """Run `fn(*args)` on the engine thread and await its result."""
-        return await asyncio.wrap_future(self._pool.submit(self._guarded, fn, *args))
+        """Run `fn(*args)` on the engine thread, after every batch applied before it has
+        been handed to the writer, and await its result."""
+        return await asyncio.wrap_future(self._pool.submit(self._guarded, self._settled, fn,
+                                                           *args))
+
+    def _settled(self, fn, *args):
+        self._settle()
+        return fn(*args)
 
     async def ingest_async(self, batch: BatchInput, idempotency: tuple[str, str] | None
                            ) -> IngestResult:
@@ -302,14 +324,63 @@ class EngineService:
         listing = {s.engine_qid: s.max_matches for s in self.queries.values()
                    if s.deliver == "matches"}
         try:
-            result = self.engine.apply(stream, list_limit=listing)
+            pending = self.engine.start(stream, list_limit=listing)
         except BatchRejected as exc:
             self.metrics.rejected()
             raise InputError(f"{batch.where(exc.line)}: {exc.reason}") from None
         except BaseException:
             self._rebuild("a batch failed inside the engine")
             raise
+        # The batch is applied: the in-memory state moves on now (a failed commit rebuilds
+        # it from the store), in arrival order.
         seq = self.seq + 1
+        acknowledged: Future = Future()
+        if idempotency is not None:
+            with self._keys_lock:
+                self._pending_keys[idempotency[0]] = (idempotency[1], acknowledged)
+        self.seq = seq
+        self.labels.commit(staged)
+        every = self.settings.snapshot_every
+        # Taken now: the next batch may be applied before this one is finished.
+        graph = self.engine.to_labeled() if every and seq % every == 0 else None
+        started = _Started(pending, seq, stream, staged.new, idempotency, acknowledged, t0,
+                           graph)
+        if self.backend == "cuda" or self._unfinished:
+            # Its counts may still be on the device: a batch already queued behind this one
+            # starts first (its host work overlapping these kernels), then the batches are
+            # finished and handed to the writer in order (Engine.apply_stream's pipeline).
+            if not self._unfinished:
+                self._pool.submit(self._settle)
+            self._unfinished.append(started)
+        else:
+            self._finish(started)
+        return acknowledged
+
+    def _settle(self) -> None:
+        """Finish the batches still unfinished and hand them to the writer, in order; if
+        one cannot be finished, it and every batch after it fail and the engine is rebuilt
+        from the store."""
+        while self._unfinished:
+            started = self._unfinished.popleft()
+            try:
+                self._finish(started)
+            except BaseException as exc:  # noqa: BLE001 -- answered as unavailable
+                failed = [started, *self._unfinished]
+                self._unfinished.clear()
+                for each in failed:
+                    if each.idempotency is not None:
+                        with self._keys_lock:
+                            self._pending_keys.pop(each.idempotency[0], None)
+                    each.acknowledged.set_exception(ServiceUnavailable(
+                        f"batch {each.seq} could not be finished ({exc}); it was not applied"))
+                self._rebuild(f"batch {started.seq} could not be finished")
+                return
+
+    def _finish(self, started: _Started) -> None:
+        """A started batch's results (waiting for the device if need be), its events and
+        statistics, and its commit handed to the writer (engine thread, in seq order)."""
+        seq, stream, idempotency = started.seq, started.stream, started.idempotency
+        result = started.pending.finish()
         events, stats, results = [], {}, {}
         for standing in self.queries.values():
             delta = result.queries[standing.engine_qid]
@@ -319,22 +390,15 @@ class EngineService:
             if delta.positive or delta.negative:
                 events.append(EventRecord(standing.id, seq, self._payload(standing, seq, delta)))
         timings = {k: round(v, 6) for k, v in result.timings.items()}
-        timings["engine"] = round(time.perf_counter() - t0, 6)
+        timings["engine"] = round(time.perf_counter() - started.t0, 6)
         response_json = json.dumps({"batch": seq, "applied": result.applied,
                                     "ignored": result.ignored, "results": results,
                                     "timings": timings})
         record = BatchRecord(seq=seq, updates=stream, applied=result.applied,
                              ignored=result.ignored, created_at=utc_now(), events=tuple(events),
-                             query_stats=stats, new_labels=staged.new,
+                             query_stats=stats, new_labels=started.new_labels,
                              idempotency=None if idempotency is None else
                              (idempotency[0], idempotency[1], response_json))
-        acknowledged: Future = Future()
-        if idempotency is not None:
-            with self._keys_lock:
-                self._pending_keys[idempotency[0]] = (idempotency[1], acknowledged)
-        # The in-memory state moves on now; a failed commit rebuilds it from the store.
-        self.seq = seq
-        self.labels.commit(staged)
         touched = []
         for standing in self.queries.values():
             delta = result.queries[standing.engine_qid]
@@ -344,9 +408,8 @@ class EngineService:
             touched.append(standing)
             if delta.positive or delta.negative:
                 standing.last_seq = seq
-        every = self.settings.snapshot_every
-        graph = self.engine.to_labeled() if every and seq % every == 0 else None
-        done = _Done(seq, acknowledged, events, response_json, result, len(stream), t0, graph,
+        done = _Done(seq, started.acknowledged, events, response_json, result, len(stream),
+                     started.t0, started.graph,
                      idempotency[0] if idempotency is not None else None, touched)
         try:
             commit = self.store.append_batch_async(record)
@@ -355,7 +418,6 @@ class EngineService:
             commit.set_exception(exc)
         self._last_commit = commit
         commit.add_done_callback(lambda f: self._committed(done, f))
-        return acknowledged
 
     def _replay(self, key: str, request_hash: str) -> Future | None:
         """The acknowledgement of an earlier request with this Idempotency-Key, or None."""
@@ -412,6 +474,7 @@ class EngineService:
     def _rebuild_after_failed_commit(self, seq: int) -> None:
         """Engine thread: once the writer is idle, rebuild unless an earlier rebuild already
         brought memory back to the store's state."""
+        self._settle()      # batches after the failed one fail at the writer (seq gap)
         last = self._last_commit
         if last is not None:
             wait([last])
@@ -440,6 +503,11 @@ class EngineService:
 
     def _rebuild(self, why: str) -> None:
         log.error("%s; rebuilding the engine from the store", why)
+        # The batches applied before: handed to the writer and committed first, so that
+        # the store the engine is rebuilt from holds them (and memory equals the store).
+        self._settle()
+        if self._last_commit is not None:
+            wait([self._last_commit])
         try:
             self.recover()
         except BaseException as exc:
