@@ -266,14 +266,17 @@ def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp
     if vs.shape[0] != count or ranks.shape[0] != count:
         raise ValueError(f"us, vs and ranks differ in length: {count}, {vs.shape[0]}, "
                          f"{ranks.shape[0]}")
-    if count == 0:
+    _one_thread_each("ranks", "set_edge_ranks", 2 * count,
+                     (start, deg, nbr, nlab, label, rank, us, vs, ranks, np.int32(count),
+                      np.int32(1 if clear else 0)))
+
+
+def _one_thread_each(source: str, kernel: str, items: int, args: tuple,
+                     threads: int = 256) -> None:
+    """Launch gpu/kernels/<source>.cu:<kernel> with a thread per item (none for none)."""
+    if items == 0:
         return
-    threads = 256
-    blocks = -(-2 * count // threads)
-    module("ranks").get_function("set_edge_ranks")(
-        (blocks,), (threads,),
-        (start, deg, nbr, nlab, label, rank, us, vs, ranks, np.int32(count),
-         np.int32(1 if clear else 0)))
+    module(source).get_function(kernel)((-(-items // threads),), (threads,), args)
 
 
 _SCRATCH: dict[str, cp.ndarray] = {}
@@ -510,13 +513,9 @@ def count_edges(us: cp.ndarray, vs: cp.ndarray, delta: int, slot_of: cp.ndarray,
     if vs.shape[0] != us.shape[0] or delta not in (1, -1):
         raise ValueError(f"us and vs differ in length ({us.shape[0]}, {vs.shape[0]}) or "
                          f"delta {delta} is not 1 or -1")
-    if us.shape[0] == 0:
-        return
-    threads = 256
-    module("signature").get_function("count_edges")(
-        (-(-us.shape[0] // threads),), (threads,),
-        (us, vs, np.int32(us.shape[0]), np.int32(delta), slot_of, counts,
-         np.int32(counts.shape[1]), deg))
+    _one_thread_each("signature", "count_edges", us.shape[0],
+                     (us, vs, np.int32(us.shape[0]), np.int32(delta), slot_of, counts,
+                      np.int32(counts.shape[1]), deg))
 
 
 class QueryTables(NamedTuple):
@@ -546,11 +545,7 @@ def refresh_candidates(vertices: cp.ndarray, counts: cp.ndarray, codes: cp.ndarr
     if queries.q_codes.shape[1:] != (MAX_QUERY, words) or words * 32 < counts.shape[1]:
         raise ValueError(f"codes have {words} words for {counts.shape[1]} label slots, "
                          f"query codes {queries.q_codes.shape[1:]}")
-    if vertices.shape[0] == 0:
-        return
-    threads = 128
-    module("signature").get_function("refresh")(
-        (-(-vertices.shape[0] // threads),), (threads,),
-        (vertices, np.int32(vertices.shape[0]), counts, np.int32(counts.shape[1]), codes,
-         np.int32(words), label, deg, alive, np.int32(queries.cand_ptrs.shape[0]),
-         *queries))
+    _one_thread_each("signature", "refresh", vertices.shape[0],
+                     (vertices, np.int32(vertices.shape[0]), counts,
+                      np.int32(counts.shape[1]), codes, np.int32(words), label, deg, alive,
+                      np.int32(queries.cand_ptrs.shape[0]), *queries), threads=128)
