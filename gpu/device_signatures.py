@@ -84,20 +84,27 @@ class DeviceSignatures:
 
     # ---- queries --------------------------------------------------------
     def add_query(self, qid: int, query, graph) -> None:
+        """Encode the query's labels (re-encoding every vertex when they are new) and
+        compute its bits for every vertex; on failure the query is not registered."""
         new = np.union1d(self.labels, np.unique(query.labels).astype(np.int64))
-        self._queries[qid] = (query, None)
         self.resize(graph)
-        if len(new) > len(self.labels):
-            self.labels = new
-            self._recount(graph)    # every query's codes and bits change with the slots
-            return
-        self._queries[qid] = (query, query_codes(self.labels, query))
-        self.cand[qid] = cp.zeros(self.capacity, dtype=np.uint32)
+        self._queries[qid] = (query, None)
         self._tables = None
-        self._refresh(cp.arange(graph.num_slots, dtype=np.int32))
+        try:
+            if len(new) > len(self.labels):
+                self.labels = new
+                self._recount(graph)    # every query's codes and bits change with the slots
+                return
+            self._queries[qid] = (query, query_codes(self.labels, query))
+            self.cand[qid] = cp.zeros(self.capacity, dtype=np.uint32)
+            self._refresh(cp.arange(graph.num_slots, dtype=np.int32))
+        except BaseException:
+            self._queries.pop(qid)
+            self.cand.pop(qid, None)
+            raise
 
     def remove_query(self, qid: int) -> None:
-        self.cand.pop(qid)
+        self.cand.pop(qid, None)
         self._queries.pop(qid)
         self._tables = None
 

@@ -140,13 +140,19 @@ class Engine:
             self._device.register_labels(query.labels)
         qid = self._next_id
         self._next_id += 1
-        self.signatures.add_query(qid, query, self.graph)
-        cand = self.signatures.host_cand(qid)
-        plan = build_plan(query, self._plan_stats(query, cand), coalesce=self.coalesce)
-        leaves = LeafCounts(query, self.graph.label.shape[0], kept=self._device is None)
-        leaves.rebuild(self.graph, cand)
-        self._queries[qid] = _Standing(plan, leaves)
+        # Registration may replace every query's codes (a wider label set): the upkeep
+        # lists are stale from here on, whether or not the rest succeeds.
         self._arrays_generation += 1
+        self.signatures.add_query(qid, query, self.graph)
+        try:
+            cand = self.signatures.host_cand(qid)
+            plan = build_plan(query, self._plan_stats(query, cand), coalesce=self.coalesce)
+            leaves = LeafCounts(query, self.graph.label.shape[0], kept=self._device is None)
+            leaves.rebuild(self.graph, cand)
+        except BaseException:
+            self.signatures.remove_query(qid)
+            raise
+        self._queries[qid] = _Standing(plan, leaves)
         return qid
 
     def _plan_stats(self, query: QueryGraph, cand: np.ndarray) -> PlanStats:

@@ -158,6 +158,9 @@ class EngineService:
         # Batches applied whose results may still be on the device (CUDA), in order: see
         # ingest.
         self._unfinished: deque[_Started] = deque()
+        # Whether batches queued behind each other are pipelined (see ingest): None, on the
+        # CUDA executor only; tests set True to run the pipeline on the CPU one.
+        self.pipeline: bool | None = None
 
     async def call(self, fn, *args):
         """Run `fn(*args)` on the engine thread, after every batch applied before it has
@@ -168,6 +171,17 @@ class EngineService:
     def _settled(self, fn, *args):
         self._settle()
         return fn(*args)
+
+    def _caught_up(self) -> None:
+        """Before a change committed in a transaction of its own (a query registered or
+        deleted, a graph loaded): every batch before it is committed, and memory equals
+        the store (rebuilt if one of those commits failed), so the change never lands in
+        the store ahead of a batch that then fails."""
+        self._settle()
+        if self._last_commit is not None:
+            wait([self._last_commit])
+        if self.seq != self.store.last_seq():
+            self._rebuild("a batch before this request could not be persisted")
 
     async def ingest_async(self, batch: BatchInput, idempotency: tuple[str, str] | None
                            ) -> IngestResult:
@@ -202,6 +216,9 @@ class EngineService:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        # The last commits hand snapshots to the snapshot thread when they are done.
+        if self._last_commit is not None:
+            wait([self._last_commit])
         self._snapshots.shutdown(wait=True)
 
     # ---- start-up (engine thread) -----------------------------------------------
@@ -345,16 +362,23 @@ class EngineService:
         graph = self.engine.to_labeled() if every and seq % every == 0 else None
         started = _Started(pending, seq, stream, staged.new, idempotency, acknowledged, t0,
                            graph)
-        if self.backend == "cuda" or self._unfinished:
+        if self.pipelined or self._unfinished:
             # Its counts may still be on the device: a batch already queued behind this one
             # starts first (its host work overlapping these kernels), then the batches are
             # finished and handed to the writer in order (Engine.apply_stream's pipeline).
-            if not self._unfinished:
-                self._pool.submit(self._settle)
             self._unfinished.append(started)
+            if len(self._unfinished) == 1:
+                try:
+                    self._pool.submit(self._settle)
+                except RuntimeError:    # shutting down: nothing is left to overlap with
+                    self._settle()
         else:
             self._finish(started)
         return acknowledged
+
+    @property
+    def pipelined(self) -> bool:
+        return self.backend == "cuda" if self.pipeline is None else self.pipeline
 
     def _settle(self) -> None:
         """Finish the batches still unfinished and hand them to the writer, in order; if
@@ -503,12 +527,12 @@ class EngineService:
 
     def _rebuild(self, why: str) -> None:
         log.error("%s; rebuilding the engine from the store", why)
-        # The batches applied before: handed to the writer and committed first, so that
-        # the store the engine is rebuilt from holds them (and memory equals the store).
-        self._settle()
-        if self._last_commit is not None:
-            wait([self._last_commit])
         try:
+            # The batches applied before: handed to the writer and committed first, so
+            # that the store the engine is rebuilt from holds them (memory equals store).
+            self._settle()
+            if self._last_commit is not None:
+                wait([self._last_commit])
             self.recover()
         except BaseException as exc:
             self.failure = f"rebuild after '{why}' failed: {exc}"
@@ -534,6 +558,7 @@ class EngineService:
         if dry_run:
             return QueryValidation(pattern=pattern, vertices=query.num_vertices,
                                    edges=query.num_edges)
+        self._caught_up()
         standing = Standing(id=qid, name=name, pattern=pattern, deliver=create.deliver,
                             max_matches=max_matches, backfill=create.backfill,
                             created_seq=self.seq, created_at=utc_now(),
@@ -567,6 +592,7 @@ class EngineService:
 
     def delete(self, qid: int) -> None:
         standing = self._standing(qid)
+        self._caught_up()
         self.store.delete_query(qid)
         self.engine.remove_query(standing.engine_qid)
         del self.queries[qid]
@@ -607,6 +633,7 @@ class EngineService:
 
     def load_graph(self, graph: LabeledGraph, staged: StagedLabels) -> GraphPublic:
         """Bulk-load `graph` into the empty service (snapshot 0)."""
+        self._caught_up()
         if not self._is_empty():
             raise Conflict("the graph can be bulk-loaded only while it is empty and no batch "
                            "has been applied; use POST /v1/batches")

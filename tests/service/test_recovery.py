@@ -181,7 +181,7 @@ def test_a_corrupt_snapshot_falls_back_to_the_older_one(tmp_path):
         assert graph_state(client) == reference
 
 
-def test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path):
+def test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, pipeline=None):
     """Batches posted from many threads at once are numbered in arrival order, and each
     one's results, events and the final state equal posting them one by one in that order
     (on CUDA the engine thread then pipelines them: a batch queued behind another starts
@@ -191,6 +191,7 @@ def test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path):
     start, batches = _stream(seed=13, batches=24)
     answers: dict[int, dict] = {}
     with running(tmp_path / "together") as client:
+        client.app.state.motifstream.engine.pipeline = pipeline
         client.put("/v1/graph", json=graph_json(start))
         ids = _register(client)
 
@@ -219,3 +220,43 @@ def test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path):
         assert together == {"state": graph_state(client),
                             "events": [client.get(f"/v1/queries/{q}/results").json()
                                        for q in ids]}
+
+
+def test_concurrent_batches_pipelined_on_the_cpu_executor(tmp_path):
+    """The CUDA executor's pipeline (a batch queued behind another starts before the one
+    before it is finished), forced on the CPU executor: the same check as above."""
+    test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, pipeline=True)
+
+
+def test_query_registered_while_the_commit_before_it_fails(tmp_path):
+    """A query registered while the commit of the batch before it runs, and then fails,
+    is stored after that batch's fate is known: created at the last committed batch, and
+    the batches after it (which take the failed batch's number) go on normally."""
+    start, batches = _stream(seed=14, batches=5)
+    with running(tmp_path / "data") as client:
+        client.put("/v1/graph", json=graph_json(start))
+        _register(client)
+        state = client.app.state.motifstream
+        assert client.post("/v1/batches", json=batches[0]).status_code == 200
+        real = state.store.append_batch_async
+
+        def fails_later(record):
+            failed: Future = Future()
+            threading.Timer(0.4, failed.set_exception, args=(OSError("disk full"),)).start()
+            return failed
+        state.store.append_batch_async = fails_later
+        answer = {}
+        poster = threading.Thread(target=lambda: answer.update(
+            r=client.post("/v1/batches", json=batches[1])))
+        poster.start()
+        time.sleep(0.1)     # the batch is applied, its commit running
+        state.store.append_batch_async = real
+        late = client.post("/v1/queries", json={"pattern": pattern_json(PATTERNS["triangle"]),
+                                                "name": "late", "backfill": True})
+        poster.join()
+        assert answer["r"].status_code == 503
+        assert late.status_code == 201, late.text
+        assert late.json()["created_batch"] == 1
+        for b in batches[1:]:
+            r = client.post("/v1/batches", json=b)
+            assert r.status_code == 200, r.text
