@@ -172,16 +172,19 @@ class EngineService:
         self._settle()
         return fn(*args)
 
-    def _caught_up(self) -> None:
-        """Before a change committed in a transaction of its own (a query registered or
-        deleted, a graph loaded): every batch before it is committed, and memory equals
-        the store (rebuilt if one of those commits failed), so the change never lands in
-        the store ahead of a batch that then fails."""
+    def _caught_up(self, why: str = "a batch before this request could not be persisted"
+                   ) -> None:
+        """Every batch applied so far handed to the writer (those after a failed one fail
+        there: their seq no longer follows) and committed, then memory made equal to the
+        store: rebuilt, with `why` logged, unless it already is (an earlier rebuild).
+        Runs before a change committed in a transaction of its own (a query registered or
+        deleted, a graph loaded), so that it never lands in the store ahead of a batch
+        that then fails, and after a failed commit."""
         self._settle()
         if self._last_commit is not None:
             wait([self._last_commit])
         if self.seq != self.store.last_seq():
-            self._rebuild("a batch before this request could not be persisted")
+            self._rebuild(why)
 
     async def ingest_async(self, batch: BatchInput, idempotency: tuple[str, str] | None
                            ) -> IngestResult:
@@ -479,7 +482,8 @@ class EngineService:
             done.acknowledged.set_exception(ServiceUnavailable(
                 f"batch {done.seq} could not be persisted ({exc}); it was not applied"))
             try:
-                self._pool.submit(self._rebuild_after_failed_commit, done.seq)
+                self._pool.submit(self._caught_up,
+                                  f"batch {done.seq} could not be persisted")
             except RuntimeError:    # shutting down: the next start recovers from the store
                 pass
             return
@@ -494,16 +498,6 @@ class EngineService:
         except Exception:   # the batch is durable whatever happens here: acknowledge it
             log.exception("after committing batch %d", done.seq)
         done.acknowledged.set_result(IngestResult(done.response_json, replayed=False))
-
-    def _rebuild_after_failed_commit(self, seq: int) -> None:
-        """Engine thread: once the writer is idle, rebuild unless an earlier rebuild already
-        brought memory back to the store's state."""
-        self._settle()      # batches after the failed one fail at the writer (seq gap)
-        last = self._last_commit
-        if last is not None:
-            wait([last])
-        if self.seq != self.store.last_seq():
-            self._rebuild(f"batch {seq} could not be persisted")
 
     @staticmethod
     def _payload(standing: Standing, seq: int, delta) -> str:
