@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from storage import (
     transactions,
 )
 from storage.store import DB_NAME, REPLAY_PAGE
+from storage.writer_process import ProcessWriter
 from tests.storage.builders import (
     assert_same_graph,
     assert_same_stream,
@@ -124,6 +126,11 @@ def writer_blocked(store: Store) -> Iterator[None]:
     try:
         store._writer.submit(transactions.insert_labels, {})
         yield
+        if isinstance(store._writer, ProcessWriter):
+            # The child's drain thread moves what the body sent from the pipe into the
+            # child's queue; a group is what is queued when the transaction ahead ends,
+            # so give it time to have all of it there (it needs microseconds).
+            time.sleep(0.2)
     finally:
         other.execute("COMMIT")
         other.close()
