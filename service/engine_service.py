@@ -29,6 +29,7 @@ from gpu.device import device_memory_bytes
 from gpu.engine import Engine
 from gpu.formats import LabeledGraph, UpdateStream, load_graph
 from gpu.query import MAX_QUERY_VERTICES, QueryGraph
+from gpu.warm_up import warm_up
 from service.ingest import BatchInput, InputError
 from service.labels import LabelDictionary, StagedLabels
 from service.patterns import pattern_of, to_query
@@ -305,16 +306,9 @@ class EngineService:
                         total_negative=record.total_negative, last_seq=record.last_seq)
 
     def warm_up(self) -> None:
-        """Compile (or load from cache) every kernel a batch uses, on a throw-away engine."""
+        """Compile (or load from cache) every kernel a batch can use, on a throw-away engine."""
         t0 = time.perf_counter()
-        graph = LabeledGraph(np.arange(4), np.zeros(4), np.array([0, 1]), np.array([1, 2]),
-                             np.zeros(2))
-        engine = Engine(graph, backend=self.backend, config=self._engine_config())
-        qid = engine.add_query(QueryGraph.build("warm-up", [0, 1, 2], [0, 0, 0],
-                                                [(0, 1), (1, 2), (0, 2)]))
-        engine.apply(UpdateStream.from_records([(2, 0, 2, 0), (2, 2, 3, 0), (3, 0, 1, -1)]),
-                     list_limit=4)
-        engine.count(qid)
+        warm_up(self.backend, self._engine_config())
         log.info("kernels warm in %.2f s", time.perf_counter() - t0)
 
     def _is_empty(self) -> bool:

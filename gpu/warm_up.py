@@ -1,0 +1,76 @@
+"""Compiling (or loading from Numba's cache) every kernel an engine's batches can reach.
+
+A service reports itself ready only after this ran, so no client's batch waits for a
+compilation.  Each path of `Engine.apply` compiles its own functions on first use: the
+one-edge batch (`DynamicGraph.find_edge` and the one-edge insert), the small-batch call
+(fewer than `serial_below_tasks` edges, serial), the general search with its parallel
+region (more tasks than that), the leaf counts and leaf groups of queries with degree-1
+vertices, listing, vertex records, and the static count and listing behind a backfill.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpu.config import EngineConfig
+from gpu.engine import Engine
+from gpu.formats import (DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, ADD_VERTEX, NO_LABEL,
+                         LabeledGraph, UpdateStream)
+from gpu.query import QueryGraph
+
+_VERTICES = 80
+
+
+def _ring(steps) -> tuple[np.ndarray, np.ndarray]:
+    """Edges i -- i+s (mod _VERTICES) for each step s: a graph dense in triangles."""
+    src = np.concatenate([np.arange(_VERTICES)] * len(steps))
+    dst = np.concatenate([(np.arange(_VERTICES) + s) % _VERTICES for s in steps])
+    return src, dst
+
+
+def _queries() -> list[QueryGraph]:
+    return [
+        # No leaf.
+        QueryGraph.build("warm-triangle", [0, 1, 2], [0, 0, 0], [(0, 1), (1, 2), (0, 2)]),
+        # One leaf (leaf counts).
+        QueryGraph.build("warm-tail", [0, 1, 2, 3], [0, 0, 0, 0],
+                         [(0, 1), (1, 2), (0, 2), (2, 3)]),
+        # Two leaves on one parent (leaf groups).
+        QueryGraph.build("warm-star", [0, 1, 2, 3, 4], [0, 0, 0, 0, 0],
+                         [(0, 1), (1, 2), (0, 2), (0, 3), (0, 4)]),
+    ]
+
+
+def _edges(kind, src, dst) -> UpdateStream:
+    label = 0 if kind == INSERT_EDGE else NO_LABEL
+    return UpdateStream.from_records([(kind, int(a), int(b), label) for a, b in zip(src, dst)])
+
+
+def warm_up(backend: str, config: EngineConfig | None = None) -> None:
+    """Run every kind of batch once on a throw-away engine of `backend`."""
+    config = config or EngineConfig()
+    src, dst = _ring([1, 2, 5])
+    graph = LabeledGraph(np.arange(_VERTICES), np.zeros(_VERTICES), src, dst,
+                         np.zeros(len(src)))
+    engine = Engine(graph, backend=backend, config=config)
+    qids = [engine.add_query(q) for q in _queries()]
+    listed = {qids[0]: 4}
+    # Enough edges that every query gets more tasks than the serial threshold.
+    size = max(100, config.serial_below_tasks + 1)
+    more_src, more_dst = _ring([7, 11, 13])
+    more_src, more_dst = more_src[:size], more_dst[:size]
+    pairs = [  # (insert, delete): the same edges back out again
+        (_edges(INSERT_EDGE, [0], [40]), _edges(DELETE_EDGE, [0], [40])),
+        (_edges(INSERT_EDGE, more_src[:3], more_dst[:3]),
+         _edges(DELETE_EDGE, more_src[:3], more_dst[:3])),
+        (_edges(INSERT_EDGE, more_src, more_dst), _edges(DELETE_EDGE, more_src, more_dst)),
+        (UpdateStream.from_records([(ADD_VERTEX, 1000, 0, 0), (INSERT_EDGE, 1000, 0, 0),
+                                    (INSERT_EDGE, 1000, 1, 0)]),
+         UpdateStream.from_records([(DELETE_VERTEX, 1000, 0, NO_LABEL)])),
+    ]
+    for list_limit in (0, listed):      # every query counted, then one of them listed
+        for inserted, deleted in pairs:
+            engine.apply(inserted, list_limit=list_limit)
+            engine.apply(deleted, list_limit=list_limit)
+    for qid in qids:
+        engine.count(qid)
+        engine.matches(qid, limit=4)
