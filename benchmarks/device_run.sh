@@ -9,7 +9,8 @@
 #                "--ignore tests/gpu/test_pma.py" when the packed memory array is unchanged)
 #   service-tests  the service and storage tests with the service on the cuda executor
 #                (MOTIFSTREAM_TEST_DEVICE_GRAPH=pma: on the packed-memory-array layout)
-#   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags)
+#   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags;
+#                SERVICE_BACKEND=cpu runs it on the CPU executor, on the device host's cores)
 #   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
@@ -58,7 +59,7 @@ for stage in "${stages[@]}"; do
                 tests/service tests/storage 2>&1 | tee "$OUT/service-tests.txt" | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-bench)
-            python3 -m benchmarks.service_bench --graph "$GRAPH" --backend cuda \
+            python3 -m benchmarks.service_bench --graph "$GRAPH" --backend "${SERVICE_BACKEND:-cuda}" \
                 --json "$OUT/service-bench.jsonl" ${SERVICE_ARGS:-} 2>&1 \
                 | tee "$OUT/service-bench.txt" | tail -20 ;;
         profile-*)
