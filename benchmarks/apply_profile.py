@@ -1,6 +1,7 @@
 """Where a small batch's `Engine.apply` time goes: the service benchmark's stream, in-process.
 
     python -m benchmarks.apply_profile [--size 1] [--batches 3000] [--rounds 3] [--cprofile]
+    python -m benchmarks.apply_profile --size 100 --shared-region-threads 4 0
 
 Same setup as benchmarks.service_bench (GH, 5 random labels, 10% of the edges held out,
 the 10 dense 6-vertex queries standing, counts only) without HTTP or the store: batches
@@ -17,18 +18,21 @@ import argparse
 import cProfile
 import functools
 import io
+import os
 import pstats
 import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from benchmarks.service_bench import REPO
 from gpu import engine as engine_module
 from gpu import executor, graph, leafcount, signature, upkeep
+from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.formats import (DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream, load_graph,
                          read_query, split_stream)
@@ -103,6 +107,45 @@ def instrument(sections: Sections) -> None:
     wrap(signature.SignatureTable, "edges_changed", "SignatureTable.edges_changed")
 
 
+def _engine(args, initial, config: EngineConfig) -> Engine:
+    engine = Engine(initial, backend="cpu", config=config)
+    for i in range(args.queries):
+        path = args.queries_dir / f"dense_{i}.graph"
+        engine.add_query(QueryGraph.from_labeled(read_query(path), path.stem))
+    return engine
+
+
+def compare(args, initial, held_out) -> None:
+    """One engine per --shared-region-threads value, every batch applied to each in turn
+    (the order rotating), so that they see the same graph and the same spells of the
+    machine's speed; the counts must agree."""
+    engines = [_engine(args, initial, EngineConfig(shared_region_threads=n))
+               for n in args.shared_region_threads]
+    warm, position = batches(held_out, args.size, 200, 0)
+    for batch in warm:
+        for engine in engines:
+            engine.apply(batch)
+    for r in range(args.rounds):
+        todo, position = batches(held_out, args.size, args.batches, position)
+        seconds = [[] for _ in engines]
+        for j, batch in enumerate(todo):
+            counts = set()
+            for k in range(len(engines)):
+                e = (j + k) % len(engines)
+                t0 = time.perf_counter()
+                result = engines[e].apply(batch)
+                seconds[e].append(time.perf_counter() - t0)
+                counts.add(tuple(sorted((q, d.positive, d.negative)
+                                        for q, d in result.queries.items())))
+            assert len(counts) == 1, f"batch {j}: the engines' counts differ"
+        for n, s in zip(args.shared_region_threads, seconds, strict=True):
+            q = statistics.quantiles(s, n=100)
+            print(f"round {r + 1}, shared_region_threads={n}: {len(s)} batches of "
+                  f"{args.size}: mean {np.mean(s) * 1e3:.3f} ms, median "
+                  f"{statistics.median(s) * 1e3:.3f} ms, p99 {q[98] * 1e3:.3f} ms",
+                  flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.apply_profile",
                                 description=__doc__.split("\n", 1)[0])
@@ -115,14 +158,20 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cprofile", action="store_true")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--shared-region-threads", type=int, nargs="+", metavar="N",
+                   help="compare engines with these EngineConfig.shared_region_threads "
+                        "(0: never the parallel shared call) on the same batches, each "
+                        "batch applied to every engine in turn, then stop")
     args = p.parse_args(argv)
 
     initial, held_out = split_stream(load_graph(args.graph, num_labels=5, seed=0),
                                      INSERT_FRACTION, 0)
-    engine = Engine(initial, backend="cpu")
-    for i in range(args.queries):
-        path = args.queries_dir / f"dense_{i}.graph"
-        engine.add_query(QueryGraph.from_labeled(read_query(path), path.stem))
+    print(f"numba {numba.__version__}, {numba.get_num_threads()} threads, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}", flush=True)
+    if args.shared_region_threads:
+        compare(args, initial, held_out)
+        return
+    engine = _engine(args, initial, EngineConfig())
     position = 0
     warm, position = batches(held_out, args.size, 200, position)
     for batch in warm:

@@ -30,6 +30,16 @@ class EngineConfig:
     # CPU executor: a query's tasks run on the calling thread alone when fewer than this
     # (a parallel region costs more than a few tasks, and stalls on a busy host).
     serial_below_tasks: int = 64
+    # CPU executor: the counted queries of a phase share one compiled call (off: each
+    # query runs alone through the general path, as listed ones do; tests).
+    shared_call: bool = True
+    # CPU executor: with at least this many Numba threads (0: never), that call takes a
+    # phase of any size and runs the tasks of every query in one parallel region, heavy
+    # tasks split over the workers (count_phase); with fewer (a small machine, where the
+    # service's threads take the cores a region would wait for), it takes phases of fewer
+    # than serial_below_tasks edges and searches them serially (count_small), and larger
+    # phases run query by query.
+    shared_region_threads: int = 4
     # Id-map slots allocated up front (power of two); grows at 50 % load.
     initial_idmap_capacity: int = 1 << 12
     # CUDA executor: busy warps hand unexplored candidates to idle ones (off: ablation).
@@ -58,6 +68,9 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.shared_region_threads, int) or self.shared_region_threads < 0:
+            raise ValueError(f"EngineConfig.shared_region_threads must be a non-negative "
+                             f"integer, got {self.shared_region_threads!r}")
         if self.device_graph not in DEVICE_GRAPHS:
             raise ValueError(f"EngineConfig.device_graph must be one of {DEVICE_GRAPHS}, got "
                              f"{self.device_graph!r}")
@@ -74,4 +87,4 @@ class EngineConfig:
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, serial_below_tasks=1,
-                   pma_segment_size=2, launch_pairs=1)
+                   pma_segment_size=2, launch_pairs=1, shared_region_threads=0)

@@ -278,12 +278,17 @@ def _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks):
 
 @nb.njit(cache=True)
 def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_pos, limit,
-            listing):
-    """Matches of one task.  Returns the count; writes rows from out_pos when listing."""
+            listing, part, parts):
+    """Matches of one task.  Returns the count; writes rows from out_pos when listing.
+
+    Counting (not listing) may split a task into `parts` pieces: piece `part` takes the
+    level-2 candidates i with i % parts == part (count_phase); parts = 1 is the task."""
     orders, tail_free, leaf_from, tail_head = plan[1], plan[5], plan[6], plan[7]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     n = orders.shape[1]
     last = n - 1
+    if part > 0 and (last <= 2 or leaf_from[t] == 2 or (tail_free[t] and last == 3)):
+        return np.int64(0)      # level 2 is counted, not enumerated: piece 0 has it all
     m[0] = u
     m[1] = v
     if n == 2:
@@ -336,8 +341,9 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
             else:
                 _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
                 idx[level] = 0
-        # advance at `level` to the next unused candidate
-        while idx[level] < cnt[level] and _used(m, level, buf[level, idx[level]]):
+        # advance at `level` to the next unused candidate (of this piece, at level 2)
+        while idx[level] < cnt[level] and (_used(m, level, buf[level, idx[level]]) or
+                                           (level == 2 and idx[level] % parts != part)):
             idx[level] += 1
         if idx[level] >= cnt[level]:
             level -= 1
@@ -412,7 +418,7 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
                 if pos >= limit:
                     continue
             counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
-                                plan, leaves, scratch, None, out, pos, limit, listing)
+                                plan, leaves, scratch, None, out, pos, limit, listing, 0, 1)
     return counts
 
 
@@ -435,6 +441,107 @@ def count_small(queries, us, vs, labels, serial_below, group_size, graph, upd_st
     make_tasks does.  A small batch then costs one dispatch per phase instead of a dozen
     NumPy calls on one-element arrays per query, and the GIL is released once for all of
     it: the service's event loop and writer run on the other core while it searches."""
+    marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
+    ranks, upd = marks[0], marks[3:]
+    totals = np.empty(len(queries), dtype=np.int64)
+    for q in range(len(queries)):
+        roots, root_labels, cand, plan, column, nc = queries[q]
+        tu, tv, tr, tt, ntasks = _query_tasks(us, vs, labels, ranks, roots, root_labels,
+                                              cand, plan[10], group_size)
+        if ntasks < 0 or ntasks >= serial_below:
+            totals[q] = -1
+            continue
+        if ntasks == 0:
+            totals[q] = 0
+            continue
+        leaves = (column, nc, upd_start, upd_cnt) + upd
+        multiplicity = plan[9]
+        n = plan[1].shape[1]
+        scratch = new_scratch(n, max_deg + 1)
+        no_out = np.empty((0, n), dtype=np.int32)
+        total = np.int64(0)
+        for i in range(ntasks):
+            found = _search(tu[i], tv[i], tr[i], tt[i], graph, cand, plan, leaves, scratch,
+                            None, no_out, np.int64(0), np.int64(0), False, 0, 1)
+            total += found * multiplicity[tt[i]]
+        totals[q] = total
+    _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
+    return totals
+
+
+@nb.njit(cache=True, parallel=True)
+def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, max_deg,
+                heavy_weight, pieces, max_chunks):
+    """count_small for a phase of any size, the tasks of every query in one parallel
+    region: one region a phase instead of one a query, and a heavy task (a hub's edge,
+    which can hold most of a batch's matches) split into pieces over the workers.
+
+    A task whose edge has deg(u) * deg(v) >= heavy_weight runs as `pieces` pieces
+    (interleaved slices of its level-2 candidates), the others whole; the pieces are dealt
+    round-robin to at most `max_chunks` chunks, each with its own search state, scheduled
+    dynamically (run it under numba.parallel_chunksize(1)).  Returns what count_small
+    returns, with no bound on the tasks: -1 only where a leaf group forms."""
+    deg = graph[1]
+    marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
+    ranks, upd = marks[0], marks[3:]
+    nq = len(queries)
+    totals = np.zeros(nq, dtype=np.int64)
+    cap = 0
+    for q in range(nq):
+        cap += queries[q][0].shape[0] * us.shape[0]
+    task_q = np.empty(cap, dtype=np.int32)
+    task_u = np.empty(cap, dtype=np.int32)
+    task_v = np.empty(cap, dtype=np.int32)
+    task_r = np.empty(cap, dtype=np.int32)
+    task_t = np.empty(cap, dtype=np.int32)
+    ntasks = 0
+    n_max = 2
+    for q in range(nq):
+        roots, root_labels, cand, plan, column, nc = queries[q]
+        tu, tv, tr, tt, made = _query_tasks(us, vs, labels, ranks, roots, root_labels, cand,
+                                            plan[10], group_size)
+        if made < 0:
+            totals[q] = -1
+            continue
+        task_q[ntasks:ntasks + made] = q
+        task_u[ntasks:ntasks + made] = tu[:made]
+        task_v[ntasks:ntasks + made] = tv[:made]
+        task_r[ntasks:ntasks + made] = tr[:made]
+        task_t[ntasks:ntasks + made] = tt[:made]
+        ntasks += made
+        n_max = max(n_max, plan[1].shape[1])
+    first_piece = np.zeros(ntasks + 1, dtype=np.int64)
+    for i in range(ntasks):
+        heavy = np.float64(deg[task_u[i]]) * deg[task_v[i]] >= heavy_weight
+        first_piece[i + 1] = first_piece[i] + (pieces if heavy else 1)
+    npieces = first_piece[ntasks]
+    found = np.zeros(npieces, dtype=np.int64)
+    nchunks = min(npieces, max_chunks)
+    width = max_deg + 1
+    for c in nb.prange(nchunks):
+        scratch = new_scratch(n_max, width)
+        # Chunk c takes pieces c, c + nchunks, ...: a split task's pieces are consecutive,
+        # so they land in different chunks.
+        for k in range(c, npieces, nchunks):
+            i = np.searchsorted(first_piece, k, side="right") - 1
+            roots, root_labels, cand, plan, column, nc = queries[task_q[i]]
+            leaves = (column, nc, upd_start, upd_cnt) + upd
+            found[k] = _search(task_u[i], task_v[i], task_r[i], task_t[i], graph, cand, plan,
+                               leaves, scratch, None, np.empty((0, 0), dtype=np.int32),
+                               np.int64(0), np.int64(0), False, k - first_piece[i],
+                               first_piece[i + 1] - first_piece[i]) * plan[9][task_t[i]]
+    for i in range(ntasks):
+        totals[task_q[i]] += found[first_piece[i]:first_piece[i + 1]].sum()
+    _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
+    return totals
+
+
+@nb.njit(cache=True)
+def _mark_updates(us, vs, labels, graph, upd_start, upd_cnt):
+    """Ranks 1..k for the update edges us-vs in the graph's rank column (both directions)
+    and the update index filled per endpoint: DynamicGraph.set_ranks and UpdateIndex.fill
+    in one pass.  Returns (ranks, forward, backward positions, upd_nbr, upd_rank,
+    upd_elab); _unmark_updates clears what it set."""
     start, deg, nbr, nlab, elab, rank, label = graph
     k = us.shape[0]
     ranks = np.empty(k, dtype=np.int32)
@@ -467,25 +574,25 @@ def count_small(queries, us, vs, labels, serial_below, group_size, graph, upd_st
         if upd_cnt[s] == 0:
             upd_start[s] = j
         upd_cnt[s] += 1
-    totals = np.empty(len(queries), dtype=np.int64)
-    for q in range(len(queries)):
-        roots, root_labels, cand, plan, column, nc = queries[q]
-        leaves = (column, nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab)
-        totals[q] = _count_small(us, vs, labels, ranks, roots, root_labels, serial_below,
-                                 group_size, graph, cand, plan, leaves, max_deg)
-    for i in range(k):
+    return ranks, forward, backward, upd_nbr, upd_rank, upd_elab
+
+
+@nb.njit(cache=True)
+def _unmark_updates(us, vs, forward, backward, graph, upd_cnt):
+    rank = graph[5]
+    for i in range(us.shape[0]):
         rank[forward[i]] = 0
         rank[backward[i]] = 0
         upd_cnt[us[i]] = 0
         upd_cnt[vs[i]] = 0
-    return totals
 
 
 @nb.njit(cache=True)
-def _count_small(us, vs, labels, ranks, roots, root_labels, serial_below, group_size, graph,
-                 cand, plan, leaves, max_deg):
-    """count_small for one query."""
-    multiplicity, leaf_root = plan[9], plan[10]
+def _query_tasks(us, vs, labels, ranks, roots, root_labels, cand, leaf_root, group_size):
+    """One query's tasks of the update edges, made and checked exactly as make_tasks does:
+    (tu, tv, tr, tt, count), the count -1 when, with group_size > 0, a leaf group of at
+    least `group_size` members forms (group_leaf_tasks' key: type, data vertex of the
+    leaf's parent): the general path searches those."""
     ntypes, k = roots.shape[0], us.shape[0]
     tu = np.empty(ntypes * k, dtype=np.int32)
     tv = np.empty(ntypes * k, dtype=np.int32)
@@ -499,29 +606,24 @@ def _count_small(us, vs, labels, ranks, roots, root_labels, serial_below, group_
                     and (cand[vs[i]] >> b) & np.uint32(1) != 0:
                 tu[ntasks], tv[ntasks], tr[ntasks], tt[ntasks] = us[i], vs[i], ranks[i], t
                 ntasks += 1
-    if ntasks >= serial_below:
-        return np.int64(-1)
     if group_size > 0:
-        # group_leaf_tasks' key: (type, data vertex of the leaf's parent).
-        for i in range(ntasks):
-            level = leaf_root[tt[i]]
-            if level < 0:
-                continue
-            parent = tu[i] if level == 1 else tv[i]
-            members = 0
-            for j in range(ntasks):
-                if tt[j] == tt[i] and (tu[j] if level == 1 else tv[j]) == parent:
-                    members += 1
-            if members >= group_size:
-                return np.int64(-1)
-    total = np.int64(0)
-    if ntasks == 0:
-        return total
-    n = plan[1].shape[1]
-    scratch = new_scratch(n, max_deg + 1)
-    no_out = np.empty((0, n), dtype=np.int32)
+        groups = _leaf_groups_form(tu, tv, tt, ntasks, leaf_root, group_size)
+        if groups:
+            return tu, tv, tr, tt, -1
+    return tu, tv, tr, tt, ntasks
+
+
+@nb.njit(cache=True)
+def _leaf_groups_form(tu, tv, tt, ntasks, leaf_root, group_size):
     for i in range(ntasks):
-        found = _search(tu[i], tv[i], tr[i], tt[i], graph, cand, plan, leaves, scratch, None,
-                        no_out, np.int64(0), np.int64(0), False)
-        total += found * multiplicity[tt[i]]
-    return total
+        level = leaf_root[tt[i]]
+        if level < 0:
+            continue
+        parent = tu[i] if level == 1 else tv[i]
+        members = 0
+        for j in range(ntasks):
+            if tt[j] == tt[i] and (tu[j] if level == 1 else tv[j]) == parent:
+                members += 1
+        if members >= group_size:
+            return True
+    return False

@@ -15,13 +15,14 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from gpu import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
 from gpu.device import resolve_backend
-from gpu.executor import count_small_cpu, execute_cpu, small_query
+from gpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
 from gpu.formats import LabeledGraph, UpdateStream
 from gpu.graph import DynamicGraph
 from gpu.leafcount import LeafCounts, UpdateIndex
@@ -230,18 +231,27 @@ class Engine:
                                   self.config.share_every, self.config.launch_pairs)
 
     def _count_small(self, qids: list[int], us, vs, labels) -> list[MatchSet | None]:
-        """Incremental counts of several standing queries in one compiled CPU call, for a
-        batch of fewer than `serial_below_tasks` edges (it ranks the edges and fills the
-        update index itself); None where a query is handed back (it runs alone, through
-        _run), or for all of them when the batch is larger."""
-        if not qids or len(us) >= self.config.serial_below_tasks:
+        """Incremental counts of several standing queries in one compiled CPU call that
+        ranks the edges and fills the update index itself: with `shared_region_threads`
+        Numba threads or more, for a phase of any size, in one parallel region; otherwise
+        for a batch of fewer than `serial_below_tasks` edges, serially.  None where a query
+        is handed back (it runs alone, through _run), or for all of them when the batch is
+        too large for the serial call."""
+        region_threads = self.config.shared_region_threads
+        shared_region = 0 < region_threads <= numba.get_num_threads()
+        if not qids or not self.config.shared_call or \
+                (not shared_region and len(us) >= self.config.serial_below_tasks):
             return [None] * len(qids)
         queries = self._small_queries.get((self._arrays_key(), tuple(qids)), lambda: [
             small_query(self.signatures.cand[qid], self._queries[qid].leaves,
                         self._queries[qid].plan.incremental) for qid in qids])
         group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
-        totals = count_small_cpu(self.graph, queries, self._updates, us, vs, labels,
-                                 group_min, self.config.serial_below_tasks)
+        if shared_region:
+            totals = count_phase_cpu(self.graph, queries, self._updates, us, vs, labels,
+                                     group_min)
+        else:
+            totals = count_small_cpu(self.graph, queries, self._updates, us, vs, labels,
+                                     group_min, self.config.serial_below_tasks)
         return [MatchSet(total, _no_rows(self._queries[qid].plan.query.num_vertices), False)
                 if total >= 0 else None
                 for qid, total in zip(qids, totals.tolist(), strict=True)]

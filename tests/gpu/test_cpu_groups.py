@@ -242,9 +242,10 @@ def test_list_limits_per_query_keep_the_others_grouped(group_spy):
     take the grouped search, the listed one lists exactly its new and lost matches."""
     rng = random.Random(23)
     d = hub_data(rng, 13, 2, 1)
-    # serial_below_tasks=1: no batch takes the small-batch path (count_small), which
-    # skips the grouping step when no group can form (tests/gpu/test_small_batches.py).
-    engine = Engine(d.labeled(), backend="cpu", config=EngineConfig(serial_below_tasks=1))
+    # No batch takes the shared call (count_small, count_phase), which skips the grouping
+    # step when no group can form (tests/gpu/test_small_batches.py).
+    engine = Engine(d.labeled(), backend="cpu",
+                    config=EngineConfig(serial_below_tasks=1, shared_call=False))
     qids = {engine.add_query(p.query()): p for p in
             (Pattern([0, 1, 0], [(0, 1), (1, 2)]), Pattern([0, 0, 1], [(0, 1), (1, 2), (0, 2)]))}
     listed = next(iter(qids))

@@ -1,8 +1,8 @@
-"""The shared small-batch call: one compiled cpu_executor.count_small call counts every
-counted query of a small batch (Engine._count_small), handing single queries back to the
-general path.
+"""The shared call: one compiled call counts every counted query of a phase
+(Engine._count_small), handing single queries back to the general path: count_small
+(serial, small batches) or count_phase (one parallel region, heavy tasks in pieces).
 
-A spy runs count_small again on each query alone and checks its count equals the shared
+A spy runs the call again on each query alone and checks its count equals the shared
 call's; a second engine with `serial_below_tasks=1` (never the small path) and the
 brute-force matcher check the deltas.  Many queries of different sizes and shapes stand
 at once, several with automorphisms (one label: triangle, square, K4, star), and some are
@@ -11,15 +11,18 @@ listed, so the shared list is a changing subset of the standing queries.
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 from numba.typed import List
 
 import gpu.cpu_executor
+import gpu.executor
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from tests.gpu.test_cpu_groups import PATTERNS, hub_batch, hub_data
 from tests.gpu.test_small_batches import _check_batch
+from gpu.formats import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
 from tests.graphs import Pattern, embeddings, random_batch, random_data
 
 SYMMETRIC = {
@@ -32,12 +35,19 @@ SYMMETRIC = {
 }
 
 
-@pytest.fixture
-def shared_spy(monkeypatch):
-    """Checks every shared count_small call against one call per query, and records
-    (queries in the call, their totals)."""
+@pytest.fixture(params=["serial", "region", "region_split"])
+def shared_spy(request, monkeypatch):
+    """One of the shared call's compiled functions, spied on: count_small (serial, fewer
+    than serial_below_tasks edges) or count_phase (a parallel region, any phase; with
+    region_split every task runs as pieces).  Checks every shared call against one call
+    per query, and records (queries in the call, their totals); `threads` is the
+    EngineConfig.shared_region_threads that selects the function."""
     seen: list[tuple[int, list[int]]] = []
-    real = gpu.cpu_executor.count_small
+    edges: list[int] = []
+    name = "count_small" if request.param == "serial" else "count_phase"
+    if request.param == "region_split":
+        monkeypatch.setattr(gpu.executor, "HEAVY_TASK_WEIGHT", 0)
+    real = getattr(gpu.cpu_executor, name)
 
     def spy(queries, *rest):
         totals = real(queries, *rest).tolist()
@@ -46,10 +56,12 @@ def shared_spy(monkeypatch):
             alone.append(queries[q])
             assert real(alone, *rest).tolist() == [totals[q]], q
         seen.append((len(queries), totals))
+        edges.append(len(rest[0]))
         return real(queries, *rest)
 
-    monkeypatch.setattr(gpu.cpu_executor, "count_small", spy)
-    return seen
+    monkeypatch.setattr(gpu.cpu_executor, name, spy)
+    return SimpleNamespace(seen=seen, edges=edges,
+                           threads=0 if request.param == "serial" else 1)
 
 
 def _patterns(nlabels: int, nelabels: int) -> list[Pattern]:
@@ -67,7 +79,8 @@ def _run(d, batches, nlabels: int, nelabels: int, config: EngineConfig, listed_e
     """Applies `batches` (a function of the data, changing it) to both engines and checks
     every query's counts; every `listed_every`-th query is listed."""
     shared = Engine(d.labeled(), backend="cpu", config=config)
-    general = Engine(d.labeled(), backend="cpu", config=EngineConfig(serial_below_tasks=1))
+    general = Engine(d.labeled(), backend="cpu", config=EngineConfig(serial_below_tasks=1,
+                                                                        shared_call=False))
     patterns = {}
     for p in _patterns(nlabels, nelabels):
         qid = shared.add_query(p.query())
@@ -89,14 +102,15 @@ def test_random_batches_match_per_query_and_brute_force(shared_spy, seed):
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2 % 2
     d = random_data(rng, 12, nlabels, nelabels, 0.3)
     next_id = [1000]
-    config = EngineConfig(leaf_group_min=2 + seed % 2)
+    config = EngineConfig(leaf_group_min=2 + seed % 2,
+                          shared_region_threads=shared_spy.threads)
     count, limits = _run(d, lambda d: (random_batch(rng, d, nlabels, nelabels, next_id)
                                        for _ in range(12)), nlabels, nelabels, config, 4)
     counted = sum(1 for limit in limits.values() if limit <= 0)
     assert count > counted > 1
     # Every counted query went into one call together, and some were counted there.
-    assert shared_spy and all(n == counted for n, _ in shared_spy)
-    assert any(total > 0 for _, totals in shared_spy for total in totals)
+    assert shared_spy.seen and all(n == counted for n, _ in shared_spy.seen)
+    assert any(total > 0 for _, totals in shared_spy.seen for total in totals)
 
 
 def test_hub_batches_hand_single_queries_back(shared_spy):
@@ -104,7 +118,33 @@ def test_hub_batches_hand_single_queries_back(shared_spy):
     those are handed back alone, the rest counted together."""
     rng = random.Random(5)
     d = hub_data(rng, 13, 1, 1)
-    _run(d, lambda d: (hub_batch(rng, d, 1) for _ in range(25)), 1, 1, EngineConfig(), 1000)
-    mixed = [totals for _, totals in shared_spy
+    _run(d, lambda d: (hub_batch(rng, d, 1) for _ in range(25)), 1, 1,
+         EngineConfig(shared_region_threads=shared_spy.threads), 1000)
+    mixed = [totals for _, totals in shared_spy.seen
              if -1 in totals and any(total > 0 for total in totals)]
     assert mixed, "no call both handed a query back and counted another's matches"
+
+
+def test_large_batches(shared_spy):
+    """Batches of ~40 edges with serial_below_tasks=8: count_small hands them to the
+    general path, count_phase counts them itself; the counts are the same."""
+    rng = random.Random(17)
+    d = random_data(rng, 30, 2, 1, 0.15)
+
+    def batches(d):
+        for _ in range(4):
+            absent = [(a, b) for a in d.vertices for b in d.vertices
+                      if a < b and frozenset((a, b)) not in d.edges]
+            added = dict.fromkeys(frozenset(e) for e in rng.sample(absent, 40))
+            gone = set(rng.sample(sorted(d.edges, key=sorted), 10))
+            d.change(set(), {}, gone, {k: 0 for k in added})
+            yield UpdateStream.from_records(
+                [(INSERT_EDGE, *sorted(k), 0) for k in added] +
+                [(DELETE_EDGE, *sorted(k), NO_LABEL) for k in gone])
+
+    _run(d, batches, 2, 1, EngineConfig(serial_below_tasks=8,
+                                        shared_region_threads=shared_spy.threads), 1000)
+    if shared_spy.threads:
+        assert max(shared_spy.edges) >= 40, "count_phase never took a large phase"
+    else:
+        assert max(shared_spy.edges, default=0) < 8, "count_small took a large phase"

@@ -22,6 +22,10 @@ from tests.gpu.test_cpu_groups import PATTERNS, hub_batch, hub_data
 from tests.graphs import embeddings, random_batch, random_data
 
 
+# Never the shared call: every query through the general path (make_tasks, run_tasks).
+GENERAL = EngineConfig(serial_below_tasks=1, shared_call=False)
+
+
 @pytest.fixture
 def small_spy(monkeypatch):
     """Records each query's count_small total (-1: handed back to the general path)."""
@@ -40,7 +44,7 @@ def small_spy(monkeypatch):
 def _engines(d, nlabels: int, nelabels: int, config: EngineConfig):
     """(small-path engine, general-path engine, {qid: pattern}) with every usable pattern."""
     small = Engine(d.labeled(), backend="cpu", config=config)
-    general = Engine(d.labeled(), backend="cpu", config=EngineConfig(serial_below_tasks=1))
+    general = Engine(d.labeled(), backend="cpu", config=GENERAL)
     patterns = {}
     for name in sorted(PATTERNS):
         p = PATTERNS[name]
@@ -77,7 +81,8 @@ def test_random_batches_equal_general_path_and_brute_force(small_spy, seed, nlab
                                                            group_min):
     rng = random.Random(seed)
     d = random_data(rng, 12, nlabels, nelabels, 0.3)
-    config = EngineConfig(leaf_groups=group_min > 0, leaf_group_min=max(group_min, 1))
+    config = EngineConfig(leaf_groups=group_min > 0, leaf_group_min=max(group_min, 1),
+                          shared_region_threads=0)
     small, general, patterns = _engines(d, nlabels, nelabels, config)
     before = {qid: embeddings(d, p) for qid, p in patterns.items()}
     next_id = [1000]
@@ -92,7 +97,7 @@ def test_hub_batches_hand_groups_back(small_spy):
     where a leaf group would form; counts stay equal either way."""
     rng = random.Random(5)
     d = hub_data(rng, 13, 1, 1)
-    small, general, patterns = _engines(d, 1, 1, EngineConfig())
+    small, general, patterns = _engines(d, 1, 1, EngineConfig(shared_region_threads=0))
     before = {qid: embeddings(d, p) for qid, p in patterns.items()}
     for _ in range(25):
         before, _ = _check_batch(small, general, patterns, d, hub_batch(rng, d, 1), before)
@@ -107,7 +112,8 @@ def test_many_tasks_go_to_the_general_path(small_spy):
     parallel region), with the same counts."""
     rng = random.Random(9)
     d = random_data(rng, 12, 1, 1, 0.5)
-    small, general, patterns = _engines(d, 1, 1, EngineConfig(serial_below_tasks=3))
+    small, general, patterns = _engines(d, 1, 1, EngineConfig(serial_below_tasks=3,
+                                                              shared_region_threads=0))
     before = {qid: embeddings(d, p) for qid, p in patterns.items()}
     next_id = [1000]
     for _ in range(8):
