@@ -91,6 +91,8 @@ def instrument(sections: Sections) -> None:
         wrap(Engine, name, f"Engine.{name}")
     wrap(engine_module._PendingBatch, "finish", "_PendingBatch.finish")
     wrap(engine_module, "count_small_cpu", "count_small_cpu (search, compiled)")
+    wrap(engine_module, "count_phase_cpu", "count_phase_cpu (search, parallel)")
+    wrap(engine_module, "execute_cpu", "execute_cpu (a query handed back or listed)")
     wrap(engine_module, "small_query", "executor.small_query")
     wrap(executor.cpu_executor, "count_small", "cpu_executor.count_small (compiled)")
     wrap(upkeep.QueryArrays, "get", "QueryArrays.get")

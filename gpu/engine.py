@@ -22,7 +22,8 @@ from gpu import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
 from gpu.device import resolve_backend
-from gpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
+from gpu.executor import (count_phase_cpu, count_small_cpu, execute_cpu, heavy_edges,
+                          small_query)
 from gpu.formats import LabeledGraph, UpdateStream
 from gpu.graph import DynamicGraph
 from gpu.leafcount import LeafCounts, UpdateIndex
@@ -210,7 +211,11 @@ class Engine:
             limit = self._run(qid, plan.static, us, vs, labels, ranks, 0).count
         return self._run(qid, plan.static, us, vs, labels, ranks, limit)
 
-    def _run(self, qid: int, types: TaskTypes, us, vs, labels, ranks, limit: int) -> MatchSet:
+    def _run(self, qid: int, types: TaskTypes, us, vs, labels, ranks, limit: int,
+             parallel: bool = False) -> MatchSet:
+        """One query's matches of the tasks of edges us-vs; with `parallel`, in a parallel
+        region however few the tasks (the phase has a heavy edge, and the machine the
+        cores for it: _region_phase)."""
         if self._device is not None:
             from gpu.cuda_executor import execute_cuda
             return execute_cuda(self._device, qid, types, us, vs, labels, ranks, limit,
@@ -219,7 +224,8 @@ class Engine:
         group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
         return execute_cpu(self.graph, self.signatures.cand[qid], self._queries[qid].leaves,
                            self._updates, types, us, vs, labels, ranks, limit,
-                           self.config.task_chunk, group_min, self.config.serial_below_tasks)
+                           self.config.task_chunk, group_min,
+                           1 if parallel else self.config.serial_below_tasks)
 
     def _count_on_device(self, qids: list[int], us, vs, labels, ranks):
         """Incremental counts of several standing queries in one CUDA launch per size,
@@ -230,23 +236,32 @@ class Engine:
                                   self.config.work_sharing, self.config.share_capacity,
                                   self.config.share_every, self.config.launch_pairs)
 
-    def _count_small(self, qids: list[int], us, vs, labels) -> list[MatchSet | None]:
+    def _region_phase(self, us, vs) -> bool:
+        """Whether a CPU phase runs in parallel regions: on a machine with
+        `shared_region_threads` Numba threads or more, when the phase is large or has a
+        heavy edge (a hub's: executor.heavy_edges).  A small light phase runs serially:
+        waking the workers costs more than its search."""
+        threads = self.config.shared_region_threads
+        if not 0 < threads <= numba.get_num_threads():
+            return False
+        return len(us) >= self.config.serial_below_tasks or heavy_edges(self.graph, us, vs)
+
+    def _count_small(self, qids: list[int], us, vs, labels, region: bool
+                     ) -> list[MatchSet | None]:
         """Incremental counts of several standing queries in one compiled CPU call that
-        ranks the edges and fills the update index itself: with `shared_region_threads`
-        Numba threads or more, for a phase of any size, in one parallel region; otherwise
-        for a batch of fewer than `serial_below_tasks` edges, serially.  None where a query
-        is handed back (it runs alone, through _run), or for all of them when the batch is
-        too large for the serial call."""
-        region_threads = self.config.shared_region_threads
-        shared_region = 0 < region_threads <= numba.get_num_threads()
+        ranks the edges and fills the update index itself: with `region` (_region_phase),
+        for a phase of any size, in one parallel region (count_phase); otherwise for a
+        phase of fewer than `serial_below_tasks` edges, serially (count_small).  None where
+        a query is handed back (it runs alone, through _run), or for all of them when the
+        phase is too large for the serial call."""
         if not qids or not self.config.shared_call or \
-                (not shared_region and len(us) >= self.config.serial_below_tasks):
+                (not region and len(us) >= self.config.serial_below_tasks):
             return [None] * len(qids)
         queries = self._small_queries.get((self._arrays_key(), tuple(qids)), lambda: [
             small_query(self.signatures.cand[qid], self._queries[qid].leaves,
                         self._queries[qid].plan.incremental) for qid in qids])
         group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
-        if shared_region:
+        if region:
             totals = count_phase_cpu(self.graph, queries, self._updates, us, vs, labels,
                                      group_min)
         else:
@@ -376,13 +391,15 @@ class Engine:
                 seconds[qid] = 0.0
             return results, seconds
         counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
+        region = self._device is None and self._region_phase(us, vs)
         if self._device is None:
             # The counted queries of a small batch share one compiled call that ranks the
             # edges and fills the update index itself (and clears both); the queries it
             # hands back, and the listed ones, go one by one below.
             t0 = time.perf_counter()
             found_small = {qid: found for qid, found in
-                           zip(counted, self._count_small(counted, us, vs, labels), strict=True)
+                           zip(counted, self._count_small(counted, us, vs, labels, region),
+                               strict=True)
                            if found is not None}
             results.update(found_small)
             for qid in found_small:
@@ -422,7 +439,7 @@ class Engine:
             for qid, standing in listed.items():
                 t0 = time.perf_counter()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
-                                  list_limit.get(qid, 0))
+                                  list_limit.get(qid, 0), region)
                 seconds[qid] = time.perf_counter() - t0
                 # Rows are converted now: slots of deleted vertices may be reused later.
                 results[qid] = MatchSet(found.count, self._external(found.rows),

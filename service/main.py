@@ -7,12 +7,14 @@ import os
 import sys
 from contextlib import asynccontextmanager
 
+import numba
 import uvicorn
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
+from gpu.config import EngineConfig
 from gpu.formats import FormatError
 from gpu.query import QueryError
 from service.deps import require_api_key
@@ -159,9 +161,14 @@ class _Server(uvicorn.Server):
 def serve(settings: Settings) -> None:
     """Run the app under uvicorn until SIGINT/SIGTERM."""
     # OpenMP workers (Numba's parallel layer) spin after each parallel region by default;
-    # here they would spin on the cores the event loop and the store writer need.  Read
-    # when the layer loads, at the first parallel call, so setting it now is in time.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # on a small machine they would spin on the cores the event loop and the store writer
+    # need.  On one with enough cores for the CPU executor's shared parallel region
+    # (EngineConfig.shared_region_threads) they spin on spare cores, and passive workers
+    # would make every region wait for them to wake (a one-edge batch 0.25 -> 6.5 ms
+    # median on a 16-core host, docs/benchmarks.md).  Read when the layer loads, at the
+    # first parallel call, so setting it now is in time.
+    if numba.config.NUMBA_NUM_THREADS < EngineConfig().shared_region_threads:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # The event loop, the engine thread and the store writer hand each request on to one
     # another; with the default 5 ms GIL switch interval every hand-off can wait that long.
     sys.setswitchinterval(0.0005)

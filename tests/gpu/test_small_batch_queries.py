@@ -40,8 +40,8 @@ def shared_spy(request, monkeypatch):
     """One of the shared call's compiled functions, spied on: count_small (serial, fewer
     than serial_below_tasks edges) or count_phase (a parallel region, any phase; with
     region_split every task runs as pieces).  Checks every shared call against one call
-    per query, and records (queries in the call, their totals); `threads` is the
-    EngineConfig.shared_region_threads that selects the function."""
+    per query, and records (queries in the call, their totals) and the edges of each
+    call; `config(**overrides)` gives an EngineConfig that selects the function."""
     seen: list[tuple[int, list[int]]] = []
     edges: list[int] = []
     name = "count_small" if request.param == "serial" else "count_phase"
@@ -60,8 +60,16 @@ def shared_spy(request, monkeypatch):
         return real(queries, *rest)
 
     monkeypatch.setattr(gpu.cpu_executor, name, spy)
-    return SimpleNamespace(seen=seen, edges=edges,
-                           threads=0 if request.param == "serial" else 1)
+    serial = request.param == "serial"
+
+    def config(**overrides) -> EngineConfig:
+        # Region modes: every phase of serial_below_tasks edges or more is a region (1:
+        # every phase), and with region_split every phase (every edge is heavy).
+        mode = ({"shared_region_threads": 0} if serial else
+                {"shared_region_threads": 1, "serial_below_tasks": 1})
+        return EngineConfig(**{**mode, **overrides})
+
+    return SimpleNamespace(seen=seen, edges=edges, serial=serial, config=config)
 
 
 def _patterns(nlabels: int, nelabels: int) -> list[Pattern]:
@@ -102,8 +110,7 @@ def test_random_batches_match_per_query_and_brute_force(shared_spy, seed):
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2 % 2
     d = random_data(rng, 12, nlabels, nelabels, 0.3)
     next_id = [1000]
-    config = EngineConfig(leaf_group_min=2 + seed % 2,
-                          shared_region_threads=shared_spy.threads)
+    config = shared_spy.config(leaf_group_min=2 + seed % 2)
     count, limits = _run(d, lambda d: (random_batch(rng, d, nlabels, nelabels, next_id)
                                        for _ in range(12)), nlabels, nelabels, config, 4)
     counted = sum(1 for limit in limits.values() if limit <= 0)
@@ -119,7 +126,7 @@ def test_hub_batches_hand_single_queries_back(shared_spy):
     rng = random.Random(5)
     d = hub_data(rng, 13, 1, 1)
     _run(d, lambda d: (hub_batch(rng, d, 1) for _ in range(25)), 1, 1,
-         EngineConfig(shared_region_threads=shared_spy.threads), 1000)
+         shared_spy.config(), 1000)
     mixed = [totals for _, totals in shared_spy.seen
              if -1 in totals and any(total > 0 for total in totals)]
     assert mixed, "no call both handed a query back and counted another's matches"
@@ -142,9 +149,8 @@ def test_large_batches(shared_spy):
                 [(INSERT_EDGE, *sorted(k), 0) for k in added] +
                 [(DELETE_EDGE, *sorted(k), NO_LABEL) for k in gone])
 
-    _run(d, batches, 2, 1, EngineConfig(serial_below_tasks=8,
-                                        shared_region_threads=shared_spy.threads), 1000)
-    if shared_spy.threads:
+    _run(d, batches, 2, 1, shared_spy.config(serial_below_tasks=8), 1000)
+    if not shared_spy.serial:
         assert max(shared_spy.edges) >= 40, "count_phase never took a large phase"
     else:
         assert max(shared_spy.edges, default=0) < 8, "count_small took a large phase"
