@@ -477,10 +477,11 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
     which can hold most of a batch's matches) split into pieces over the workers.
 
     A task whose edge has deg(u) * deg(v) >= heavy_weight runs as `pieces` pieces
-    (interleaved slices of its level-2 candidates), the others whole; the pieces are dealt
-    round-robin to at most `max_chunks` chunks, each with its own search state, scheduled
-    dynamically (run it under numba.parallel_chunksize(1)).  Returns what count_small
-    returns, with no bound on the tasks: -1 only where a leaf group forms."""
+    (interleaved slices of its level-2 candidates), the others whole.  The pieces, the
+    heaviest tasks' first, are dealt round-robin to at most `max_chunks` chunks, each with
+    its own search state, scheduled dynamically (run it under
+    numba.parallel_chunksize(1)).  Returns what count_small returns, with no bound on the
+    tasks: -1 only where a leaf group forms."""
     deg = graph[1]
     marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
     ranks, upd = marks[0], marks[3:]
@@ -510,28 +511,39 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
         task_t[ntasks:ntasks + made] = tt[:made]
         ntasks += made
         n_max = max(n_max, plan[1].shape[1])
-    first_piece = np.zeros(ntasks + 1, dtype=np.int64)
+    weight = np.empty(ntasks, dtype=np.float64)
     for i in range(ntasks):
-        heavy = np.float64(deg[task_u[i]]) * deg[task_v[i]] >= heavy_weight
-        first_piece[i + 1] = first_piece[i] + (pieces if heavy else 1)
-    npieces = first_piece[ntasks]
+        weight[i] = np.float64(deg[task_u[i]]) * deg[task_v[i]]
+    order = np.argsort(-weight)
+    npieces = 0
+    for i in range(ntasks):
+        npieces += pieces if weight[i] >= heavy_weight else 1
+    piece_task = np.empty(npieces, dtype=np.int64)
+    piece_part = np.empty(npieces, dtype=np.int64)
+    piece_parts = np.empty(npieces, dtype=np.int64)
+    k = 0
+    for j in range(ntasks):
+        i = order[j]
+        parts = pieces if weight[i] >= heavy_weight else 1
+        for part in range(parts):
+            piece_task[k], piece_part[k], piece_parts[k] = i, part, parts
+            k += 1
     found = np.zeros(npieces, dtype=np.int64)
     nchunks = min(npieces, max_chunks)
-    width = max_deg + 1
+    no_out = np.empty((0, 0), dtype=np.int32)
     for c in nb.prange(nchunks):
-        scratch = new_scratch(n_max, width)
-        # Chunk c takes pieces c, c + nchunks, ...: a split task's pieces are consecutive,
-        # so they land in different chunks.
+        scratch = new_scratch(n_max, max_deg + 1)
+        # Chunk c takes pieces c, c + nchunks, ...: the heaviest tasks' pieces come first
+        # and land one in each chunk.
         for k in range(c, npieces, nchunks):
-            i = np.searchsorted(first_piece, k, side="right") - 1
+            i = piece_task[k]
             roots, root_labels, cand, plan, column, nc = queries[task_q[i]]
             leaves = (column, nc, upd_start, upd_cnt) + upd
             found[k] = _search(task_u[i], task_v[i], task_r[i], task_t[i], graph, cand, plan,
-                               leaves, scratch, None, np.empty((0, 0), dtype=np.int32),
-                               np.int64(0), np.int64(0), False, k - first_piece[i],
-                               first_piece[i + 1] - first_piece[i]) * plan[9][task_t[i]]
-    for i in range(ntasks):
-        totals[task_q[i]] += found[first_piece[i]:first_piece[i + 1]].sum()
+                               leaves, scratch, None, no_out, np.int64(0), np.int64(0), False,
+                               piece_part[k], piece_parts[k]) * plan[9][task_t[i]]
+    for k in range(npieces):
+        totals[task_q[piece_task[k]]] += found[k]
     _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
     return totals
 

@@ -22,8 +22,7 @@ from gpu import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
 from gpu.device import resolve_backend
-from gpu.executor import (count_phase_cpu, count_small_cpu, execute_cpu, heavy_edges,
-                          small_query)
+from gpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
 from gpu.formats import LabeledGraph, UpdateStream
 from gpu.graph import DynamicGraph
 from gpu.leafcount import LeafCounts, UpdateIndex
@@ -213,9 +212,8 @@ class Engine:
 
     def _run(self, qid: int, types: TaskTypes, us, vs, labels, ranks, limit: int,
              parallel: bool = False) -> MatchSet:
-        """One query's matches of the tasks of edges us-vs; with `parallel`, in a parallel
-        region however few the tasks (the phase has a heavy edge, and the machine the
-        cores for it: _region_phase)."""
+        """One query's matches of the tasks of edges us-vs; with `parallel` (a phase in
+        parallel regions, _region_phase), in a region however few the tasks."""
         if self._device is not None:
             from gpu.cuda_executor import execute_cuda
             return execute_cuda(self._device, qid, types, us, vs, labels, ranks, limit,
@@ -236,15 +234,15 @@ class Engine:
                                   self.config.work_sharing, self.config.share_capacity,
                                   self.config.share_every, self.config.launch_pairs)
 
-    def _region_phase(self, us, vs) -> bool:
-        """Whether a CPU phase runs in parallel regions: on a machine with
-        `shared_region_threads` Numba threads or more, when the phase is large or has a
-        heavy edge (a hub's: executor.heavy_edges).  A small light phase runs serially:
-        waking the workers costs more than its search."""
+    def _region_phase(self, us) -> bool:
+        """Whether a CPU phase runs in parallel regions: with `shared_region_threads` Numba
+        threads or more, when it has `serial_below_tasks` edges or more.  A smaller one
+        runs serially: waking the workers costs more than its search, even with a hub's
+        edge (a one-edge batch on a 16-core host: mean 1.30 ms in the region against 0.90
+        ms serially, docs/benchmarks.md)."""
         threads = self.config.shared_region_threads
-        if not 0 < threads <= numba.get_num_threads():
-            return False
-        return len(us) >= self.config.serial_below_tasks or heavy_edges(self.graph, us, vs)
+        return 0 < threads <= numba.get_num_threads() and \
+            len(us) >= self.config.serial_below_tasks
 
     def _count_small(self, qids: list[int], us, vs, labels, region: bool
                      ) -> list[MatchSet | None]:
@@ -391,7 +389,7 @@ class Engine:
                 seconds[qid] = 0.0
             return results, seconds
         counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
-        region = self._device is None and self._region_phase(us, vs)
+        region = self._device is None and self._region_phase(us)
         if self._device is None:
             # The counted queries of a small batch share one compiled call that ranks the
             # edges and fills the update index itself (and clears both); the queries it

@@ -146,15 +146,10 @@ PIECES_PER_THREAD = 4
 # on GH with the dense queries 7% of the tasks of 100-edge batches pass it and hold 59% of
 # their matches; in the heaviest batches one task holds 40-80% of them.
 HEAVY_TASK_WEIGHT = 100_000
-
-
-def heavy_edges(graph, us: np.ndarray, vs: np.ndarray) -> bool:
-    """Whether any edge us-vs is heavy: deg(u) * deg(v) >= HEAVY_TASK_WEIGHT."""
-    return bool((graph.deg[us].astype(np.float64) * graph.deg[vs] >= HEAVY_TASK_WEIGHT).any())
-
-
 # count_phase_cpu deals its pieces to this many chunks (search states) per worker.
 CHUNKS_PER_THREAD = 4
+
+
 
 
 def _grouped_count(groups: LeafGroups, types: TaskTypes, shared: tuple) -> int:

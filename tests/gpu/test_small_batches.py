@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpu.cpu_executor
-import gpu.executor
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from tests.gpu.test_cpu_groups import PATTERNS, hub_batch, hub_data
@@ -122,31 +121,3 @@ def test_many_tasks_go_to_the_general_path(small_spy):
         before, _ = _check_batch(small, general, patterns, d, batch, before)
     assert -1 in small_spy and any(total >= 0 for total in small_spy)
 
-
-def test_a_heavy_edge_takes_a_small_phase_to_the_region(monkeypatch):
-    """With enough threads for the shared region, a small phase runs serially
-    (count_small) unless one of its edges is heavy (deg(u) * deg(v) at least
-    HEAVY_TASK_WEIGHT): then in the region (count_phase).  Counts as the general path's."""
-    monkeypatch.setattr(gpu.executor, "HEAVY_TASK_WEIGHT", 40)
-    calls: list[tuple[str, bool]] = []
-
-    def spy(name, graph_arg):
-        real = getattr(gpu.cpu_executor, name)
-
-        def run(*args):
-            deg = args[graph_arg][1]
-            us, vs = args[1], args[2]
-            calls.append((name, bool((deg[us].astype(float) * deg[vs] >= 40).any())))
-            return real(*args)
-        monkeypatch.setattr(gpu.cpu_executor, name, run)
-
-    spy("count_small", 6)
-    spy("count_phase", 5)
-    rng = random.Random(5)
-    d = hub_data(rng, 13, 1, 1)
-    small, general, patterns = _engines(d, 1, 1, EngineConfig(shared_region_threads=1))
-    before = {qid: embeddings(d, p) for qid, p in patterns.items()}
-    for _ in range(25):
-        before, _ = _check_batch(small, general, patterns, d, hub_batch(rng, d, 1), before)
-    assert ("count_small", False) in calls and ("count_phase", True) in calls
-    assert ("count_small", True) not in calls and ("count_phase", False) not in calls
