@@ -476,8 +476,9 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
     region: one region a phase instead of one a query, and a heavy task (a hub's edge,
     which can hold most of a batch's matches) split into pieces over the workers.
 
-    A task whose edge has deg(u) * deg(v) >= heavy_weight runs as `pieces` pieces
-    (interleaved slices of its level-2 candidates), the others whole.  The pieces, the
+    A task whose edge has deg(u) * deg(v) >= heavy_weight runs as up to `pieces` pieces
+    (interleaved slices of its level-2 candidates), as many as its share of the phase's
+    total deg(u) * deg(v) in 1/`pieces`ths; the others run whole.  The pieces, the
     heaviest tasks' first, are dealt round-robin to at most `max_chunks` chunks, each with
     its own search state, scheduled dynamically (run it under
     numba.parallel_chunksize(1)).  Returns what count_small returns, with no bound on the
@@ -515,18 +516,23 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
     for i in range(ntasks):
         weight[i] = np.float64(deg[task_u[i]]) * deg[task_v[i]]
     order = np.argsort(-weight)
-    npieces = 0
+    # A heavy task gets pieces in proportion to its share of the phase's weight, at most
+    # `pieces`: every piece searches the task's level-2 candidates again, so splitting a
+    # task that holds a small share costs more than the balance gains.
+    share = max(weight.sum() / pieces, 1.0)
+    parts = np.ones(ntasks, dtype=np.int64)
     for i in range(ntasks):
-        npieces += pieces if weight[i] >= heavy_weight else 1
+        if weight[i] >= heavy_weight:
+            parts[i] = min(pieces, max(1, np.int64(np.ceil(weight[i] / share))))
+    npieces = parts.sum()
     piece_task = np.empty(npieces, dtype=np.int64)
     piece_part = np.empty(npieces, dtype=np.int64)
     piece_parts = np.empty(npieces, dtype=np.int64)
     k = 0
     for j in range(ntasks):
         i = order[j]
-        parts = pieces if weight[i] >= heavy_weight else 1
-        for part in range(parts):
-            piece_task[k], piece_part[k], piece_parts[k] = i, part, parts
+        for part in range(parts[i]):
+            piece_task[k], piece_part[k], piece_parts[k] = i, part, parts[i]
             k += 1
     found = np.zeros(npieces, dtype=np.int64)
     nchunks = min(npieces, max_chunks)
