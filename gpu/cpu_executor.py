@@ -471,14 +471,14 @@ def count_small(queries, us, vs, labels, serial_below, group_size, graph, upd_st
 
 @nb.njit(cache=True, parallel=True)
 def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, max_deg,
-                heavy_weight, pieces, max_chunks):
+                heavy_weight, min_pieces, pieces, max_chunks):
     """count_small for a phase of any size, the tasks of every query in one parallel
     region: one region a phase instead of one a query, and a heavy task (a hub's edge,
     which can hold most of a batch's matches) split into pieces over the workers.
 
-    A task whose edge has deg(u) * deg(v) >= heavy_weight runs as up to `pieces` pieces
-    (interleaved slices of its level-2 candidates), as many as its share of the phase's
-    total deg(u) * deg(v) in 1/`pieces`ths; the others run whole.  The pieces, the
+    A task whose edge has deg(u) * deg(v) >= heavy_weight runs as `min_pieces` to `pieces`
+    pieces (interleaved slices of its level-2 candidates), more for a larger share of the
+    phase's total deg(u) * deg(v); the others run whole.  The pieces, the
     heaviest tasks' first, are dealt round-robin to at most `max_chunks` chunks, each with
     its own search state, scheduled dynamically (run it under
     numba.parallel_chunksize(1)).  Returns what count_small returns, with no bound on the
@@ -516,14 +516,15 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
     for i in range(ntasks):
         weight[i] = np.float64(deg[task_u[i]]) * deg[task_v[i]]
     order = np.argsort(-weight)
-    # A heavy task gets pieces in proportion to its share of the phase's weight, at most
-    # `pieces`: every piece searches the task's level-2 candidates again, so splitting a
-    # task that holds a small share costs more than the balance gains.
+    # A heavy task gets `min_pieces` pieces, more in proportion to its share of the
+    # phase's weight, at most `pieces`: every piece searches the task's level-2
+    # candidates again, so many pieces of a task with a small share cost more than the
+    # balance gains, and too few leave one piece running alone at the region's end.
     share = max(weight.sum() / pieces, 1.0)
     parts = np.ones(ntasks, dtype=np.int64)
     for i in range(ntasks):
         if weight[i] >= heavy_weight:
-            parts[i] = min(pieces, max(1, np.int64(np.ceil(weight[i] / share))))
+            parts[i] = min(pieces, max(min_pieces, np.int64(np.ceil(weight[i] / share))))
     npieces = parts.sum()
     piece_task = np.empty(npieces, dtype=np.int64)
     piece_part = np.empty(npieces, dtype=np.int64)

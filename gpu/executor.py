@@ -72,9 +72,10 @@ def count_small_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
 def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np.ndarray,
                     labels: np.ndarray, group_min: int) -> np.ndarray:
     """What `count_small_cpu` gives, for a phase of any size, in one parallel region over
-    the tasks of every query: heavy tasks (HEAVY_TASK_WEIGHT) run as PIECES_PER_THREAD
-    pieces per worker, so one hub edge does not keep one worker busy while the others
-    wait at the region's end.  A negative count hands a query back (a leaf group forms)."""
+    the tasks of every query: heavy tasks (HEAVY_TASK_WEIGHT) run as one to
+    PIECES_PER_THREAD pieces per worker, so that one hub edge does not keep one worker busy
+    while the others wait at the region's end.  A negative count hands a query back (a
+    leaf group forms)."""
     updates.reserve(graph.label.shape[0])
     threads = numba.get_num_threads()
     with numba.parallel_chunksize(1):
@@ -82,6 +83,7 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                                         max(2, group_min) if group_min > 0 else 0,
                                         _graph_arrays(graph), updates.start, updates.count,
                                         graph.max_degree, np.float64(HEAVY_TASK_WEIGHT),
+                                        np.int64(threads),
                                         np.int64(PIECES_PER_THREAD * threads),
                                         np.int64(CHUNKS_PER_THREAD * threads))
 
