@@ -237,11 +237,12 @@ class _Launch:
             yield part
 
     def run(self, edges, counts, by_task: bool, offsets, out, limit: int, listing: bool,
-            sharing: bool, share_capacity: int, share_every: int) -> None:
+            sharing: bool, share_capacity: int, share_every: int,
+            task_count: int | None = None) -> None:
         KERNEL_CLOCK.launch(cuda_kernels.match_tasks, self.graph, self.cand_ptrs, self.plan,
                             self.n, self.members, self.tasks, edges, self.ctl, self.bufs,
                             self.width, self.warps, counts, by_task, offsets, out, limit,
-                            listing, sharing, share_capacity, share_every)
+                            listing, sharing, share_capacity, share_every, task_count)
 
     def totals(self, sharing: bool, share_capacity: int, share_every: int) -> cp.ndarray:
         """Each query's number of matches (int64 [queries], on the device, queued)."""
@@ -270,7 +271,7 @@ class _Launch:
                 continue
             counts = cp.zeros(num_tasks, dtype=np.int64)
             self.run(part, counts, True, none, cp.zeros((0, self.n), dtype=np.int32), 0,
-                     False, sharing, share_capacity, share_every)
+                     False, sharing, share_capacity, share_every, num_tasks)
             per_task = counts * self.plan.multiplicity[self.tasks[:num_tasks] % self.types]
             in_part = int(per_task.sum())
             room = min(in_part, limit - min(total, limit))
@@ -281,7 +282,7 @@ class _Launch:
             cp.cumsum(per_task[:-1], out=offsets[1:])
             rows = cp.full((room, self.n), -1, dtype=np.int32)
             self.run(part, cp.zeros(num_tasks, dtype=np.int64), True, offsets, rows, room,
-                     True, False, share_capacity, share_every)
+                     True, False, share_capacity, share_every, num_tasks)
             found.append(rows.get())
         return total, found
 

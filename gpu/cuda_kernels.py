@@ -196,7 +196,8 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
                 edges: UpdateEdges, ctl: cp.ndarray, bufs: cp.ndarray, width: int, warps: int,
                 counts: cp.ndarray, by_task: bool, offsets: cp.ndarray, out: cp.ndarray,
                 limit: int, listing: bool, sharing: bool = True,
-                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY) -> None:
+                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY,
+                task_count: int | None = None) -> None:
     """Launch gpu/kernels/match.cu:match_tasks (or match_tasks_pma, by the graph's layout)
     over `warps` persistent warps, on the tasks make_tasks wrote (their number in ctl).
 
@@ -205,7 +206,9 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     parts of a task shared between warps add to it); otherwise [warps + 1, queries],
     warp-major: each warp's totals, orbit sizes included, then in the last row each
     query's total over the launch.  `sharing` hands unexplored candidates to idle warps
-    (never while listing).  Listing reads an offset per task."""
+    (never while listing).  Listing reads an offset per task.  With `by_task` the caller
+    passes `task_count`, the count make_tasks wrote (read back), which the per-task
+    arrays must hold: the kernel reads it from ctl, where the host cannot check it."""
     kernel_name, graph_args = _graph_args(graph)
     _check("cand_ptrs", cand_ptrs, np.uint64, 1)
     _check_plan_and_edges(plan, edges)
@@ -222,7 +225,14 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     if tasks.shape[0] < pairs or ctl.shape[0] != CTL_WORDS:
         raise ValueError(f"tasks holds {tasks.shape[0]} of {pairs} pairs, or ctl has "
                          f"{ctl.shape[0]} words instead of {CTL_WORDS}")
-    need = 0 if by_task else (warps + 1) * queries
+    if by_task:
+        if task_count is None or not 0 <= task_count <= pairs:
+            raise ValueError(f"by_task needs the task count (0..{pairs}), got {task_count!r}")
+        need = task_count
+        if listing and offsets.shape[0] < task_count:
+            raise ValueError(f"offsets has {offsets.shape[0]} entries, {task_count} needed")
+    else:
+        need = (warps + 1) * queries
     if counts.shape[0] < need:
         raise ValueError(f"counts has {counts.shape[0]} entries, {need} needed")
     if warps % WARPS_PER_BLOCK or bufs.size < warps * n * width:

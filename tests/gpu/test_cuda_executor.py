@@ -219,6 +219,39 @@ def test_launcher_rejects_wrong_dtypes():
                                 cp.zeros(cuda_kernels.CTL_WORDS, np.uint64))
 
 
+def test_launcher_checks_per_task_arrays_against_the_task_count():
+    """A by_task launch sizes its counts and offsets by the task count make_tasks wrote,
+    which the kernel reads on the device: the launcher needs it from the caller and
+    refuses arrays too short for it, before anything runs."""
+    import cupy as cp
+
+    from gpu import cuda_kernels
+
+    ints = cp.zeros(4, dtype=np.int32)
+    plan = cuda_kernels.DevicePlan(*(cp.zeros(4, dtype=dtype)
+                                     for dtype in cuda_kernels.PLAN_DTYPES.values()))
+    edges = cuda_kernels.UpdateEdges(ints, ints, ints, ints)
+    lists = cuda_kernels.ListGraphArrays(cp.zeros(4, np.int64), *[ints] * 5)
+    ctl = cp.zeros(cuda_kernels.CTL_WORDS, np.uint64)
+    bufs = cp.zeros(cuda_kernels.WARPS_PER_BLOCK * 3, np.int32)
+
+    def launch(counts, offsets, listing, task_count):
+        cuda_kernels.match_tasks(lists, cp.zeros(1, np.uint64), plan, 3, 1,
+                                 cp.zeros(16, np.int32), edges, ctl, bufs, 1,
+                                 cuda_kernels.WARPS_PER_BLOCK, counts, True, offsets,
+                                 cp.zeros((0, 3), np.int32), 0, listing,
+                                 task_count=task_count)
+
+    with pytest.raises(ValueError, match="task count"):
+        launch(cp.zeros(5, np.int64), cp.zeros(5, np.int64), False, None)
+    with pytest.raises(ValueError, match="task count"):
+        launch(cp.zeros(20, np.int64), cp.zeros(20, np.int64), False, 17)   # > 4 x 4 pairs
+    with pytest.raises(ValueError, match="counts has 4 entries, 5 needed"):
+        launch(cp.zeros(4, np.int64), cp.zeros(5, np.int64), False, 5)
+    with pytest.raises(ValueError, match="offsets has 4 entries, 5 needed"):
+        launch(cp.zeros(5, np.int64), cp.zeros(4, np.int64), True, 5)
+
+
 @pytest.mark.parametrize(("seed", "layout"), [(3, "lists"), (4, "pma")])
 def test_counted_queries_share_one_launch(seed, layout):
     """Count-only queries of several sizes and orbit widths run in one launch per size
