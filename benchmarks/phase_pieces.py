@@ -1,0 +1,136 @@
+"""How well count_phase's pieces balance: each piece of a batch timed alone, on one thread.
+
+    python -m benchmarks.phase_pieces [--size 100] [--batches 8] [--threads 16] [--split-all]
+
+The service benchmark's setup (GH, 5 random labels, 10% of the edges held out and cycled,
+the 10 dense 6-vertex queries counted).  For each batch of inserted edges it makes every
+query's tasks as `cpu_executor.count_phase` does (queries where a leaf group forms are
+left out: the general path runs them), splits them as count_phase would for `--threads`
+workers, times every piece with one call of the compiled search from Python, and then
+deals the pieces as count_phase does (heaviest task's first, round-robin to 4 chunks per
+worker, chunks to the first free worker) to get the region's makespan, against the ideal
+(total / threads).  Each timed call carries ~5-10 us of Python, which inflates many small
+pieces (`--split-all`) more than the region would.  It prints, per batch, the heaviest
+pieces of unsplit tasks with their deg(u) * deg(v): the weight that decides splitting.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba.typed import List
+
+from benchmarks.apply_profile import batches
+from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
+from benchmarks.service_bench import REPO
+from gpu import cpu_executor, executor
+from gpu.config import EngineConfig
+from gpu.engine import Engine
+from gpu.formats import load_graph, read_query, split_stream
+from gpu.query import QueryGraph
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.phase_pieces",
+                                description=__doc__.split("\n", 1)[0])
+    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
+    p.add_argument("--queries-dir", type=Path,
+                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
+    p.add_argument("--size", type=int, default=100, help="edges per batch")
+    p.add_argument("--batches", type=int, default=8)
+    p.add_argument("--threads", type=int, default=16, help="workers to deal pieces to")
+    p.add_argument("--split-all", action="store_true",
+                   help="split every task into one piece per worker")
+    args = p.parse_args(argv)
+    numba.set_num_threads(1)
+    initial, held_out = split_stream(load_graph(args.graph, num_labels=5, seed=0),
+                                     INSERT_FRACTION, 0)
+    engine = Engine(initial, backend="cpu", config=EngineConfig(shared_region_threads=0))
+    queries = List()
+    for i in range(10):
+        path = args.queries_dir / f"dense_{i}.graph"
+        qid = engine.add_query(QueryGraph.from_labeled(read_query(path), path.stem))
+        standing = engine._queries[qid]
+        queries.append(executor.small_query(engine.signatures.cand[qid], standing.leaves,
+                                            standing.plan.incremental))
+    graph = engine.graph
+    arrays = executor._graph_arrays(graph)
+    updates = engine._updates
+    todo, _ = batches(held_out, args.size, args.batches, 0)
+    for batch in todo:
+        engine.apply(batch)     # the inserted edges' phase runs on the graph after them
+        updates.reserve(graph.label.shape[0])
+        us = graph.ids.lookup(batch.a).astype(np.int32)
+        vs = graph.ids.lookup(batch.b).astype(np.int32)
+        labels = np.zeros(len(us), dtype=np.int32)
+        pieces, unsplit = _time_pieces(args, queries, arrays, updates, graph, us, vs, labels)
+        times = np.array([t for _, t in pieces])
+        total = times.sum()
+        makespan = _makespan(pieces, args.threads)
+        heaviest = sorted(unsplit, key=lambda wt: -wt[1])[:3]
+        print(f"{len(pieces)} pieces, total {total * 1e3:.1f} ms, largest "
+              f"{times.max() * 1e3:.2f} ms; makespan on {args.threads} workers "
+              f"{makespan * 1e3:.2f} ms, ideal {total / args.threads * 1e3:.2f} ms; "
+              f"heaviest unsplit tasks (deg(u)*deg(v), ms): "
+              + ", ".join(f"({w:.0f}, {t * 1e3:.2f})" for w, t in heaviest), flush=True)
+
+
+def _time_pieces(args, queries, arrays, updates, graph, us, vs, labels):
+    """[(task weight, seconds)] for every piece, and [(weight, seconds)] of unsplit tasks."""
+    marks = cpu_executor._mark_updates(us, vs, labels, arrays, updates.start, updates.count)
+    ranks, upd = marks[0], marks[3:]
+    pieces, unsplit = [], []
+    no_out = np.empty((0, 0), dtype=np.int32)
+    try:
+        tasks = []
+        for q in range(len(queries)):
+            roots, root_labels, cand, plan, column, nc = queries[q]
+            tu, tv, tr, tt, made = cpu_executor._query_tasks(us, vs, labels, ranks, roots,
+                                                             root_labels, cand, plan[10], 2)
+            tasks += [(q, tu[t], tv[t], tr[t], tt[t]) for t in range(max(made, 0))]
+        weights = [float(graph.deg[u]) * graph.deg[v] for _, u, v, _, _ in tasks]
+        most = executor.PIECES_PER_THREAD * args.threads
+        share = max(sum(weights) / most, 1.0)
+        scratch = cpu_executor.new_scratch(6, graph.max_degree + 1)
+        for (q, u, v, r, t), weight in zip(tasks, weights, strict=True):
+            roots, root_labels, cand, plan, column, nc = queries[q]
+            leaves = (column, nc, updates.start, updates.count) + upd
+            if args.split_all:
+                parts = args.threads
+            elif weight >= executor.HEAVY_TASK_WEIGHT:     # as count_phase
+                parts = min(most, max(args.threads, int(np.ceil(weight / share))))
+            else:
+                parts = 1
+            for part in range(parts):
+                t0 = time.perf_counter()
+                cpu_executor._search(u, v, r, t, arrays, cand, plan, leaves, scratch, None,
+                                     no_out, np.int64(0), np.int64(0), False, np.int64(part),
+                                     np.int64(parts))
+                seconds = time.perf_counter() - t0
+                pieces.append((weight, seconds))
+                if parts == 1:
+                    unsplit.append((weight, seconds))
+    finally:
+        cpu_executor._unmark_updates(us, vs, marks[1], marks[2], arrays, updates.count)
+    return pieces, unsplit
+
+
+def _makespan(pieces, threads: int) -> float:
+    """count_phase's schedule: pieces by weight, dealt round-robin to 4 chunks per worker,
+    each chunk to the worker that is free first."""
+    order = sorted(range(len(pieces)), key=lambda k: -pieces[k][0])
+    chunks = np.zeros(min(len(order), executor.CHUNKS_PER_THREAD * threads))
+    for j, k in enumerate(order):
+        chunks[j % len(chunks)] += pieces[k][1]
+    free = [0.0] * threads
+    for c in chunks:
+        heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free)
+
+
+if __name__ == "__main__":
+    main()
