@@ -1,6 +1,7 @@
 """How well count_phase's pieces balance: each piece of a batch timed alone, on one thread.
 
     python -m benchmarks.phase_pieces [--size 100] [--batches 8] [--threads 16] [--split-all]
+    python -m benchmarks.phase_pieces --heaviest 10
 
 The service benchmark's setup (GH, 5 random labels, 10% of the edges held out and cycled,
 the 10 dense 6-vertex queries counted).  For each batch of inserted edges it makes every
@@ -45,6 +46,10 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=16, help="workers to deal pieces to")
     p.add_argument("--split-all", action="store_true",
                    help="split every task into one piece per worker")
+    p.add_argument("--heaviest", type=int, default=0, metavar="K",
+                   help="instead: the K heaviest held-out edges, each a phase of its own, "
+                        "run by count_phase whole and as 4, 16 and 64 pieces a task on "
+                        "one thread (what splitting adds to the work)")
     args = p.parse_args(argv)
     numba.set_num_threads(1)
     initial, held_out = split_stream(load_graph(args.graph, num_labels=5, seed=0),
@@ -60,6 +65,9 @@ def main(argv=None) -> None:
     graph = engine.graph
     arrays = executor._graph_arrays(graph)
     updates = engine._updates
+    if args.heaviest:
+        _split_cost(args, engine, queries, held_out)
+        return
     todo, _ = batches(held_out, args.size, args.batches, 0)
     for batch in todo:
         engine.apply(batch)     # the inserted edges' phase runs on the graph after them
@@ -117,6 +125,37 @@ def _time_pieces(args, queries, arrays, updates, graph, us, vs, labels):
     finally:
         cpu_executor._unmark_updates(us, vs, marks[1], marks[2], arrays, updates.count)
     return pieces, unsplit
+
+
+def _split_cost(args, engine, queries, held_out) -> None:
+    """One-thread time of count_phase on each of the heaviest held-out edges (inserted
+    first), whole and split; the counts must not change."""
+    graph = engine.graph
+    everything, _ = batches(held_out, len(held_out.a), 1, 0)
+    engine.apply(everything[0])
+    engine._updates.reserve(graph.label.shape[0])
+    us = graph.ids.lookup(held_out.a).astype(np.int32)
+    vs = graph.ids.lookup(held_out.b).astype(np.int32)
+    weight = graph.deg[us].astype(np.float64) * graph.deg[vs]
+    labels = np.zeros(1, dtype=np.int32)
+
+    def run(i: int, pieces: int) -> tuple[float, list[int]]:
+        t0 = time.perf_counter()
+        totals = cpu_executor.count_phase(
+            queries, us[i:i + 1], vs[i:i + 1], labels, 0, executor._graph_arrays(graph),
+            engine._updates.start, engine._updates.count, graph.max_degree, 0.0,
+            np.int64(pieces), np.int64(pieces), np.int64(4))
+        return time.perf_counter() - t0, totals.tolist()
+
+    order = np.argsort(-weight)
+    run(order[0], 1)        # compile
+    for i in order[:args.heaviest]:
+        found = {pieces: run(i, pieces) for pieces in (1, 4, 16, 64)}
+        whole, counts = found[1]
+        assert all(c == counts for _, c in found.values()), "splitting changed a count"
+        print(f"deg(u)*deg(v) {weight[i]:.3g}: whole {whole * 1e3:.2f} ms, "
+              f"{sum(counts):,} matches; 4 / 16 / 64 pieces: "
+              + " / ".join(f"{found[p][0] / whole:.2f}x" for p in (4, 16, 64)), flush=True)
 
 
 def _makespan(pieces, threads: int) -> float:
