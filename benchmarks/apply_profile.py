@@ -121,12 +121,23 @@ def compare(args, initial, held_out) -> None:
     """One engine per --shared-region-threads value, every batch applied to each in turn
     (the order rotating), so that they see the same graph and the same spells of the
     machine's speed; the counts must agree."""
+    if args.heavy_task_weights:
+        variants = [(f"shared_region_threads={args.shared_region_threads[0]}, "
+                     f"HEAVY_TASK_WEIGHT={w:g}", args.shared_region_threads[0], w)
+                    for w in args.heavy_task_weights]
+    else:
+        variants = [(f"shared_region_threads={n}", n, executor.HEAVY_TASK_WEIGHT)
+                    for n in args.shared_region_threads]
     engines = [_engine(args, initial, EngineConfig(shared_region_threads=n))
-               for n in args.shared_region_threads]
+               for _, n, _ in variants]
+
+    def apply(e: int, batch):
+        executor.HEAVY_TASK_WEIGHT = variants[e][2]
+        return engines[e].apply(batch)
     warm, position = batches(held_out, args.size, 200, 0)
     for batch in warm:
-        for engine in engines:
-            engine.apply(batch)
+        for e in range(len(engines)):
+            apply(e, batch)
     for r in range(args.rounds):
         todo, position = batches(held_out, args.size, args.batches, position)
         seconds = [[] for _ in engines]
@@ -135,14 +146,14 @@ def compare(args, initial, held_out) -> None:
             for k in range(len(engines)):
                 e = (j + k) % len(engines)
                 t0 = time.perf_counter()
-                result = engines[e].apply(batch)
+                result = apply(e, batch)
                 seconds[e].append(time.perf_counter() - t0)
                 counts.add(tuple(sorted((q, d.positive, d.negative)
                                         for q, d in result.queries.items())))
             assert len(counts) == 1, f"batch {j}: the engines' counts differ"
-        for n, s in zip(args.shared_region_threads, seconds, strict=True):
+        for (label, _, _), s in zip(variants, seconds, strict=True):
             q = statistics.quantiles(s, n=100)
-            print(f"round {r + 1}, shared_region_threads={n}: {len(s)} batches of "
+            print(f"round {r + 1}, {label}: {len(s)} batches of "
                   f"{args.size}: mean {np.mean(s) * 1e3:.3f} ms, median "
                   f"{statistics.median(s) * 1e3:.3f} ms, p99 {q[98] * 1e3:.3f} ms",
                   flush=True)
@@ -164,6 +175,10 @@ def main(argv=None) -> None:
                    help="compare engines with these EngineConfig.shared_region_threads "
                         "(0: never the parallel shared call) on the same batches, each "
                         "batch applied to every engine in turn, then stop")
+    p.add_argument("--heavy-task-weights", type=float, nargs="+", metavar="W",
+                   help="with --shared-region-threads N: compare engines (all with N) "
+                        "whose batches run with these executor.HEAVY_TASK_WEIGHT values "
+                        "(0: every task of a region phase split)")
     args = p.parse_args(argv)
 
     initial, held_out = split_stream(load_graph(args.graph, num_labels=5, seed=0),
