@@ -109,7 +109,17 @@ def instrument(sections: Sections) -> None:
     wrap(signature.SignatureTable, "edges_changed", "SignatureTable.edges_changed")
 
 
-def _engine(args, initial, config: EngineConfig) -> Engine:
+def add_setup_args(p: argparse.ArgumentParser, size: int) -> None:
+    """The setup's options: the graph, the dense queries, the edges per batch."""
+    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
+    p.add_argument("--queries-dir", type=Path,
+                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
+    p.add_argument("--queries", type=int, default=10)
+    p.add_argument("--size", type=int, default=size, help="edges per batch")
+
+
+def gh_engine(args, initial, config: EngineConfig) -> Engine:
+    """A CPU engine on `initial` with the first `args.queries` dense queries standing."""
     engine = Engine(initial, backend="cpu", config=config)
     for i in range(args.queries):
         path = args.queries_dir / f"dense_{i}.graph"
@@ -128,7 +138,7 @@ def compare(args, initial, held_out) -> None:
     else:
         variants = [(f"shared_region_threads={n}", n, executor.HEAVY_TASK_WEIGHT)
                     for n in args.shared_region_threads]
-    engines = [_engine(args, initial, EngineConfig(shared_region_threads=n))
+    engines = [gh_engine(args, initial, EngineConfig(shared_region_threads=n))
                for _, n, _ in variants]
 
     def apply(e: int, batch):
@@ -162,11 +172,7 @@ def compare(args, initial, held_out) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.apply_profile",
                                 description=__doc__.split("\n", 1)[0])
-    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
-    p.add_argument("--queries-dir", type=Path,
-                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
-    p.add_argument("--queries", type=int, default=10)
-    p.add_argument("--size", type=int, default=1, help="edges per batch")
+    add_setup_args(p, size=1)
     p.add_argument("--batches", type=int, default=3000, help="per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cprofile", action="store_true")
@@ -188,7 +194,7 @@ def main(argv=None) -> None:
     if args.shared_region_threads:
         compare(args, initial, held_out)
         return
-    engine = _engine(args, initial, EngineConfig())
+    engine = gh_engine(args, initial, EngineConfig())
     position = 0
     warm, position = batches(held_out, args.size, 200, position)
     for batch in warm:

@@ -19,29 +19,22 @@ from __future__ import annotations
 import argparse
 import heapq
 import time
-from pathlib import Path
 
 import numba
 import numpy as np
 from numba.typed import List
 
-from benchmarks.apply_profile import batches
-from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
-from benchmarks.service_bench import REPO
+from benchmarks.apply_profile import add_setup_args, batches, gh_engine
+from benchmarks.gh_table import INSERT_FRACTION
 from gpu import cpu_executor, executor
 from gpu.config import EngineConfig
-from gpu.engine import Engine
-from gpu.formats import load_graph, read_query, split_stream
-from gpu.query import QueryGraph
+from gpu.formats import load_graph, split_stream
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.phase_pieces",
                                 description=__doc__.split("\n", 1)[0])
-    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
-    p.add_argument("--queries-dir", type=Path,
-                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
-    p.add_argument("--size", type=int, default=100, help="edges per batch")
+    add_setup_args(p, size=100)
     p.add_argument("--batches", type=int, default=8)
     p.add_argument("--threads", type=int, default=16, help="workers to deal pieces to")
     p.add_argument("--split-all", action="store_true",
@@ -54,11 +47,9 @@ def main(argv=None) -> None:
     numba.set_num_threads(1)
     initial, held_out = split_stream(load_graph(args.graph, num_labels=5, seed=0),
                                      INSERT_FRACTION, 0)
-    engine = Engine(initial, backend="cpu", config=EngineConfig(shared_region_threads=0))
+    engine = gh_engine(args, initial, EngineConfig(shared_region_threads=0))
     queries = List()
-    for i in range(10):
-        path = args.queries_dir / f"dense_{i}.graph"
-        qid = engine.add_query(QueryGraph.from_labeled(read_query(path), path.stem))
+    for qid in engine.query_ids():
         standing = engine._queries[qid]
         queries.append(executor.small_query(engine.signatures.cand[qid], standing.leaves,
                                             standing.plan.incremental))
