@@ -86,7 +86,7 @@ class Sections:
 def instrument(sections: Sections) -> None:
     wrap = sections.wrap
     wrap(engine_module, "normalize", "batch.normalize")
-    for name in ("_start", "_leaf_edges", "_query_arrays", "_incremental", "_count_small",
+    for name in ("_start", "_leaf_edges", "_query_arrays", "_incremental", "_count_shared",
                  "_mutate"):
         wrap(Engine, name, f"Engine.{name}")
     wrap(engine_module._PendingBatch, "finish", "_PendingBatch.finish")

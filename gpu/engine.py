@@ -244,7 +244,7 @@ class Engine:
         return 0 < threads <= numba.get_num_threads() and \
             len(us) >= self.config.serial_below_tasks
 
-    def _count_small(self, qids: list[int], us, vs, labels, region: bool
+    def _count_shared(self, qids: list[int], us, vs, labels, region: bool
                      ) -> list[MatchSet | None]:
         """Incremental counts of several standing queries in one compiled CPU call that
         ranks the edges and fills the update index itself: with `region` (_region_phase),
@@ -391,17 +391,17 @@ class Engine:
         counted = [q for q in self._queries if list_limit.get(q, 0) <= 0]
         region = self._device is None and self._region_phase(us)
         if self._device is None:
-            # The counted queries of a small batch share one compiled call that ranks the
-            # edges and fills the update index itself (and clears both); the queries it
-            # hands back, and the listed ones, go one by one below.
+            # The counted queries of a phase share one compiled call that ranks the edges
+            # and fills the update index itself (and clears both); the queries it hands
+            # back, and the listed ones, go one by one below.
             t0 = time.perf_counter()
-            found_small = {qid: found for qid, found in
-                           zip(counted, self._count_small(counted, us, vs, labels, region),
+            found_shared = {qid: found for qid, found in
+                           zip(counted, self._count_shared(counted, us, vs, labels, region),
                                strict=True)
                            if found is not None}
-            results.update(found_small)
-            for qid in found_small:
-                seconds[qid] = (time.perf_counter() - t0) / len(found_small)
+            results.update(found_shared)
+            for qid in found_shared:
+                seconds[qid] = (time.perf_counter() - t0) / len(found_shared)
             if len(results) == len(self._queries):
                 return results, seconds
             counted = []

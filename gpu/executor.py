@@ -152,8 +152,6 @@ HEAVY_TASK_WEIGHT = 100_000
 CHUNKS_PER_THREAD = 4
 
 
-
-
 def _grouped_count(groups: LeafGroups, types: TaskTypes, shared: tuple) -> int:
     if groups.count == 0:
         return 0

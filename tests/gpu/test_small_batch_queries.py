@@ -1,5 +1,5 @@
 """The shared call: one compiled call counts every counted query of a phase
-(Engine._count_small), handing single queries back to the general path: count_small
+(Engine._count_shared), handing single queries back to the general path: count_small
 (serial, small batches) or count_phase (one parallel region, heavy tasks in pieces).
 
 A spy runs the call again on each query alone and checks its count equals the shared
