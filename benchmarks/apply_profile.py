@@ -2,6 +2,7 @@
 
     python -m benchmarks.apply_profile [--size 1] [--batches 3000] [--rounds 3] [--cprofile]
     python -m benchmarks.apply_profile --size 100 --shared-region-threads 4 0
+    python -m benchmarks.apply_profile --queued 1 8 --group-region-edges 4 64
 
 Same setup as benchmarks.service_bench (GH, 5 random labels, 10% of the edges held out,
 the 10 dense 6-vertex queries standing, counts only) without HTTP or the store: batches
@@ -169,6 +170,50 @@ def compare(args, initial, held_out) -> None:
                   flush=True)
 
 
+def compare_queued(args, initial, held_out) -> None:
+    """Batches `--queued K` at a time: K started (Engine.start) before the first is
+    finished, as the service's engine thread takes the batches queued behind each other,
+    so that they form batch groups; one engine per (K, --group-region-edges R), the same
+    batches through each in turn.  Prints the time per batch (the K batches' time / K)."""
+    variants = [(k, r) for k in args.queued for r in args.group_region_edges]
+    engines = [gh_engine(args, initial, EngineConfig(group_region_edges=r))
+               for _, r in variants]
+    span = int(np.lcm.reduce(args.queued))
+
+    def run(e: int, todo) -> tuple[list, list[float]]:
+        k = variants[e][0]
+        results, seconds = [], []
+        for i in range(0, len(todo), k):
+            t0 = time.perf_counter()
+            started = [engines[e].start(batch) for batch in todo[i:i + k]]
+            results += [s.finish() for s in started]
+            seconds.append((time.perf_counter() - t0) / len(started))
+        return results, seconds
+
+    position = 0
+    for r in range(args.rounds + 1):     # round 0 warms up
+        count = 200 if r == 0 else args.batches
+        seconds: list[list[float]] = [[] for _ in engines]
+        for j in range(0, count, span):
+            todo, position = batches(held_out, args.size, span, position)
+            counts = set()
+            for n in range(len(engines)):
+                e = (j // span + n) % len(engines)
+                results, s = run(e, todo)
+                seconds[e] += s
+                counts.add(tuple(tuple(sorted((q, d.positive, d.negative)
+                                              for q, d in res.queries.items()))
+                                 for res in results))
+            assert len(counts) == 1, f"batches {j}..: the engines' counts differ"
+        if r == 0:
+            continue
+        for (k, g), s in zip(variants, seconds, strict=True):
+            print(f"round {r}, {k} queued, group_region_edges={g}: {count} batches of "
+                  f"{args.size}: {1 / np.mean(s):,.0f} batches/s (mean {np.mean(s) * 1e3:.3f}"
+                  f" ms a batch, median of the groups' {statistics.median(s) * 1e3:.3f} ms)",
+                  flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.apply_profile",
                                 description=__doc__.split("\n", 1)[0])
@@ -185,6 +230,12 @@ def main(argv=None) -> None:
                    help="with --shared-region-threads N: compare engines (all with N) "
                         "whose batches run with these executor.HEAVY_TASK_WEIGHT values "
                         "(0: every task of a region phase split)")
+    p.add_argument("--queued", type=int, nargs="+", metavar="K",
+                   help="compare engines that take the batches K at a time (batch groups, "
+                        "Engine.start), for each K and --group-region-edges value, then stop")
+    p.add_argument("--group-region-edges", type=int, nargs="+", metavar="R",
+                   default=[EngineConfig().group_region_edges],
+                   help="with --queued: EngineConfig.group_region_edges values")
     args = p.parse_args(argv)
 
     initial, held_out = split_stream(load_graph(args.graph, num_labels=5, seed=0),
@@ -193,6 +244,9 @@ def main(argv=None) -> None:
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}", flush=True)
     if args.shared_region_threads:
         compare(args, initial, held_out)
+        return
+    if args.queued:
+        compare_queued(args, initial, held_out)
         return
     engine = gh_engine(args, initial, EngineConfig())
     position = 0

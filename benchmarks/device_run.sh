@@ -11,6 +11,9 @@
 #                (MOTIFSTREAM_TEST_DEVICE_GRAPH=pma: on the packed-memory-array layout)
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags;
 #                SERVICE_BACKEND=cpu runs it on the CPU executor, on the device host's cores)
+#   apply-profile  benchmarks.apply_profile (the CPU executor on the host's cores; APPLY_ARGS
+#                adds flags, e.g. "--queued 1 8 --group-region-edges 4 64"; APPLY_TIMEOUT
+#                bounds it, seconds, default 400)
 #   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
@@ -62,6 +65,10 @@ for stage in "${stages[@]}"; do
             python3 -m benchmarks.service_bench --graph "$GRAPH" --backend "${SERVICE_BACKEND:-cuda}" \
                 --json "$OUT/service-bench.jsonl" ${SERVICE_ARGS:-} 2>&1 \
                 | tee "$OUT/service-bench.txt" | tail -20 ;;
+        apply-profile)
+            timeout "${APPLY_TIMEOUT:-400}" python3 -m benchmarks.apply_profile --graph "$GRAPH" \
+                ${APPLY_ARGS:-} 2>&1 | tee -a "$OUT/apply-profile.txt" | tail -30
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         profile-*)
             query=bench-out/queries/gh_k6_seed0_labels5x0/${stage#profile-}.graph
             python3 -m benchmarks.phase_profile "$query" --graph "$GRAPH" --backend cuda \

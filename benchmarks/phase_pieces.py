@@ -133,10 +133,11 @@ def _split_cost(args, engine, queries, held_out) -> None:
     def run(i: int, pieces: int) -> tuple[float, list[int]]:
         t0 = time.perf_counter()
         totals = cpu_executor.count_phase(
-            queries, us[i:i + 1], vs[i:i + 1], labels, 0, executor._graph_arrays(graph),
+            queries, us[i:i + 1], vs[i:i + 1], labels, np.zeros(1, dtype=np.int32),
+            np.int64(1), 0, executor._graph_arrays(graph),
             engine._updates.start, engine._updates.count, graph.max_degree, 0.0,
             np.int64(pieces), np.int64(pieces), np.int64(4))
-        return time.perf_counter() - t0, totals.tolist()
+        return time.perf_counter() - t0, totals[:, 0].tolist()
 
     order = np.argsort(-weight)
     run(order[0], 1)        # compile

@@ -40,6 +40,15 @@ class EngineConfig:
     # than serial_below_tasks edges and searches them serially (count_small), and larger
     # phases run query by query.
     shared_region_threads: int = 4
+    # CPU executor: batches started one after another (Engine.start, apply_stream: the
+    # service's queue) that each only insert, or only delete, edges share one search, a
+    # batch group of at most this many edges, each batch's counts still its own (0: off;
+    # gpu/engine.py _BatchGroup).
+    batch_group_edges: int = 64
+    # CPU executor: with shared_region_threads Numba threads or more, a batch group of at
+    # least this many edges runs in one parallel region (count_phase); a smaller one, and
+    # every group on a smaller machine, is searched serially.
+    group_region_edges: int = 4
     # Id-map slots allocated up front (power of two); grows at 50 % load.
     initial_idmap_capacity: int = 1 << 12
     # CUDA executor: busy warps hand unexplored candidates to idle ones (off: ablation).
@@ -64,13 +73,16 @@ class EngineConfig:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
                      "share_capacity", "share_every", "leaf_group_min",
-                     "serial_below_tasks", "pma_segment_size", "launch_pairs"):
+                     "serial_below_tasks", "pma_segment_size", "launch_pairs",
+                     "group_region_edges"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.shared_region_threads, int) or self.shared_region_threads < 0:
-            raise ValueError(f"EngineConfig.shared_region_threads must be a non-negative "
-                             f"integer, got {self.shared_region_threads!r}")
+        for name in ("shared_region_threads", "batch_group_edges"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"EngineConfig.{name} must be a non-negative integer, got "
+                                 f"{value!r}")
         if self.device_graph not in DEVICE_GRAPHS:
             raise ValueError(f"EngineConfig.device_graph must be one of {DEVICE_GRAPHS}, got "
                              f"{self.device_graph!r}")
@@ -82,9 +94,10 @@ class EngineConfig:
     @classmethod
     def tiny(cls) -> "EngineConfig":
         """Smallest settings: forces growth, relocation, one-task chunks, the grouped
-        search of every leaf-rooted pair of tasks, deep window trees in the PMA, and one
-        update edge per CUDA launch."""
+        search of every leaf-rooted pair of tasks, deep window trees in the PMA, one
+        update edge per CUDA launch, and batch groups that fill after three edges."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, serial_below_tasks=1,
-                   pma_segment_size=2, launch_pairs=1, shared_region_threads=0)
+                   pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
+                   batch_group_edges=3)

@@ -423,8 +423,8 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
 
 
 @nb.njit(cache=True, nogil=True)
-def count_small(queries, us, vs, labels, serial_below, group_size, graph, upd_start, upd_cnt,
-                max_deg):
+def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group_size, graph,
+                upd_start, upd_cnt, max_deg):
     """One phase of a small batch for several queries: ranks, update index, make_tasks, the
     grouping test and a serial run_tasks, in one compiled call.
 
@@ -434,8 +434,10 @@ def count_small(queries, us, vs, labels, serial_below, group_size, graph, upd_st
     UpdateIndex's per-vertex arrays, all counts zero on entry) for the time of the call;
     both are cleared before it returns, so a count is exactly what DynamicGraph.set_ranks,
     UpdateIndex.fill and execute_cpu give.  Returns each query's matches (orbit
-    multiplicity included) of the tasks the update edges start, searched one by one on
-    this thread, or -1 where the general path would do otherwise: `serial_below` or more
+    multiplicity included) of the tasks the update edges start, summed per batch: row q,
+    column b holds the tasks of the edges i with edge_batch[i] == b (of `nbatch`; one
+    phase of several batches, Engine's batch groups), searched one by one on this
+    thread; or a row of -1 where the general path would do otherwise: `serial_below` or more
     tasks (a parallel region), or, with group_size > 0, a leaf group of at least
     `group_size` members (group_leaf_tasks).  Tasks are made and checked exactly as
     make_tasks does.  A small batch then costs one dispatch per phase instead of a dozen
@@ -443,35 +445,33 @@ def count_small(queries, us, vs, labels, serial_below, group_size, graph, upd_st
     it: the service's event loop and writer run on the other core while it searches."""
     marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
     ranks, upd = marks[0], marks[3:]
-    totals = np.empty(len(queries), dtype=np.int64)
+    totals = np.zeros((len(queries), nbatch), dtype=np.int64)
     for q in range(len(queries)):
         roots, root_labels, cand, plan, column, nc = queries[q]
         tu, tv, tr, tt, ntasks = _query_tasks(us, vs, labels, ranks, roots, root_labels,
                                               cand, plan[10], group_size)
         if ntasks < 0 or ntasks >= serial_below:
-            totals[q] = -1
+            totals[q, :] = -1
             continue
         if ntasks == 0:
-            totals[q] = 0
             continue
         leaves = (column, nc, upd_start, upd_cnt) + upd
         multiplicity = plan[9]
         n = plan[1].shape[1]
         scratch = new_scratch(n, max_deg + 1)
         no_out = np.empty((0, n), dtype=np.int32)
-        total = np.int64(0)
         for i in range(ntasks):
             found = _search(tu[i], tv[i], tr[i], tt[i], graph, cand, plan, leaves, scratch,
                             None, no_out, np.int64(0), np.int64(0), False, 0, 1)
-            total += found * multiplicity[tt[i]]
-        totals[q] = total
+            # A task's rank is its edge's position + 1 (_mark_updates).
+            totals[q, edge_batch[tr[i] - 1]] += found * multiplicity[tt[i]]
     _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
     return totals
 
 
-@nb.njit(cache=True, parallel=True)
-def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, max_deg,
-                heavy_weight, min_pieces, pieces, max_chunks):
+@nb.njit(cache=True, parallel=True, nogil=True)
+def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, upd_start,
+                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, max_chunks):
     """count_small for a phase of any size, the tasks of every query in one parallel
     region: one region a phase instead of one a query, and a heavy task (a hub's edge,
     which can hold most of a batch's matches) split into pieces over the workers.
@@ -482,12 +482,12 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
     heaviest tasks' first, are dealt round-robin to at most `max_chunks` chunks, each with
     its own search state, scheduled dynamically (run it under
     numba.parallel_chunksize(1)).  Returns what count_small returns, with no bound on the
-    tasks: -1 only where a leaf group forms."""
+    tasks: a row of -1 only where a leaf group forms."""
     deg = graph[1]
     marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
     ranks, upd = marks[0], marks[3:]
     nq = len(queries)
-    totals = np.zeros(nq, dtype=np.int64)
+    totals = np.zeros((nq, nbatch), dtype=np.int64)
     cap = 0
     for q in range(nq):
         cap += queries[q][0].shape[0] * us.shape[0]
@@ -503,7 +503,7 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
         tu, tv, tr, tt, made = _query_tasks(us, vs, labels, ranks, roots, root_labels, cand,
                                             plan[10], group_size)
         if made < 0:
-            totals[q] = -1
+            totals[q, :] = -1
             continue
         task_q[ntasks:ntasks + made] = q
         task_u[ntasks:ntasks + made] = tu[:made]
@@ -550,7 +550,8 @@ def count_phase(queries, us, vs, labels, group_size, graph, upd_start, upd_cnt, 
                                leaves, scratch, None, no_out, np.int64(0), np.int64(0), False,
                                piece_part[k], piece_parts[k]) * plan[9][task_t[i]]
     for k in range(npieces):
-        totals[task_q[piece_task[k]]] += found[k]
+        i = piece_task[k]
+        totals[task_q[i], edge_batch[task_r[i] - 1]] += found[k]
     _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
     return totals
 

@@ -7,11 +7,15 @@
      touched vertices only;
   3. positive matches on the graph after the batch, started from the
      inserted edges.
+
+On the CPU executor, small batches that `start` (or `apply_stream`) takes one after
+another, each only inserting or only deleting edges, share one search: see _BatchGroup.
 """
 from __future__ import annotations
 
 import functools
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -70,7 +74,8 @@ class _Deferred:
 
 @dataclass
 class _PendingBatch:
-    """A batch applied to the graph whose counted totals may still be on the device."""
+    """A batch applied to the graph whose counted totals may still be on the device, or
+    whose matching waits for the rest of its batch group."""
     batch: EffectiveBatch
     list_limit: Mapping[int, int]
     negative: dict
@@ -79,8 +84,11 @@ class _PendingBatch:
     started: float
     host_done: float
     timings: dict[str, float]
+    group: _BatchGroup | None = None
 
     def finish(self) -> BatchResult:
+        if self.group is not None:
+            self.group.run()
         deltas = {}
         for qid in self.seconds:
             pos, neg = (found.resolve() if isinstance(found, _Deferred) else found
@@ -96,6 +104,75 @@ class _PendingBatch:
         return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
                            queries=deltas, seconds=self.host_done - self.started,
                            timings=self.timings)
+
+
+class _BatchGroup:
+    """Consecutive batches that each only insert, or each only delete, distinct edges
+    between existing vertices, with every standing query counted: their updates and their
+    matching wait (Engine.start returns at once) until one of them is finished or the
+    engine is used otherwise, then run as one phase, one search for the whole group.
+
+    Exact per batch by the total-order rule (an update edge ranked below a task's own edge
+    is off limits, so each match is found from its lowest-ranked update edge), with the
+    batches' edges ranked so that each batch's tasks see the graph as it was after (when
+    inserting) or before (when deleting) that batch alone:
+      - deleted edges are ranked in batch order and searched in the graph before the
+        group, so batch j's tasks do not see the edges batches 1..j-1 deleted;
+      - inserted edges are ranked in reverse batch order and searched in the graph after
+        the group, so batch j's tasks do not see the edges batches j+1.. inserted.
+    Every task's count goes to its edge's batch.  The candidate bits and leaf counts are
+    those of the whole group's graph: only a superset of each batch's candidates (a vertex
+    gains candidacy by gaining edges), and candidacy is a necessary condition of a match,
+    never a sufficient one, so the counts do not change."""
+
+    def __init__(self, engine: "Engine", inserting: bool) -> None:
+        self.engine = engine
+        self.inserting = inserting
+        self.members: list[_PendingBatch] = []
+        self.keys: set[int] = set()
+        self.edges = 0
+        self.done = False
+        self.error: BaseException | None = None
+
+    def admits(self, batch: EffectiveBatch, limit: int) -> bool:
+        """Whether `batch` (normalized against the graph without this group's updates,
+        _groupable) can join: same kind, room left, and none of its edges in the group."""
+        us, vs = (batch.insert_u, batch.insert_v) if self.inserting else \
+            (batch.delete_u, batch.delete_v)
+        if len(us) == 0 or self.edges + len(us) > limit:
+            return False
+        keys = _edge_keys(us, vs)
+        return self.keys.isdisjoint(keys)
+
+    def add(self, pending: _PendingBatch) -> None:
+        batch = pending.batch
+        us, vs = (batch.insert_u, batch.insert_v) if self.inserting else \
+            (batch.delete_u, batch.delete_v)
+        self.keys.update(_edge_keys(us, vs))
+        self.edges += len(us)
+        self.members.append(pending)
+        pending.group = self
+
+    def run(self) -> None:
+        """Apply the group's updates and search it (once; the engine's open group).  If
+        that fails, every member's finish() fails."""
+        if not self.done:
+            try:
+                self.engine._run_group(self)
+            except BaseException as exc:
+                self.error = exc
+                raise
+        elif self.error is not None:
+            raise RuntimeError(f"the batch group of this batch failed: {self.error!r}") \
+                from self.error
+
+
+def _edge_keys(us: np.ndarray, vs: np.ndarray) -> list[int]:
+    return ((us.astype(np.int64) << 32) | vs.astype(np.int64)).tolist()
+
+
+# count_small's task bound for a batch group: none (its tasks never go one query at a time).
+_NO_TASK_BOUND = 1 << 62
 
 
 class Engine:
@@ -119,6 +196,7 @@ class Engine:
         self._next_id = 1
         self.batches_applied = 0
         self._device_seconds = 0.0      # the last batch's device graph and candidate sync
+        self._group: _BatchGroup | None = None      # open batch group (CPU executor)
         self._device = None
         if self.backend == "cuda":
             from gpu.cuda_executor import DeviceMirror
@@ -134,6 +212,7 @@ class Engine:
     # ---- standing queries -------------------------------------------
     def add_query(self, query: QueryGraph) -> int:
         """Register a standing query; returns its id."""
+        self.flush()
         if self._device is not None:
             problem = self._device.admit(query.labels, self.graph.num_slots)
             if problem is not None:
@@ -173,6 +252,7 @@ class Engine:
 
     def remove_query(self, qid: int) -> None:
         self._standing(qid)
+        self.flush()
         del self._queries[qid]
         self._arrays_generation += 1
         self.signatures.remove_query(qid)
@@ -203,6 +283,7 @@ class Engine:
 
     def _static(self, qid: int, limit: int) -> MatchSet:
         plan = self._standing(qid).plan
+        self.flush()
         g = self.graph
         us, vs, labels = g.edges()
         ranks = np.zeros(len(us), dtype=np.int32)
@@ -234,15 +315,16 @@ class Engine:
                                   self.config.work_sharing, self.config.share_capacity,
                                   self.config.share_every, self.config.launch_pairs)
 
-    def _region_phase(self, us) -> bool:
+    def _region_phase(self, us, minimum: int | None = None) -> bool:
         """Whether a CPU phase runs in parallel regions: with `shared_region_threads` Numba
-        threads or more, when it has `serial_below_tasks` edges or more.  A smaller one
-        runs serially: waking the workers costs more than its search, even with a hub's
-        edge (a one-edge batch on a 16-core host: mean 1.30 ms in the region against 0.90
-        ms serially, docs/benchmarks.md)."""
+        threads or more, when it has `minimum` (serial_below_tasks) edges or more.  A
+        smaller one runs serially: waking the workers costs more than its search, even
+        with a hub's edge (a one-edge batch on a 16-core host: mean 1.30 ms in the region
+        against 0.90 ms serially, docs/benchmarks.md)."""
         threads = self.config.shared_region_threads
-        return 0 < threads <= numba.get_num_threads() and \
-            len(us) >= self.config.serial_below_tasks
+        if minimum is None:
+            minimum = self.config.serial_below_tasks
+        return 0 < threads <= numba.get_num_threads() and len(us) >= minimum
 
     def _count_shared(self, qids: list[int], us, vs, labels, region: bool
                      ) -> list[MatchSet | None]:
@@ -255,9 +337,7 @@ class Engine:
         if not qids or not self.config.shared_call or \
                 (not region and len(us) >= self.config.serial_below_tasks):
             return [None] * len(qids)
-        queries = self._small_queries.get((self._arrays_key(), tuple(qids)), lambda: [
-            small_query(self.signatures.cand[qid], self._queries[qid].leaves,
-                        self._queries[qid].plan.incremental) for qid in qids])
+        queries = self._shared_queries(qids)
         group_min = self.config.leaf_group_min if self.config.leaf_groups else 0
         if region:
             totals = count_phase_cpu(self.graph, queries, self._updates, us, vs, labels,
@@ -268,6 +348,12 @@ class Engine:
         return [MatchSet(total, _no_rows(self._queries[qid].plan.query.num_vertices), False)
                 if total >= 0 else None
                 for qid, total in zip(qids, totals.tolist(), strict=True)]
+
+    def _shared_queries(self, qids: list[int]):
+        """The typed list of `small_query` tuples the shared calls take."""
+        return self._small_queries.get((self._arrays_key(), tuple(qids)), lambda: [
+            small_query(self.signatures.cand[qid], self._queries[qid].leaves,
+                        self._queries[qid].plan.incremental) for qid in qids])
 
     def _arrays_key(self) -> tuple[int, int]:
         """Names the state of the per-query arrays the QueryArrays lists hold: they are
@@ -296,7 +382,11 @@ class Engine:
         """Apply one batch atomically (as `apply`) and start its matching: the batch is
         applied when this returns, and `finish()` of what it returns gives its BatchResult.
         On the CUDA executor counted queries' totals may still be on the device until
-        then, so the caller can start the next batch first (as apply_stream does)."""
+        then, so the caller can start the next batch first (as apply_stream does).  On the
+        CPU executor a batch that can be part of a batch group (_BatchGroup) waits for the
+        batches started after it: its updates and search run when any member of its group
+        is finished, when a batch that cannot join is started, or at any other engine call
+        that reads the graph or the queries (read `graph` itself only after one)."""
         return self._start(stream, list_limit, defer=True)
 
     def apply_stream(self, streams: Iterable[UpdateStream],
@@ -306,24 +396,35 @@ class Engine:
         On the CUDA executor the host work of the next batch (validation, graph update,
         tasks) overlaps the kernels of the one before: counted queries' totals come back
         by asynchronous copies, and a batch's result is yielded once the next batch has
-        been started, so iterate to the end (a batch is applied when it is started).  A
-        rejected batch raises BatchRejected (any error, its own) after the results of the
-        batches before it.
+        been started.  On the CPU executor small batches of one kind share a search (a
+        batch group), and a batch's result is yielded once its group is complete.  So
+        iterate to the end (a batch is applied when it is started).  A rejected batch
+        raises BatchRejected (any error, its own) after the results of the batches before
+        it.
         """
-        pending = None
+        pending: deque[_PendingBatch] = deque()
         for stream in streams:
             try:
                 current = self._start(stream, list_limit, defer=True)
             except Exception:
-                # The batch before was applied: its result first.
-                if pending is not None:
-                    yield pending.finish()
+                # The batches before were applied: their results first.
+                while pending:
+                    yield pending.popleft().finish()
                 raise
-            if pending is not None:
-                yield pending.finish()
-            pending = current
-        if pending is not None:
-            yield pending.finish()
+            pending.append(current)
+            # The last batch stays (its kernels overlap the next one's host work), and so
+            # do the members of the open group (the next batch may join it).
+            while len(pending) > 1 and (pending[0].group is None
+                                        or pending[0].group is not self._group):
+                yield pending.popleft().finish()
+        while pending:
+            yield pending.popleft().finish()
+
+    def flush(self) -> None:
+        """Apply and search the open batch group, if any (every other engine call that
+        reads the graph or the queries does this first)."""
+        if self._group is not None:
+            self._group.run()
 
     def _start(self, stream: UpdateStream, list_limit, defer: bool) -> _PendingBatch:
         """Apply a batch to the graph and start its matching; with `defer`, counted queries'
@@ -332,11 +433,26 @@ class Engine:
             list_limit = dict.fromkeys(self._queries, list_limit)
         t0 = time.perf_counter()
         batch = normalize(stream, self.graph)
+        group = self._group
+        if group is not None and not (self._groupable(batch, list_limit)
+                                      and group.admits(batch, self.config.batch_group_edges)):
+            # The batch comes after the group's updates: validated again once they are in.
+            self.flush()
+            batch = normalize(stream, self.graph)
+            group = None
+        if self._groupable(batch, list_limit):
+            return self._join_group(group, batch, list_limit, t0)
         if self._device is not None and len(batch.add_slots):
             slots = max(self.graph.num_slots, int(batch.add_slots.max()) + 1)
             problem = self._device.admit(batch.add_labels, slots)
             if problem is not None:
                 raise BatchRejected(stream.source, 0, problem)
+        self.batches_applied += 1
+        return self._run_batch(batch, list_limit, defer, t0)
+
+    def _run_batch(self, batch: EffectiveBatch, list_limit: Mapping[int, int], defer: bool,
+                   t0: float) -> _PendingBatch:
+        """A validated batch's three steps (module docstring); t0 is when it came."""
         self._device_seconds = 0.0
         t1 = time.perf_counter()
         # Leaf counts leave out each phase's update edges (see gpu/leafcount.py).  The
@@ -353,11 +469,110 @@ class Engine:
         t4 = time.perf_counter()
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
         t5 = time.perf_counter()
-        self.batches_applied += 1
         seconds = {qid: pos_seconds[qid] + neg_seconds[qid] for qid in self._queries}
         timings = {"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
                    "update": (t3 - t2) + (t5 - t4), "device_update": self._device_seconds}
         return _PendingBatch(batch, list_limit, negative, positive, seconds, t0, t5, timings)
+
+    def _groupable(self, batch: EffectiveBatch, list_limit: Mapping[int, int]) -> bool:
+        """Whether `batch` can be part of a batch group: on the CPU executor, with every
+        query counted, a batch that only inserts or only deletes at most
+        `batch_group_edges` edges, with nothing ignored (an ignored record may be one the
+        group's updates would apply) and no vertex added or deleted."""
+        limit = self.config.batch_group_edges
+        if self._device is not None or limit == 0 or len(batch.add_ids) or \
+                len(batch.delete_slots) or any(batch.ignored.values()):
+            return False
+        inserts, deletes = len(batch.insert_u), len(batch.delete_u)
+        if (inserts == 0) == (deletes == 0) or inserts + deletes > limit:
+            return False
+        return all(list_limit.get(qid, 0) <= 0 for qid in self._queries)
+
+    def _join_group(self, group: _BatchGroup | None, batch: EffectiveBatch,
+                    list_limit: Mapping[int, int], t0: float) -> _PendingBatch:
+        """Add a _groupable batch to the open group (one it admits), or open one."""
+        if group is None:
+            group = self._group = _BatchGroup(self, inserting=len(batch.insert_u) > 0)
+        now = time.perf_counter()
+        pending = _PendingBatch(batch, list_limit, {}, {}, {}, t0, now,
+                                {"validate": now - t0, "match": 0.0, "update": 0.0,
+                                 "device_update": 0.0})
+        group.add(pending)
+        self.batches_applied += 1
+        return pending
+
+    def _run_group(self, group: _BatchGroup) -> None:
+        """A batch group's updates and one search for all of it (see _BatchGroup); each
+        member gets its own counts, and an even share of the time.  A group of one batch
+        runs as any batch does."""
+        assert group is self._group and not group.done
+        self._group = None
+        group.done = True
+        members = group.members
+        n = len(members)
+        if n == 1:
+            alone = members[0]
+            ran = self._run_batch(alone.batch, alone.list_limit, False, alone.started)
+            ran.timings["validate"] = alone.timings["validate"]
+            alone.positive, alone.negative, alone.seconds = ran.positive, ran.negative, \
+                ran.seconds
+            alone.timings, alone.host_done = ran.timings, ran.host_done
+            return
+        # Ranks follow the order of the edges: batch order when deleting, reversed when
+        # inserting.
+        order = range(n - 1, -1, -1) if group.inserting else range(n)
+        parts = [(b.insert_u, b.insert_v, b.insert_labels) if group.inserting
+                 else (b.delete_u, b.delete_v, b.delete_labels)
+                 for b in (members[i].batch for i in order)]
+        us, vs, labels = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        edge_batch = np.concatenate([np.full(len(p[0]), i, dtype=np.int32)
+                                     for i, p in zip(order, parts, strict=True)])
+        none = _NO_VERTICES
+        side = {"insert_u": us, "insert_v": vs, "insert_labels": labels,
+                "delete_u": none, "delete_v": none, "delete_labels": none}
+        if not group.inserting:
+            side = {"delete_u": us, "delete_v": vs, "delete_labels": labels,
+                    "insert_u": none, "insert_v": none, "insert_labels": none}
+        combined = EffectiveBatch(add_ids=np.empty(0, dtype=np.int64), add_labels=none,
+                                  add_slots=none, delete_slots=none, **side)
+        t0 = time.perf_counter()
+        if group.inserting:
+            self._mutate(combined)
+        self._leaf_edges(us, vs, labels, -1)
+        t1 = time.perf_counter()
+        totals = self._count_group(us, vs, labels, edge_batch, n)
+        t2 = time.perf_counter()
+        if group.inserting:
+            self._leaf_edges(us, vs, labels, +1)
+        else:
+            self._mutate(combined)
+        t3 = time.perf_counter()
+        qids = list(self._queries)
+        match, update = (t2 - t1) / n, ((t1 - t0) + (t3 - t2)) / n
+        for b, pending in enumerate(members):
+            found, nothing = {}, {}
+            for q, qid in enumerate(qids):
+                rows = _no_rows(self._queries[qid].plan.query.num_vertices)
+                found[qid] = MatchSet(int(totals[q, b]), rows, False)
+                nothing[qid] = MatchSet(0, rows, False)
+            pending.positive, pending.negative = (found, nothing) if group.inserting else \
+                (nothing, found)
+            pending.seconds = dict.fromkeys(qids, match / len(qids)) if qids else {}
+            pending.timings["match"], pending.timings["update"] = match, update
+            pending.host_done = t3
+
+    def _count_group(self, us, vs, labels, edge_batch, nbatch: int) -> np.ndarray:
+        """Every query's counts per batch of a group's edges: shape (queries, nbatch)."""
+        qids = list(self._queries)
+        if not qids:
+            return np.zeros((0, nbatch), dtype=np.int64)
+        queries = self._shared_queries(qids)
+        # Leaf groups off: a grouped search would mix the batches' tasks.
+        if self._region_phase(us, self.config.group_region_edges):
+            return count_phase_cpu(self.graph, queries, self._updates, us, vs, labels, 0,
+                                   edge_batch, nbatch)
+        return count_small_cpu(self.graph, queries, self._updates, us, vs, labels, 0,
+                               _NO_TASK_BOUND, edge_batch, nbatch)
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
         # Without a leaf (the dense queries, and every query on CUDA: LeafCounts(kept=False))
@@ -487,6 +702,7 @@ class Engine:
     # ---- inspection -----------------------------------------------------
     def check(self) -> None:
         """Assert every incrementally maintained structure equals a rebuild (tests)."""
+        self.flush()
         self.graph.check()
         self.signatures.check(self.graph)
         for qid, standing in self._queries.items():
@@ -498,6 +714,7 @@ class Engine:
 
     def to_labeled(self) -> LabeledGraph:
         """The current graph with external ids (snapshots, tests)."""
+        self.flush()
         g = self.graph
         alive = np.flatnonzero(g.alive[: g.num_slots])
         us, vs, labels = g.edges()

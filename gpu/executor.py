@@ -53,39 +53,54 @@ def small_query(cand: np.ndarray, leaves: LeafCounts, types: TaskTypes) -> tuple
 
 
 def count_small_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np.ndarray,
-                    labels: np.ndarray, group_min: int, serial_below: int) -> np.ndarray:
+                    labels: np.ndarray, group_min: int, serial_below: int,
+                    edge_batch: np.ndarray | None = None, nbatch: int = 1) -> np.ndarray:
     """The counts `execute_cpu` (nothing listed) gives each of several queries for a phase
     of fewer than `serial_below` edges, in one compiled call that ranks the edges 1..k and
     fills `updates` itself, and clears both before it returns: the same tasks, searched one
     by one on this thread.  `queries` is a typed list of `small_query` tuples; us-vs are
     int32 and in the graph.  A negative count hands that query back: `execute_cpu` would
     form a leaf group or a parallel region, and must run it (after the caller has set the
-    ranks and filled `updates` the general way)."""
+    ranks and filled `updates` the general way).
+
+    With `edge_batch` (int32, the batch 0..nbatch-1 of each edge: a phase of several
+    batches, Engine's batch groups), the counts come per query and batch, shape (queries,
+    nbatch), each batch's the sum over the tasks of its edges."""
     assert len(us) < serial_below
     updates.reserve(graph.label.shape[0])
-    return cpu_executor.count_small(queries, us, vs, labels, serial_below,
-                                    max(2, group_min) if group_min > 0 else 0,
-                                    _graph_arrays(graph), updates.start, updates.count,
-                                    graph.max_degree)
+    per_batch = edge_batch is not None
+    if not per_batch:
+        edge_batch = np.zeros(len(us), dtype=np.int32)
+    totals = cpu_executor.count_small(queries, us, vs, labels, edge_batch, np.int64(nbatch),
+                                      serial_below, max(2, group_min) if group_min > 0 else 0,
+                                      _graph_arrays(graph), updates.start, updates.count,
+                                      graph.max_degree)
+    return totals if per_batch else totals[:, 0]
 
 
 def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np.ndarray,
-                    labels: np.ndarray, group_min: int) -> np.ndarray:
+                    labels: np.ndarray, group_min: int, edge_batch: np.ndarray | None = None,
+                    nbatch: int = 1) -> np.ndarray:
     """What `count_small_cpu` gives, for a phase of any size, in one parallel region over
     the tasks of every query: heavy tasks (HEAVY_TASK_WEIGHT) run as one to
     PIECES_PER_THREAD pieces per worker, so that one hub edge does not keep one worker busy
     while the others wait at the region's end.  A negative count hands a query back (a
-    leaf group forms)."""
+    leaf group forms).  `edge_batch` and `nbatch` as in count_small_cpu."""
     updates.reserve(graph.label.shape[0])
     threads = numba.get_num_threads()
+    per_batch = edge_batch is not None
+    if not per_batch:
+        edge_batch = np.zeros(len(us), dtype=np.int32)
     with numba.parallel_chunksize(1):
-        return cpu_executor.count_phase(queries, us, vs, labels,
-                                        max(2, group_min) if group_min > 0 else 0,
-                                        _graph_arrays(graph), updates.start, updates.count,
-                                        graph.max_degree, np.float64(HEAVY_TASK_WEIGHT),
-                                        np.int64(threads),
-                                        np.int64(PIECES_PER_THREAD * threads),
-                                        np.int64(CHUNKS_PER_THREAD * threads))
+        totals = cpu_executor.count_phase(queries, us, vs, labels, edge_batch,
+                                          np.int64(nbatch),
+                                          max(2, group_min) if group_min > 0 else 0,
+                                          _graph_arrays(graph), updates.start,
+                                          updates.count, graph.max_degree,
+                                          np.float64(HEAVY_TASK_WEIGHT), np.int64(threads),
+                                          np.int64(PIECES_PER_THREAD * threads),
+                                          np.int64(CHUNKS_PER_THREAD * threads))
+    return totals if per_batch else totals[:, 0]
 
 
 def _graph_arrays(graph) -> tuple:

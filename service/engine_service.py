@@ -160,7 +160,7 @@ class EngineService:
         # ingest.
         self._unfinished: deque[_Started] = deque()
         # Whether batches queued behind each other are pipelined (see ingest): None, on the
-        # CUDA executor only; tests set True to run the pipeline on the CPU one.
+        # CUDA executor, and on the CPU one with batch groups; tests set True or False.
         self.pipeline: bool | None = None
 
     async def call(self, fn, *args):
@@ -274,7 +274,8 @@ class EngineService:
                  time.perf_counter() - t0)
 
     def _engine_config(self) -> EngineConfig:
-        return EngineConfig(device_graph=self.settings.device_graph)
+        return EngineConfig(device_graph=self.settings.device_graph,
+                            batch_group_edges=self.settings.batch_group_edges)
 
     def _readable_snapshot(self) -> tuple[SnapshotRecord | None, LabeledGraph | None]:
         """The newest snapshot that reads back intact (the batch log reaches back to the
@@ -360,8 +361,9 @@ class EngineService:
         started = _Started(pending, seq, stream, staged.new, idempotency, acknowledged, t0,
                            graph)
         if self.pipelined or self._unfinished:
-            # Its counts may still be on the device: a batch already queued behind this one
-            # starts first (its host work overlapping these kernels), then the batches are
+            # Its counts may still be on the device, or its search wait for its batch
+            # group: a batch already queued behind this one starts first (its host work
+            # overlapping these kernels, or joining the group), then the batches are
             # finished and handed to the writer in order (Engine.apply_stream's pipeline).
             self._unfinished.append(started)
             if len(self._unfinished) == 1:
@@ -375,7 +377,12 @@ class EngineService:
 
     @property
     def pipelined(self) -> bool:
-        return self.backend == "cuda" if self.pipeline is None else self.pipeline
+        """Whether a batch queued behind another starts before the other is finished: on
+        CUDA its host work then overlaps the other's kernels; on the CPU with batch groups
+        (Engine.start) the batches queued behind each other share one search."""
+        if self.pipeline is not None:
+            return self.pipeline
+        return self.backend == "cuda" or self.engine.config.batch_group_edges > 0
 
     def _settle(self) -> None:
         """Finish the batches still unfinished and hand them to the writer, in order; if

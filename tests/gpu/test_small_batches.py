@@ -34,7 +34,9 @@ def small_spy(monkeypatch):
 
     def spy(*args):
         totals = real(*args)
-        seen.extend(totals.tolist())
+        # One batch per call here (Engine.apply): its counts are column 0.
+        assert totals.shape[1] == 1
+        seen.extend(totals[:, 0].tolist())
         return totals
 
     monkeypatch.setattr(gpu.cpu_executor, "count_small", spy)

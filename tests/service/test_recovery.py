@@ -228,6 +228,65 @@ def test_concurrent_batches_pipelined_on_the_cpu_executor(tmp_path):
     test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, pipeline=True)
 
 
+def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_path,
+                                                                           monkeypatch):
+    """One-edge batches queued behind each other on the engine thread run as batch groups
+    (gpu/engine.py _BatchGroup: one search for the group); each batch's results, its
+    events and the final state equal the same batches posted one by one with groups off."""
+    from gpu.engine import Engine
+
+    sizes: list[int] = []
+    real = Engine._run_group
+    monkeypatch.setattr(Engine, "_run_group",
+                        lambda self, group: (sizes.append(len(group.members)),
+                                             real(self, group))[1])
+    rng = random.Random(15)
+    data = random_data(rng, 14, 2, 2, 0.3)
+    start = data.labeled()
+    present = sorted(tuple(sorted(k)) for k in data.edges)
+    absent = [(a, b) for a in range(14) for b in range(a + 1, 14)
+              if frozenset((a, b)) not in data.edges]
+    batches = [{"insert_edges": [[a, b, rng.randrange(2)]]} for a, b in rng.sample(absent, 16)]
+    batches += [{"delete_edges": [[a, b]]} for a, b in rng.sample(present, 16)]
+    answers: dict[int, dict] = {}
+    with running(tmp_path / "grouped") as client:
+        client.put("/v1/graph", json=graph_json(start))
+        ids = _register(client)
+        service = client.app.state.motifstream.engine
+        gate = threading.Event()
+        service._pool.submit(gate.wait)     # the batches queue up behind this
+
+        def post(i: int) -> None:
+            r = client.post("/v1/batches", json=batches[i])
+            answers[i] = {"status": r.status_code, **r.json()}
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(batches))]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while service._pool._work_queue.qsize() < len(batches) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gate.set()
+        for t in threads:
+            t.join()
+        assert {a["status"] for a in answers.values()} == {200}, answers
+        order = sorted(answers, key=lambda i: answers[i]["batch"])
+        together = {"state": graph_state(client),
+                    "events": [client.get(f"/v1/queries/{q}/results").json() for q in ids]}
+    assert max(sizes) > 1, sizes
+    with running(tmp_path / "one-by-one", batch_group_edges=0) as client:
+        client.put("/v1/graph", json=graph_json(start))
+        assert _register(client) == ids
+        for i in order:
+            assert client.post("/v1/batches", json=batches[i]).json()["results"] == \
+                answers[i]["results"], i
+        assert together == {"state": graph_state(client),
+                            "events": [client.get(f"/v1/queries/{q}/results").json()
+                                       for q in ids]}
+    assert any(r["positive"] or r["negative"] for a in answers.values()
+               for r in a["results"].values())
+
+
 def test_query_registered_while_the_commit_before_it_fails(tmp_path):
     """A query registered while the commit of the batch before it runs, and then fails,
     is stored after that batch's fate is known: created at the last committed batch, and
