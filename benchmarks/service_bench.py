@@ -62,9 +62,6 @@ def _parse_args(argv):
     p.add_argument("--bulk-batches", type=int, default=6)
     p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"))
     p.add_argument("--synchronous", default="full", choices=("full", "normal"))
-    p.add_argument("--batch-group-edges", type=int,
-                   help="the server's --batch-group-edges (default: the server's, 64; 0: "
-                        "batch groups off)")
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
     p.add_argument("--log", type=Path, default=REPO / "bench-out" / "service-bench-server.log",
@@ -209,8 +206,6 @@ def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
     command = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir),
                "--port", str(args.port), "--backend", args.backend, "--graph", str(graph_file),
                "--synchronous", args.synchronous, "--log-level", "warning"]
-    if args.batch_group_edges is not None:
-        command += ["--batch-group-edges", str(args.batch_group_edges)]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     print(f"server log: {log.name}")
     deadline = time.monotonic() + 600

@@ -121,10 +121,6 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=BACKENDS, help="executor (default auto)")
     serve.add_argument("--device-graph", choices=DEVICE_GRAPHS,
                        help="cuda: the graph's layout on the device (default lists)")
-    serve.add_argument("--batch-group-edges", type=int, metavar="N",
-                       help="cpu: batches queued behind each other that only insert, or "
-                            "only delete, edges share one search, up to N edges (default "
-                            "64; 0: off)")
     serve.add_argument("--graph", metavar="FILE",
                        help="bulk-load this graph when the store is empty")
     serve_labels = serve.add_mutually_exclusive_group()
@@ -288,8 +284,7 @@ def _match(args, progress: Progress) -> int:
     return 0
 
 
-_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "device_graph", "batch_group_edges",
-                "graph", "labels",
+_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "device_graph", "graph", "labels",
                 "num_labels", "label_seed", "synchronous", "snapshot_every", "log_level",
                 "access_log")
 

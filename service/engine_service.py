@@ -160,7 +160,8 @@ class EngineService:
         # ingest.
         self._unfinished: deque[_Started] = deque()
         # Whether batches queued behind each other are pipelined (see ingest): None, on the
-        # CUDA executor, and on the CPU one with batch groups; tests set True or False.
+        # CUDA executor only; tests set True to run the pipeline on the CPU one (where the
+        # batches queued then form batch groups, gpu/engine.py: see `pipelined`).
         self.pipeline: bool | None = None
 
     async def call(self, fn, *args):
@@ -274,8 +275,7 @@ class EngineService:
                  time.perf_counter() - t0)
 
     def _engine_config(self) -> EngineConfig:
-        return EngineConfig(device_graph=self.settings.device_graph,
-                            batch_group_edges=self.settings.batch_group_edges)
+        return EngineConfig(device_graph=self.settings.device_graph)
 
     def _readable_snapshot(self) -> tuple[SnapshotRecord | None, LabeledGraph | None]:
         """The newest snapshot that reads back intact (the batch log reaches back to the
@@ -378,11 +378,13 @@ class EngineService:
     @property
     def pipelined(self) -> bool:
         """Whether a batch queued behind another starts before the other is finished: on
-        CUDA its host work then overlaps the other's kernels; on the CPU with batch groups
-        (Engine.start) the batches queued behind each other share one search."""
+        CUDA its host work then overlaps the other's kernels.  Not on the CPU, where the
+        batches queued would form batch groups (one search for the group): on the H100
+        host's 16 cores that did not raise one-edge batches/s, and with the group's search
+        in a parallel region it cut them by half or more (docs/benchmarks.md)."""
         if self.pipeline is not None:
             return self.pipeline
-        return self.backend == "cuda" or self.engine.config.batch_group_edges > 0
+        return self.backend == "cuda"
 
     def _settle(self) -> None:
         """Finish the batches still unfinished and hand them to the writer, in order; if

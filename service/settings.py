@@ -22,9 +22,6 @@ class Settings(BaseSettings):
     backend: Literal["auto", "cpu", "cuda"] = "auto"
     # The CUDA executor's graph layout on the device (gpu/config.py's DEVICE_GRAPHS).
     device_graph: Literal["lists", "pma"] = "lists"
-    # CPU executor: batches queued behind each other that only insert, or only delete,
-    # edges share one search, up to this many edges (0: off; gpu/config.py).
-    batch_group_edges: int = Field(64, ge=0)
     # When set, every route but /healthz and /readyz needs `Authorization: Bearer <key>`.
     api_key: SecretStr | None = None
     # Initial bulk load (only into an empty store): a graph file or an edge list.

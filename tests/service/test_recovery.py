@@ -230,9 +230,10 @@ def test_concurrent_batches_pipelined_on_the_cpu_executor(tmp_path):
 
 def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_path,
                                                                            monkeypatch):
-    """One-edge batches queued behind each other on the engine thread run as batch groups
-    (gpu/engine.py _BatchGroup: one search for the group); each batch's results, its
-    events and the final state equal the same batches posted one by one with groups off."""
+    """With the pipeline forced on the CPU executor, one-edge batches queued behind each
+    other on the engine thread run as batch groups (gpu/engine.py _BatchGroup: one search
+    for the group); each batch's results, its events and the final state equal the same
+    batches posted one by one."""
     from gpu.engine import Engine
 
     sizes: list[int] = []
@@ -253,6 +254,7 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
         client.put("/v1/graph", json=graph_json(start))
         ids = _register(client)
         service = client.app.state.motifstream.engine
+        service.pipeline = True
         gate = threading.Event()
         service._pool.submit(gate.wait)     # the batches queue up behind this
 
@@ -274,7 +276,8 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
         together = {"state": graph_state(client),
                     "events": [client.get(f"/v1/queries/{q}/results").json() for q in ids]}
     assert max(sizes) > 1, sizes
-    with running(tmp_path / "one-by-one", batch_group_edges=0) as client:
+    sizes.clear()
+    with running(tmp_path / "one-by-one") as client:
         client.put("/v1/graph", json=graph_json(start))
         assert _register(client) == ids
         for i in order:
@@ -283,6 +286,7 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
         assert together == {"state": graph_state(client),
                             "events": [client.get(f"/v1/queries/{q}/results").json()
                                        for q in ids]}
+    assert set(sizes) <= {1}, "batches posted one by one were grouped"
     assert any(r["positive"] or r["negative"] for a in answers.values()
                for r in a["results"].values())
 
