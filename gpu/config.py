@@ -47,8 +47,10 @@ class EngineConfig:
     batch_group_edges: int = 64
     # CPU executor: with shared_region_threads Numba threads or more, a batch group of at
     # least this many edges runs in one parallel region (count_phase); a smaller one, and
-    # every group on a smaller machine, is searched serially.
-    group_region_edges: int = 4
+    # every group on a smaller machine, is searched serially.  On the H100 host's 16 cores
+    # the region doubled one-edge batches/s in groups of 64 and gave nothing clear in
+    # groups of 8 (docs/benchmarks.md).
+    group_region_edges: int = 16
     # Id-map slots allocated up front (power of two); grows at 50 % load.
     initial_idmap_capacity: int = 1 << 12
     # CUDA executor: busy warps hand unexplored candidates to idle ones (off: ablation).
