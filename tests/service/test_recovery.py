@@ -9,6 +9,7 @@ from concurrent.futures import Future
 
 from tests.graphs import random_batch, random_data
 from tests.service.conftest import (
+    BACKEND,
     batch_json,
     graph_json,
     graph_state,
@@ -233,7 +234,7 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
     """With the pipeline forced on the CPU executor, one-edge batches queued behind each
     other on the engine thread run as batch groups (gpu/engine.py _BatchGroup: one search
     for the group); each batch's results, its events and the final state equal the same
-    batches posted one by one."""
+    batches posted one by one.  (On CUDA: its own pipeline, no groups, the same check.)"""
     from gpu.engine import Engine
 
     sizes: list[int] = []
@@ -275,7 +276,8 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
         order = sorted(answers, key=lambda i: answers[i]["batch"])
         together = {"state": graph_state(client),
                     "events": [client.get(f"/v1/queries/{q}/results").json() for q in ids]}
-    assert max(sizes) > 1, sizes
+    if BACKEND == "cpu":    # the CUDA executor pipelines without groups
+        assert max(sizes) > 1, sizes
     sizes.clear()
     with running(tmp_path / "one-by-one") as client:
         client.put("/v1/graph", json=graph_json(start))
@@ -286,7 +288,7 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
         assert together == {"state": graph_state(client),
                             "events": [client.get(f"/v1/queries/{q}/results").json()
                                        for q in ids]}
-    assert set(sizes) <= {1}, "batches posted one by one were grouped"
+    assert set(sizes) <= {1}, "batches posted one by one were grouped"   # or none (CUDA)
     assert any(r["positive"] or r["negative"] for a in answers.values()
                for r in a["results"].values())
 
