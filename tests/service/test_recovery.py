@@ -190,37 +190,54 @@ def test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, pipeline
     for one order, so some are refused in another (422, nothing applied): those are left
     out of the one-by-one run."""
     start, batches = _stream(seed=13, batches=24)
-    answers: dict[int, dict] = {}
     with running(tmp_path / "together") as client:
         client.app.state.motifstream.engine.pipeline = pipeline
         client.put("/v1/graph", json=graph_json(start))
         ids = _register(client)
-
-        def post(i: int) -> None:
-            r = client.post("/v1/batches", json=batches[i])
-            answers[i] = {"status": r.status_code, **r.json()}
-
-        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(batches))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        answers = _post_concurrently(client, batches)
         assert {a["status"] for a in answers.values()} <= {200, 422}, answers
         order = sorted((i for i in answers if answers[i]["status"] == 200),
                        key=lambda i: answers[i]["batch"])
         assert len(order) >= len(batches) // 2
         assert [answers[i]["batch"] for i in order] == list(range(1, len(order) + 1))
-        together = {"state": graph_state(client),
-                    "events": [client.get(f"/v1/queries/{q}/results").json() for q in ids]}
-    with running(tmp_path / "one-by-one") as client:
+        together = _results(client, ids)
+    _check_one_by_one(tmp_path / "one-by-one", start, ids, batches, order, answers, together)
+
+
+def _post_concurrently(client, batches, started=None) -> dict[int, dict]:
+    """Every batch posted from a thread of its own, all at once: {index: status and
+    answer}; `started()`, if given, runs once the threads are started."""
+    answers: dict[int, dict] = {}
+
+    def post(i: int) -> None:
+        r = client.post("/v1/batches", json=batches[i])
+        answers[i] = {"status": r.status_code, **r.json()}
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(batches))]
+    for t in threads:
+        t.start()
+    if started is not None:
+        started()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def _results(client, ids) -> dict:
+    return {"state": graph_state(client),
+            "events": [client.get(f"/v1/queries/{q}/results").json() for q in ids]}
+
+
+def _check_one_by_one(data_dir, start, ids, batches, order, answers, together) -> None:
+    """The batches posted one by one in `order` on a fresh service give each the same
+    results as `answers`, and the state and events `together`."""
+    with running(data_dir) as client:
         client.put("/v1/graph", json=graph_json(start))
         assert _register(client) == ids
         for i in order:
             assert client.post("/v1/batches", json=batches[i]).json()["results"] == \
                 answers[i]["results"], i
-        assert together == {"state": graph_state(client),
-                            "events": [client.get(f"/v1/queries/{q}/results").json()
-                                       for q in ids]}
+        assert together == _results(client, ids)
 
 
 def test_concurrent_batches_pipelined_on_the_cpu_executor(tmp_path):
@@ -250,7 +267,6 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
               if frozenset((a, b)) not in data.edges]
     batches = [{"insert_edges": [[a, b, rng.randrange(2)]]} for a, b in rng.sample(absent, 16)]
     batches += [{"delete_edges": [[a, b]]} for a, b in rng.sample(present, 16)]
-    answers: dict[int, dict] = {}
     with running(tmp_path / "grouped") as client:
         client.put("/v1/graph", json=graph_json(start))
         ids = _register(client)
@@ -259,35 +275,21 @@ def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_p
         gate = threading.Event()
         service._pool.submit(gate.wait)     # the batches queue up behind this
 
-        def post(i: int) -> None:
-            r = client.post("/v1/batches", json=batches[i])
-            answers[i] = {"status": r.status_code, **r.json()}
+        def release() -> None:
+            deadline = time.monotonic() + 30
+            while service._pool._work_queue.qsize() < len(batches) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.01)
+            gate.set()
 
-        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(batches))]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 30
-        while service._pool._work_queue.qsize() < len(batches) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        gate.set()
-        for t in threads:
-            t.join()
+        answers = _post_concurrently(client, batches, release)
         assert {a["status"] for a in answers.values()} == {200}, answers
         order = sorted(answers, key=lambda i: answers[i]["batch"])
-        together = {"state": graph_state(client),
-                    "events": [client.get(f"/v1/queries/{q}/results").json() for q in ids]}
+        together = _results(client, ids)
     if BACKEND == "cpu":    # the CUDA executor pipelines without groups
         assert max(sizes) > 1, sizes
     sizes.clear()
-    with running(tmp_path / "one-by-one") as client:
-        client.put("/v1/graph", json=graph_json(start))
-        assert _register(client) == ids
-        for i in order:
-            assert client.post("/v1/batches", json=batches[i]).json()["results"] == \
-                answers[i]["results"], i
-        assert together == {"state": graph_state(client),
-                            "events": [client.get(f"/v1/queries/{q}/results").json()
-                                       for q in ids]}
+    _check_one_by_one(tmp_path / "one-by-one", start, ids, batches, order, answers, together)
     assert set(sizes) <= {1}, "batches posted one by one were grouped"   # or none (CUDA)
     assert any(r["positive"] or r["negative"] for a in answers.values()
                for r in a["results"].values())
