@@ -135,6 +135,7 @@ def main(argv=None) -> int:
                 record[key] = device_memory_bytes(used)
                 record[f"{key}_per_directed_edge"] = round(
                     device_memory_bytes(used) / (2 * len(graph.edge_src)), 2)
+            record.update(_signature_bytes(engines[name], graph))
         report(record)
     engine = engines[backend]
 
@@ -173,7 +174,8 @@ def main(argv=None) -> int:
             ids = {backend: engine.add_query(query)}
             report({"what": "register", "backend": backend, "query": query.name,
                     "vertices": query.num_vertices, "edges": query.num_edges,
-                    "seconds": round(time.perf_counter() - t0, 2)})
+                    "seconds": round(time.perf_counter() - t0, 2),
+                    **(_signature_bytes(engine, graph) if backend == "cuda" else {})})
             ids.update({name: e.add_query(query) for name, e in engines.items()
                         if e is not engine})
             qids.setdefault(kind, []).append((ids[backend], ids))
@@ -204,6 +206,14 @@ def main(argv=None) -> int:
                 "matches_per_batch_median": int(statistics.median(matches)),
                 "cross_checked": len(engines) > 1})
     return 0
+
+
+def _signature_bytes(engine, graph) -> dict:
+    """The device signature table's and candidate bits' memory (gpu/device_signatures.py),
+    in all and per stored directed edge."""
+    used = engine.signatures.nbytes
+    return {"signature_bytes": used,
+            "signature_bytes_per_directed_edge": round(used / (2 * len(graph.edge_src)), 2)}
 
 
 if __name__ == "__main__":

@@ -44,6 +44,13 @@ class DeviceSignatures:
     def capacity(self) -> int:
         return self.label.shape[0]
 
+    @property
+    def nbytes(self) -> int:
+        """Device memory of the table and every query's candidate bits (benchmarks)."""
+        arrays = [self.label, self.deg, self.alive, self.slot_of, self.counts, self.codes,
+                  *self.cand.values()]
+        return sum(int(a.nbytes) for a in arrays)
+
     # ---- whole graph (start, recovery, a wider label set) ---------------
     def load(self, graph) -> None:
         """Take the host graph's vertices and counts whole, and every query's bits."""

@@ -3,6 +3,7 @@ every record present, the PMA's invariants checked, the engine's counts exact.""
 import json
 
 import numpy as np
+import pytest
 
 from benchmarks import pma_bench, scale_bench
 from benchmarks.pma_bench import _Rng, canonical, rmat_pairs
@@ -91,3 +92,36 @@ def test_scale_bench_records_and_exact_counts(tmp_path, monkeypatch):
     assert delta.positive == len(embeddings(after, pattern)) - len(embeddings(before, pattern))
     assert delta.negative == 0
     assert delta.positive > 0, "the batch must create matches for the check to mean anything"
+
+
+@pytest.mark.gpu
+def test_scale_bench_reports_the_device_signature_memory(tmp_path, monkeypatch):
+    """The signature table and candidate bits on the device, counted from their layout:
+    per vertex slot a label, a degree, an alive flag, a label slot, one count per encoded
+    label and the code words; per query one word of candidate bits a slot."""
+    out = tmp_path / "scale.jsonl"
+    engines = []
+    real_init = scale_bench.Engine.__init__
+
+    def init(engine, *args, **kwargs):
+        real_init(engine, *args, **kwargs)
+        engines.append(engine)
+
+    monkeypatch.setattr(scale_bench.Engine, "__init__", init)
+    assert scale_bench.main(["--scale", "8", "--edges", "700", "--backend", "cuda",
+                             "--kinds", "sparse", "dense", "--size", "3", "--queries", "1",
+                             "--update-batch", "20", "--update-batches", "1",
+                             "--batch-sizes", "1", "--batches", "1",
+                             "--json", str(out)]) == 0
+    records = _records(out)
+    (engine,) = engines
+    signatures = engine.signatures
+    capacity = engine.graph.label.shape[0]
+    per_slot = 4 + 4 + 1 + 4 + 4 * len(signatures.labels) + 8 * signatures.words
+    registered = [r for r in records if r["what"] == "register"]
+    assert len(registered) == 2
+    assert registered[-1]["signature_bytes"] == capacity * (per_slot + 4 * 2)
+    load = records[0]
+    assert load["signature_bytes"] == capacity * (4 + 4 + 1 + 4 + 8)     # no label encoded
+    assert load["signature_bytes_per_directed_edge"] == round(
+        load["signature_bytes"] / load["directed"], 2)
