@@ -109,7 +109,7 @@ def test_scale_bench_reports_the_device_signature_memory(tmp_path, monkeypatch):
 
     monkeypatch.setattr(scale_bench.Engine, "__init__", init)
     assert scale_bench.main(["--scale", "8", "--edges", "700", "--backend", "cuda",
-                             "--kinds", "sparse", "dense", "--size", "3", "--queries", "1",
+                             "--kinds", "sparse", "tree", "--size", "3", "--queries", "1",
                              "--update-batch", "20", "--update-batches", "1",
                              "--batch-sizes", "1", "--batches", "1",
                              "--json", str(out)]) == 0
