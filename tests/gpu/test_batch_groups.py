@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import gpu.engine
+import gpu.executor
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
@@ -27,9 +28,12 @@ UNGROUPED = EngineConfig(batch_group_edges=0, shared_region_threads=0)
 CONFIGS = {
     "serial": EngineConfig(shared_region_threads=0),
     "small_groups": EngineConfig(shared_region_threads=0, batch_group_edges=3),
-    # Every group one parallel region (count_phase), every task in pieces.
+    # Every group one parallel region (count_phase); with region_split every task runs
+    # as pieces there (the test sets every task heavy).
     "region": EngineConfig(shared_region_threads=1, serial_below_tasks=1,
                            group_region_edges=1),
+    "region_split": EngineConfig(shared_region_threads=1, serial_below_tasks=1,
+                                 group_region_edges=1),
 }
 
 
@@ -129,7 +133,11 @@ def _counts(result) -> dict[int, tuple[int, int]]:
 
 @pytest.mark.parametrize("mode", sorted(CONFIGS))
 @pytest.mark.parametrize("seed", range(4))
-def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, mode, seed):
+def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, monkeypatch, mode,
+                                                         seed):
+    if mode == "region_split":
+        monkeypatch.setattr(gpu.executor, "HEAVY_TASK_WEIGHT", 0)
+        monkeypatch.setattr(gpu.executor, "PIECES_PER_THREAD", 50)
     rng = random.Random(seed)
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2
     d = random_data(rng, 13, nlabels, nelabels, 0.3)
