@@ -137,17 +137,14 @@ class _BatchGroup:
     def admits(self, batch: EffectiveBatch, limit: int) -> bool:
         """Whether `batch` (normalized against the graph without this group's updates,
         _groupable) can join: same kind, room left, and none of its edges in the group."""
-        us, vs = (batch.insert_u, batch.insert_v) if self.inserting else \
-            (batch.delete_u, batch.delete_v)
+        us, vs, _ = _side(batch, self.inserting)
         if len(us) == 0 or self.edges + len(us) > limit:
             return False
         keys = _edge_keys(us, vs)
         return self.keys.isdisjoint(keys)
 
     def add(self, pending: _PendingBatch) -> None:
-        batch = pending.batch
-        us, vs = (batch.insert_u, batch.insert_v) if self.inserting else \
-            (batch.delete_u, batch.delete_v)
+        us, vs, _ = _side(pending.batch, self.inserting)
         self.keys.update(_edge_keys(us, vs))
         self.edges += len(us)
         self.members.append(pending)
@@ -165,6 +162,12 @@ class _BatchGroup:
         elif self.error is not None:
             raise RuntimeError(f"the batch group of this batch failed: {self.error!r}") \
                 from self.error
+
+
+def _side(batch: EffectiveBatch, inserting: bool) -> tuple[np.ndarray, ...]:
+    """A batch's inserted or deleted edges: (u, v, labels)."""
+    return (batch.insert_u, batch.insert_v, batch.insert_labels) if inserting else \
+        (batch.delete_u, batch.delete_v, batch.delete_labels)
 
 
 def _edge_keys(us: np.ndarray, vs: np.ndarray) -> list[int]:
@@ -521,20 +524,17 @@ class Engine:
         # Ranks follow the order of the edges: batch order when deleting, reversed when
         # inserting.
         order = range(n - 1, -1, -1) if group.inserting else range(n)
-        parts = [(b.insert_u, b.insert_v, b.insert_labels) if group.inserting
-                 else (b.delete_u, b.delete_v, b.delete_labels)
-                 for b in (members[i].batch for i in order)]
+        parts = [_side(members[i].batch, group.inserting) for i in order]
         us, vs, labels = (np.concatenate([p[k] for p in parts]) for k in range(3))
         edge_batch = np.concatenate([np.full(len(p[0]), i, dtype=np.int32)
                                      for i, p in zip(order, parts, strict=True)])
         none = _NO_VERTICES
-        side = {"insert_u": us, "insert_v": vs, "insert_labels": labels,
-                "delete_u": none, "delete_v": none, "delete_labels": none}
-        if not group.inserting:
-            side = {"delete_u": us, "delete_v": vs, "delete_labels": labels,
-                    "insert_u": none, "insert_v": none, "insert_labels": none}
+        kind, other = ("insert", "delete") if group.inserting else ("delete", "insert")
         combined = EffectiveBatch(add_ids=np.empty(0, dtype=np.int64), add_labels=none,
-                                  add_slots=none, delete_slots=none, **side)
+                                  add_slots=none, delete_slots=none,
+                                  **{f"{kind}_u": us, f"{kind}_v": vs, f"{kind}_labels": labels,
+                                     f"{other}_u": none, f"{other}_v": none,
+                                     f"{other}_labels": none})
         t0 = time.perf_counter()
         if group.inserting:
             self._mutate(combined)
