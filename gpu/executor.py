@@ -68,14 +68,17 @@ def count_small_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
     nbatch), each batch's the sum over the tasks of its edges."""
     assert len(us) < serial_below
     updates.reserve(graph.label.shape[0])
-    per_batch = edge_batch is not None
-    if not per_batch:
-        edge_batch = np.zeros(len(us), dtype=np.int32)
-    totals = cpu_executor.count_small(queries, us, vs, labels, edge_batch, np.int64(nbatch),
+    totals = cpu_executor.count_small(queries, us, vs, labels, _batch_of_edges(edge_batch, us),
+                                      np.int64(nbatch),
                                       serial_below, max(2, group_min) if group_min > 0 else 0,
                                       _graph_arrays(graph), updates.start, updates.count,
                                       graph.max_degree)
-    return totals if per_batch else totals[:, 0]
+    return totals if edge_batch is not None else totals[:, 0]
+
+
+def _batch_of_edges(edge_batch: np.ndarray | None, us: np.ndarray) -> np.ndarray:
+    """The shared calls' per-edge batch index: all 0 (one batch) when not given."""
+    return np.zeros(len(us), dtype=np.int32) if edge_batch is None else edge_batch
 
 
 def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np.ndarray,
@@ -88,19 +91,16 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
     leaf group forms).  `edge_batch` and `nbatch` as in count_small_cpu."""
     updates.reserve(graph.label.shape[0])
     threads = numba.get_num_threads()
-    per_batch = edge_batch is not None
-    if not per_batch:
-        edge_batch = np.zeros(len(us), dtype=np.int32)
     with numba.parallel_chunksize(1):
-        totals = cpu_executor.count_phase(queries, us, vs, labels, edge_batch,
-                                          np.int64(nbatch),
+        totals = cpu_executor.count_phase(queries, us, vs, labels,
+                                          _batch_of_edges(edge_batch, us), np.int64(nbatch),
                                           max(2, group_min) if group_min > 0 else 0,
                                           _graph_arrays(graph), updates.start,
                                           updates.count, graph.max_degree,
                                           np.float64(HEAVY_TASK_WEIGHT), np.int64(threads),
                                           np.int64(PIECES_PER_THREAD * threads),
                                           np.int64(CHUNKS_PER_THREAD * threads))
-    return totals if per_batch else totals[:, 0]
+    return totals if edge_batch is not None else totals[:, 0]
 
 
 def _graph_arrays(graph) -> tuple:
