@@ -22,6 +22,9 @@ missing); the experiments are the three of the GPU issue:
   CUDA executor overlaps a batch's host work with the kernels of the one before), from the
   same graph, alternating, three timed rounds each after an untimed one: the median
   batches per second each way, and whether every batch's counts agree in every round.
+  ``--list-limit N`` lists up to N matches per query and sign (the rows are read back
+  when a batch is finished, as the counts are); the check then also compares the number
+  of rows.
 
 Per-batch seconds are the wall time of `Engine.apply`; p99 is interpolated, so with a few
 batches it is close to the maximum.  ``--json`` appends one line per measurement (a query of
@@ -99,6 +102,9 @@ def _parse_args(argv):
                    help="edges per insertion batch")
     g.add_argument("--latency-batches", type=int, nargs="+", default=[200, 50, 5],
                    help="batches per size, one number per --latency-sizes")
+    g = p.add_argument_group("pipeline")
+    g.add_argument("--list-limit", type=int, default=0,
+                   help="list up to this many matches per query and sign (0: count only)")
     args = p.parse_args(argv)
     resolve_queries_dir(args)
     if len(args.latency_batches) != len(args.latency_sizes):
@@ -331,17 +337,22 @@ def run_pipeline(args, backend, initial, held_out, sets, emit, log) -> list[dict
                     standing = _StandingSet(engine, queries)
                     t0 = time.perf_counter()
                     if way == "apply":
-                        results = [engine.apply(b) for b in batches]
+                        results = [engine.apply(b, list_limit=args.list_limit)
+                                   for b in batches]
                     else:
-                        results = list(engine.apply_stream(batches))
+                        results = list(engine.apply_stream(batches,
+                                                           list_limit=args.list_limit))
                     seconds = time.perf_counter() - t0
-                    counts.append([[(r.queries[q].positive, r.queries[q].negative)
-                                    for q in standing.qids] for r in results])
+                    counts.append([[(d.positive, d.negative,
+                                     None if d.added is None else (len(d.added), len(d.removed)))
+                                    for d in (r.queries[q] for q in standing.qids)]
+                                   for r in results])
                     if round_:
                         rates[way].append(count / seconds)
                     standing.undo(held_out.slice(0, count * size))
             record = {"experiment": "pipeline", "kind": kind, "batch_size": size,
                       "batches": count, "queries": len(queries), "rounds": PIPELINE_ROUNDS,
+                      "list_limit": args.list_limit,
                       "apply_batches_per_s": statistics.median(rates["apply"]),
                       "apply_stream_batches_per_s": statistics.median(rates["apply_stream"]),
                       "apply_rounds": rates["apply"],
@@ -409,11 +420,12 @@ def latency_table(records: list[dict]) -> str:
 
 
 def pipeline_table(records: list[dict]) -> str:
-    rows = [[r["kind"], f"{r['queries']}", f"{r['batch_size']}", f"{r['batches']}",
-             f"{r['apply_batches_per_s']:.4g}", f"{r['apply_stream_batches_per_s']:.4g}",
-             f"{r['speedup']:.3g}", _check_cell([r])] for r in records]
-    return _markdown(["query set", "queries", "batch size", "batches", "apply batches/s",
-                      "apply_stream batches/s", "ratio", "check"], rows)
+    rows = [[r["kind"], f"{r['queries']}", f"{r.get('list_limit', 0)}", f"{r['batch_size']}",
+             f"{r['batches']}", f"{r['apply_batches_per_s']:.4g}",
+             f"{r['apply_stream_batches_per_s']:.4g}", f"{r['speedup']:.3g}",
+             _check_cell([r])] for r in records]
+    return _markdown(["query set", "queries", "list limit", "batch size", "batches",
+                      "apply batches/s", "apply_stream batches/s", "ratio", "check"], rows)
 
 
 TABLES = {"rate": rate_table, "mixed": mixed_table, "latency": latency_table,
@@ -437,7 +449,8 @@ def _parameters(args, experiment: str) -> dict:
                        "latency_batches": args.latency_batches},
            "pipeline": {"held_out_fraction": INSERT_FRACTION,
                         "latency_sizes": args.latency_sizes,
-                        "latency_batches": args.latency_batches}}[experiment]
+                        "latency_batches": args.latency_batches,
+                        "list_limit": args.list_limit}}[experiment]
     return {**common, **own}
 
 

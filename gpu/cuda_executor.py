@@ -27,6 +27,13 @@ from gpu.results import MatchSet
 
 # Share of free device memory the per-warp candidate buffers may take.
 BUFFER_SHARE = 0.25
+# A listing of at most this many rows is queued whole (a device buffer of `limit` rows,
+# its count and rows read back when the batch is finished); a larger limit reads each
+# slice's count back first, to size its rows by what was found.
+QUEUED_LIST_ROWS = 1 << 20
+# Most (edge, task type) pairs a listing launch tests: its per-task counts and offsets are
+# sized by the pairs, not by the tasks made (which stay on the device).
+LIST_LAUNCH_PAIRS = 1 << 22
 
 
 class KernelClock:
@@ -72,6 +79,9 @@ class DeviceMirror:
         self._plans: dict[int, dict[int, tuple[TaskTypes, cuda_kernels.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
         self._cand_ptrs: tuple | None = None    # (addresses, their device table)
+        self._host = None                       # the host graph synced last
+        # External id per vertex slot (int64), kept only once a listing needed it.
+        self._ext: cp.ndarray | None = None
 
     # ---- graph ---------------------------------------------------------
     def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
@@ -79,6 +89,12 @@ class DeviceMirror:
         vertices the batch touched, `batch` its EffectiveBatch.  The signatures and
         candidate bits follow on the device."""
         self.graph.sync(graph, touched, batch)
+        self._host = graph
+        if self._ext is not None:
+            if batch is None or self._ext.shape[0] != graph.ext.shape[0]:
+                self._ext = cp.asarray(graph.ext)   # grown: the host's doubles, amortised
+            elif len(batch.add_slots):
+                self._ext[cp.asarray(batch.add_slots)] = cp.asarray(graph.ext[batch.add_slots])
         if batch is None:
             self.signatures.load(graph)
             # A whole load's temporaries (sorts of every key) would stay in CuPy's pool.
@@ -86,13 +102,22 @@ class DeviceMirror:
         else:
             self.signatures.apply(graph, batch, touched)
 
+    def external(self, rows: cp.ndarray) -> cp.ndarray:
+        """Rows of vertex slots as external ids (int64), queued on the device; -1 entries
+        (past the matches found) map to some id, never read."""
+        if self._ext is None:
+            self._ext = cp.asarray(self._host.ext)
+        return self._ext[rows]
+
     @property
     def max_degree(self) -> int:
         return self.graph.max_degree
 
-    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
-        """Rank the phase's update edges us-vs for the total-order rule."""
-        self.graph.set_ranks(us, vs, ranks)
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray,
+                  edges: cuda_kernels.UpdateEdges) -> None:
+        """Rank the phase's update edges us-vs for the total-order rule (`edges`: the same
+        edges uploaded, upload_edges)."""
+        self.graph.set_ranks(us, vs, ranks, edges)
 
     def clear_ranks(self) -> None:
         self.graph.clear_ranks()
@@ -224,7 +249,9 @@ class _Launch:
         self.cand_ptrs = mirror.cand_table([qid for qid, _ in jobs])
         self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel)
         self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
-        self.tasks = cp.empty(self.pairs, dtype=np.int32)
+        # Zeros: a listing reads the task type of every pair's slot, made or not (an
+        # unmade slot's count is zero, its type only has to be a valid index).
+        self.tasks = cp.zeros(self.pairs, dtype=np.int32)
         self.ctl = cp.zeros(cuda_kernels.CTL_WORDS, dtype=np.uint64)
 
     def slices(self):
@@ -258,33 +285,42 @@ class _Launch:
         return counts[self.warps * self.queries:]
 
     def listing(self, limit: int, sharing: bool, share_capacity: int,
-                share_every: int) -> tuple[int, list[np.ndarray]]:
-        """The one query's number of matches and its first `limit` rows (a counting pass
-        gives each task its offset, a listing pass writes the rows), slice by slice."""
-        total, found = 0, []
+                share_every: int) -> tuple[cp.ndarray, cp.ndarray]:
+        """The one query's number of matches (int64 [1]) and its first `limit` rows (int32
+        [rows, n], -1 past the matches found), on the device.  Slice by slice, a counting
+        pass gives each task its count and a prefix sum its offset (after the rows of the
+        slices before), then a listing pass writes the rows from there up to the limit.
+        With a limit of at most QUEUED_LIST_ROWS everything is queued: the rows go to one
+        buffer of `limit` rows and the per-task arrays are sized by the slice's pairs.
+        A larger limit reads each slice's count back and sizes its rows by it."""
+        total = cp.zeros(1, dtype=np.int64)
         if self.pairs == 0:
-            return total, found
+            return total, cp.zeros((0, self.n), dtype=np.int32)
+        queued = limit <= QUEUED_LIST_ROWS
+        rows = cp.full((limit if queued else 0, self.n), -1, dtype=np.int32)
         none = cp.zeros(0, dtype=np.int64)
+        found, seen = [rows], 0
         for part in self.slices():
-            num_tasks = int(self.ctl[cuda_kernels.TASKS_WORD].get())
-            if num_tasks == 0:
-                continue
-            counts = cp.zeros(num_tasks, dtype=np.int64)
+            pairs = len(part.us) * self.types    # bounds the tasks make_tasks made
+            counts = cp.zeros(pairs, dtype=np.int64)
             self.run(part, counts, True, none, cp.zeros((0, self.n), dtype=np.int32), 0,
-                     False, sharing, share_capacity, share_every, num_tasks)
-            per_task = counts * self.plan.multiplicity[self.tasks[:num_tasks] % self.types]
-            in_part = int(per_task.sum())
-            room = min(in_part, limit - min(total, limit))
-            total += in_part
-            if room == 0:
-                continue
-            offsets = cp.zeros(num_tasks, dtype=np.int64)
-            cp.cumsum(per_task[:-1], out=offsets[1:])
-            rows = cp.full((room, self.n), -1, dtype=np.int32)
-            self.run(part, cp.zeros(num_tasks, dtype=np.int64), True, offsets, rows, room,
-                     True, False, share_capacity, share_every, num_tasks)
-            found.append(rows.get())
-        return total, found
+                     False, sharing, share_capacity, share_every, pairs)
+            per_task = counts * self.plan.multiplicity[self.tasks[:pairs] % self.types]
+            offsets = cp.cumsum(per_task) - per_task
+            if queued:
+                offsets += total
+                out, room = rows, limit
+            else:
+                in_part = int(per_task.sum())
+                room = min(in_part, limit - min(seen, limit))
+                seen += in_part
+                out = cp.full((room, self.n), -1, dtype=np.int32)
+                found.append(out)
+            total += per_task.sum()
+            if room:
+                self.run(part, cp.zeros(pairs, dtype=np.int64), True, offsets, out, room,
+                         True, False, share_capacity, share_every, pairs)
+        return total, (rows if queued else cp.concatenate(found))
 
 
 # Pinned buffers whose asynchronous copies may still be running, with the event after each:
@@ -335,16 +371,15 @@ class PendingCounts:
         return results
 
 
-def launch_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarray,
-                       labels: np.ndarray, ranks: np.ndarray, sharing: bool = True,
+def launch_cuda_counts(mirror: DeviceMirror, jobs, edges: cuda_kernels.UpdateEdges,
+                       sharing: bool = True,
                        share_capacity: int = cuda_kernels.SHARE_CAPACITY,
                        share_every: int = cuda_kernels.SHARE_EVERY,
                        max_pairs: int = MAX_PAIRS) -> PendingCounts:
-    """Queue the counting of several queries' matches started from edges us-vs, one launch
-    per query size (and slice of at most `max_pairs` pairs): `jobs` is [(qid, task
-    types)]."""
+    """Queue the counting of several queries' matches started from the uploaded update
+    `edges`, one launch per query size (and slice of at most `max_pairs` pairs): `jobs` is
+    [(qid, task types)]."""
     pending = PendingCounts(len(jobs))
-    edges = mirror.upload_edges(us, vs, labels, ranks)
     by_size: dict[int, list[int]] = {}
     for i, job in enumerate(jobs):
         by_size.setdefault(job[1].orders.shape[1], []).append(i)
@@ -364,8 +399,60 @@ def execute_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarr
                         max_pairs: int = MAX_PAIRS) -> list[MatchSet]:
     """Count the matches of several queries started from edges us-vs, in one launch per
     query size: `jobs` is [(qid, task types)]; one MatchSet each."""
-    return launch_cuda_counts(mirror, jobs, us, vs, labels, ranks, sharing, share_capacity,
-                              share_every, max_pairs).resolve()
+    return launch_cuda_counts(mirror, jobs, mirror.upload_edges(us, vs, labels, ranks),
+                              sharing, share_capacity, share_every, max_pairs).resolve()
+
+
+class PendingRows:
+    """A listing on its way to the host: the count copied asynchronously into pinned
+    memory behind the kernels, with an event after it; the rows are read when the result
+    is needed, only as many as were found, on a stream of their own so that the read does
+    not wait for the kernels queued since (the next batch's)."""
+
+    def __init__(self, total: cp.ndarray, rows: cp.ndarray) -> None:
+        self._rows = rows
+        self._total = cupyx.empty_pinned(1, dtype=np.int64)
+        cp.asnumpy(total, out=self._total, blocking=False)
+        self._event = cp.cuda.Event(block=False, disable_timing=True)
+        self._event.record()
+        _keep_until_copied(self._event, self._total)
+        self._result: MatchSet | None = None
+
+    def resolve(self) -> MatchSet:
+        if self._result is None:
+            self._event.synchronize()
+            total = int(self._total[0])
+            found = self._rows[:min(total, self._rows.shape[0])]
+            with _reader_stream():
+                host = cp.asnumpy(found)
+            self._result = MatchSet(total, host, total > host.shape[0])
+            self._rows = None
+        return self._result
+
+
+_READER: list[cp.cuda.Stream] = []
+
+
+def _reader_stream() -> cp.cuda.Stream:
+    """A non-blocking stream for reading back results that are already complete (so it
+    needs no ordering with the engine's stream, the legacy default one)."""
+    if not _READER:
+        _READER.append(cp.cuda.Stream(non_blocking=True))
+    return _READER[0]
+
+
+def launch_cuda_list(mirror: DeviceMirror, qid: int, types: TaskTypes,
+                     edges: cuda_kernels.UpdateEdges, list_limit: int, external: bool,
+                     sharing: bool = True, share_capacity: int = cuda_kernels.SHARE_CAPACITY,
+                     share_every: int = cuda_kernels.SHARE_EVERY,
+                     max_pairs: int = MAX_PAIRS) -> PendingRows:
+    """Queue the counting and listing (up to `list_limit` rows) of one query's matches
+    started from the uploaded update `edges`.  With `external` the rows are mapped to
+    external vertex ids on the device, in stream order (a later batch may give a slot to
+    another vertex before these rows are read)."""
+    launch = _Launch(mirror, [(qid, types)], edges, min(max_pairs, LIST_LAUNCH_PAIRS))
+    total, rows = launch.listing(list_limit, sharing, share_capacity, share_every)
+    return PendingRows(total, mirror.external(rows) if external else rows)
 
 
 def execute_cuda(mirror: DeviceMirror, qid: int, types: TaskTypes,
@@ -381,9 +468,6 @@ def execute_cuda(mirror: DeviceMirror, qid: int, types: TaskTypes,
     if list_limit <= 0:
         return execute_cuda_counts(mirror, [(qid, types)], us, vs, labels, ranks,
                                    sharing, share_capacity, share_every, max_pairs)[0]
-    n = types.orders.shape[1]
-    launch = _Launch(mirror, [(qid, types)], mirror.upload_edges(us, vs, labels, ranks),
-                     max_pairs)
-    total, found = launch.listing(list_limit, sharing, share_capacity, share_every)
-    rows = np.concatenate(found) if found else np.empty((0, n), dtype=np.int32)
-    return MatchSet(total, rows, total > rows.shape[0])
+    return launch_cuda_list(mirror, qid, types, mirror.upload_edges(us, vs, labels, ranks),
+                            list_limit, False, sharing, share_capacity, share_every,
+                            max_pairs).resolve()

@@ -63,12 +63,16 @@ class _Standing:
 
 
 class _Deferred:
-    """One query's totals of a queued shared launch (gpu.cuda_executor.PendingCounts)."""
+    """One query's result still on the device: its totals in a queued shared launch
+    (gpu.cuda_executor.PendingCounts, with the query's index), or its listing
+    (PendingRows, no index)."""
 
-    def __init__(self, pending, index: int) -> None:
+    def __init__(self, pending, index: int | None = None) -> None:
         self.pending, self.index = pending, index
 
     def resolve(self) -> MatchSet:
+        if self.index is None:
+            return self.pending.resolve()
         return self.pending.resolve()[self.index]
 
 
@@ -309,14 +313,24 @@ class Engine:
                            self.config.task_chunk, group_min,
                            1 if parallel else self.config.serial_below_tasks)
 
-    def _count_on_device(self, qids: list[int], us, vs, labels, ranks):
+    def _count_on_device(self, qids: list[int], edges):
         """Incremental counts of several standing queries in one CUDA launch per size,
-        queued (a PendingCounts: resolve() gives one MatchSet per query)."""
+        from the phase's uploaded update edges, queued (a PendingCounts: resolve() gives
+        one MatchSet per query)."""
         from gpu.cuda_executor import launch_cuda_counts
         jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
-        return launch_cuda_counts(self._device, jobs, us, vs, labels, ranks,
-                                  self.config.work_sharing, self.config.share_capacity,
-                                  self.config.share_every, self.config.launch_pairs)
+        return launch_cuda_counts(self._device, jobs, edges, self.config.work_sharing,
+                                  self.config.share_capacity, self.config.share_every,
+                                  self.config.launch_pairs)
+
+    def _list_on_device(self, qid: int, edges, limit: int):
+        """One standing query's incremental matches listed (up to `limit`, as external
+        ids) from the phase's uploaded update edges, queued (a PendingRows)."""
+        from gpu.cuda_executor import launch_cuda_list
+        return launch_cuda_list(self._device, qid, self._queries[qid].plan.incremental,
+                                edges, limit, True, self.config.work_sharing,
+                                self.config.share_capacity, self.config.share_every,
+                                self.config.launch_pairs)
 
     def _region_phase(self, us, minimum: int | None = None) -> bool:
         """Whether a CPU phase runs in parallel regions: with `shared_region_threads` Numba
@@ -622,12 +636,16 @@ class Engine:
             counted = []
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         ranked = len(us) > 0 and len(self._queries) > 0
+        edges = None
         try:
             if ranked:
                 # Each executor reads the ranks (and the CPU one the update index) of its
                 # own copy of the graph only.
                 if self._device is not None:
-                    self._device.set_ranks(us, vs, ranks)
+                    # Uploaded once: the ranks, the counted launches and the listings
+                    # read the same copy.
+                    edges = self._device.upload_edges(us, vs, labels, ranks)
+                    self._device.set_ranks(us, vs, ranks, edges)
                 else:
                     self.graph.set_ranks(us, vs, ranks)
                     self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
@@ -635,8 +653,8 @@ class Engine:
             # CPU the small-batch call above); listing ones, and those the shared call hands
             # back, go one by one.  The shared call's seconds are split evenly.
             t0 = time.perf_counter()
-            if self._device is not None:
-                pending = self._count_on_device(counted, us, vs, labels, ranks)
+            if self._device is not None and counted:
+                pending = self._count_on_device(counted, edges)
                 shared = ([_Deferred(pending, i) for i in range(len(counted))] if defer
                           else pending.resolve())
             else:
@@ -651,12 +669,18 @@ class Engine:
             listed = {qid: s for qid, s in self._queries.items() if qid not in results}
             for qid, standing in listed.items():
                 t0 = time.perf_counter()
-                found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
-                                  list_limit.get(qid, 0), region)
+                if self._device is not None:
+                    # Rows are mapped to external ids on the device as they are found,
+                    # and read back when the batch is finished.
+                    listing = self._list_on_device(qid, edges, list_limit[qid])
+                    results[qid] = _Deferred(listing) if defer else listing.resolve()
+                else:
+                    found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
+                                      list_limit.get(qid, 0), region)
+                    # Converted now: slots of deleted vertices may be reused later.
+                    results[qid] = MatchSet(found.count, self._external(found.rows),
+                                            found.truncated)
                 seconds[qid] = time.perf_counter() - t0
-                # Rows are converted now: slots of deleted vertices may be reused later.
-                results[qid] = MatchSet(found.count, self._external(found.rows),
-                                        found.truncated)
         finally:
             if ranked:
                 if self._device is not None:

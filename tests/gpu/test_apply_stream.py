@@ -13,7 +13,8 @@ import pytest
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.formats import DELETE_EDGE, INSERT_EDGE, UpdateStream, split_stream
+from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, UpdateStream,
+                         split_stream)
 from tests.graphs import skewed_graph
 from tests.gpu.test_cuda_executor import QUERIES
 
@@ -121,3 +122,75 @@ def test_stream_left_early_then_applied_on(backend, config):
     for batch in batches[2:]:
         assert summary(engine.apply(batch)) == summary(reference.apply(batch))
     engine.check()
+
+
+def vertex_churn_batches(full, seed: int, count: int):
+    """The graph minus 30% of its edges, then batches that alternately add two vertices
+    (each joined to a hub and to random vertices) and delete the two added last with
+    their edges (a negative phase whose matches hold them), each also inserting a few
+    held-out edges.  Deleted vertices' slots go to the vertices added next."""
+    initial, held = split_stream(full, 0.3, seed)
+    rng = np.random.default_rng(seed)
+    ids = [int(i) for i in initial.vertex_ids]     # never deleted
+    hubs = ids[:4]                                      # skewed_graph's hubs
+    next_id, added, at = max(ids) + 1, [], 0
+    batches = []
+    for i in range(count):
+        kinds, a, b, lab = [], [], [], []
+        if i % 2 == 0:
+            for _ in range(2):
+                new = next_id
+                next_id += 1
+                kinds.append(ADD_VERTEX), a.append(new), b.append(0)
+                lab.append(int(rng.integers(2)))
+                for other in [hubs[int(rng.integers(4))],
+                              *rng.choice(ids, 4, replace=False).tolist()]:
+                    kinds.append(INSERT_EDGE), a.append(new), b.append(int(other))
+                    lab.append(0)
+                added.append(new)
+        else:
+            for _ in range(2):
+                victim = added.pop()
+                kinds.append(DELETE_VERTEX), a.append(victim), b.append(0), lab.append(-1)
+        for _ in range(3):
+            kinds.append(INSERT_EDGE), a.append(int(held.a[at])), b.append(int(held.b[at]))
+            lab.append(0)
+            at += 1
+        batches.append(UpdateStream(np.array(kinds), np.array(a), np.array(b), np.array(lab),
+                                    np.arange(1, len(kinds) + 1), f"churn{i}"))
+    return initial, batches
+
+
+LISTINGS = [pytest.param(EngineConfig(), None, id="lists"),
+            pytest.param(EngineConfig(device_graph="pma"), None, id="pma"),
+            pytest.param(EngineConfig(launch_pairs=40), None, id="edge-slices"),
+            pytest.param(EngineConfig(), 3, id="counts-read-back")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("config", "queued_rows"), LISTINGS)
+@pytest.mark.parametrize("limit", [200_000, 5])
+def test_listed_rows_keep_their_vertices_when_slots_are_reused(config, queued_rows, limit,
+                                                                monkeypatch):
+    """Listings are read back when a batch is finished, after the next batch has been
+    started: a vertex the batch deleted (its removed matches hold it) has its slot given
+    to a vertex the next batch adds, so rows must be mapped to external ids in stream
+    order, not when they are read.  Also with the rows cut at the limit, with the edges
+    in slices, and with each slice's count read back first (a limit above
+    QUEUED_LIST_ROWS)."""
+    from gpu import cuda_executor
+    if queued_rows is not None:
+        monkeypatch.setattr(cuda_executor, "QUEUED_LIST_ROWS", queued_rows)
+    initial, batches = vertex_churn_batches(skewed_graph(25), 25, count=8)
+    one = Engine(initial, backend="cpu")
+    streamed = Engine(initial, backend="cuda", config=config)
+    for engine in (one, streamed):
+        for q in QUERIES:
+            engine.add_query(q)
+    want = [summary(one.apply(b, list_limit=limit)) for b in batches]
+    got = [summary(r) for r in streamed.apply_stream(iter(batches), list_limit=limit)]
+    assert got == want
+    # Removed rows held deleted vertices, and their slots were reused.
+    assert any(v[1] for r in want[1::2] for v in r.values())
+    assert streamed.graph.num_slots < initial.num_vertices + 2 * len(batches[::2])
+    streamed.check()
