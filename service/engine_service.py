@@ -384,7 +384,7 @@ class EngineService:
         in a parallel region it cut them by half or more (docs/benchmarks.md)."""
         if self.pipeline is not None:
             return self.pipeline
-        return self.backend == "cuda"
+        return self.backend == "cuda" or self.settings.cpu_batch_groups
 
     def _settle(self) -> None:
         """Finish the batches still unfinished and hand them to the writer, in order; if

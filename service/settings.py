@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     subscriber_buffer: int = Field(1024, ge=1)
     sse_ping_seconds: float = Field(15.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # On the CPU executor, let batches queued behind each other share one search (batch
+    # groups, gpu/engine.py); off by default: on the hosts measured it did not raise
+    # one-edge batches/s (docs/benchmarks.md).  The CUDA executor always pipelines.
+    cpu_batch_groups: bool = False
     # One log line per HTTP request (uvicorn's access log): off by default, since at
     # hundreds of batches per second it is a measurable share of the event loop's time.
     access_log: bool = False
