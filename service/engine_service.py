@@ -372,7 +372,7 @@ class EngineService:
                 except RuntimeError:    # shutting down: nothing is left to overlap with
                     self._settle()
         else:
-            self._finish(started)
+            self._hand_off([self._finish(started)])
         return acknowledged
 
     @property
@@ -387,14 +387,16 @@ class EngineService:
         return self.backend == "cuda" or self.settings.cpu_batch_groups
 
     def _settle(self) -> None:
-        """Finish the batches still unfinished and hand them to the writer, in order; if
-        one cannot be finished, it and every batch after it fail and the engine is rebuilt
-        from the store."""
+        """Finish the batches still unfinished and hand them to the writer, in order and
+        at once; if one cannot be finished, the ones before it are handed over, it and
+        every batch after it fail, and the engine is rebuilt from the store."""
+        finished = []
         while self._unfinished:
             started = self._unfinished.popleft()
             try:
-                self._finish(started)
+                finished.append(self._finish(started))
             except BaseException as exc:  # noqa: BLE001 -- answered as unavailable
+                self._hand_off(finished)
                 failed = [started, *self._unfinished]
                 self._unfinished.clear()
                 for each in failed:
@@ -405,10 +407,11 @@ class EngineService:
                         f"batch {each.seq} could not be finished ({exc}); it was not applied"))
                 self._rebuild(f"batch {started.seq} could not be finished")
                 return
+        self._hand_off(finished)
 
-    def _finish(self, started: _Started) -> None:
+    def _finish(self, started: _Started) -> tuple[BatchRecord, _Done]:
         """A started batch's results (waiting for the device if need be), its events and
-        statistics, and its commit handed to the writer (engine thread, in seq order)."""
+        statistics, and what its commit needs (engine thread, in seq order)."""
         seq, stream, idempotency = started.seq, started.stream, started.idempotency
         result = started.pending.finish()
         events, stats, results = [], {}, {}
@@ -441,13 +444,23 @@ class EngineService:
         done = _Done(seq, started.acknowledged, events, response_json, result, len(stream),
                      started.t0, started.graph,
                      idempotency[0] if idempotency is not None else None, touched)
+        return record, done
+
+    def _hand_off(self, finished: list[tuple[BatchRecord, _Done]]) -> None:
+        """Finished batches' commits handed to the writer, in one hand-off (engine thread,
+        in seq order): each hand-off to the writer process lets the other threads take the
+        GIL, and waits to get it back."""
+        if not finished:
+            return
         try:
-            commit = self.store.append_batch_async(record)
-        except BaseException as exc:  # noqa: BLE001 -- answered as a failed commit
-            commit = Future()
-            commit.set_exception(exc)
-        self._last_commit = commit
-        commit.add_done_callback(lambda f: self._committed(done, f))
+            commits = self.store.append_batches_async([record for record, _ in finished])
+        except BaseException as exc:  # noqa: BLE001 -- answered as failed commits
+            failed: Future = Future()
+            failed.set_exception(exc)
+            commits = [failed] * len(finished)
+        self._last_commit = commits[-1]
+        for (_, done), commit in zip(finished, commits, strict=True):
+            commit.add_done_callback(lambda f, done=done: self._committed(done, f))
 
     def _replay(self, key: str, request_hash: str) -> Future | None:
         """The acknowledgement of an earlier request with this Idempotency-Key, or None."""

@@ -148,19 +148,14 @@ class Store:
         (group commit): each keeps its own seq and rows, and if that transaction fails,
         every batch in it fails with PersistFailed.
         """
-        # Encoded here, off the writer, to plain values the writer process can unpickle.
-        batch = StoredBatch(
-            seq=int(record.seq),
-            updates=encode_updates(record.updates),
-            applied=_json_counts(record.applied),
-            ignored=_json_counts(record.ignored),
-            created_at=record.created_at,
-            events=tuple(_plain_event(e) for e in record.events),
-            query_stats={int(q): (int(p), int(n)) for q, (p, n) in record.query_stats.items()},
-            idempotency=record.idempotency,
-            new_labels={str(k): int(v) for k, v in record.new_labels.items()},
-        )
-        return self._writer.submit_grouped(transactions.append_batches, batch, self._retention)
+        return self.append_batches_async([record])[0]
+
+    def append_batches_async(self, records: list[BatchRecord]) -> list[Future[None]]:
+        """``append_batch_async`` for each of ``records`` (consecutive seqs), handed to the
+        writer at once."""
+        return self._writer.submit_grouped_many(
+            transactions.append_batches, [_stored(record) for record in records],
+            self._retention)
 
     def append_batch(self, record: BatchRecord) -> None:
         """Persist one applied batch and everything it changed, or raise PersistFailed."""
@@ -367,6 +362,22 @@ class Store:
 
 # json.dumps with any non-default option builds a new encoder per call; this one is reused.
 _SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
+def _stored(record: BatchRecord) -> StoredBatch:
+    """A batch record encoded, off the writer, to plain values the writer process can
+    unpickle."""
+    return StoredBatch(
+        seq=int(record.seq),
+        updates=encode_updates(record.updates),
+        applied=_json_counts(record.applied),
+        ignored=_json_counts(record.ignored),
+        created_at=record.created_at,
+        events=tuple(_plain_event(e) for e in record.events),
+        query_stats={int(q): (int(p), int(n)) for q, (p, n) in record.query_stats.items()},
+        idempotency=record.idempotency,
+        new_labels={str(k): int(v) for k, v in record.new_labels.items()},
+    )
 
 
 def _json_counts(counts: dict[str, int]) -> str:

@@ -184,6 +184,11 @@ class Writer:
         """
         return self._put(Work(run_group, args, item, grouped=True))
 
+    def submit_grouped_many(self, run_group: Callable[..., list[T]], items: list, *args: Any
+                            ) -> list[Future[T]]:
+        """``submit_grouped`` for each of ``items``, in order."""
+        return [self.submit_grouped(run_group, item, *args) for item in items]
+
     def _put(self, work: Work) -> Future:
         future: Future = Future()
         with self._lock:

@@ -131,35 +131,46 @@ class ProcessWriter:
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Queue ``fn(conn, *args)`` (``fn`` from storage.transactions); the future gives
         its result, or :class:`PersistFailed`."""
-        return self._put(fn, args, None, grouped=False)
+        return self._put(fn, args, [None], grouped=False)[0]
 
     def submit_grouped(self, run_group: Callable[..., list[T]], item: Any, *args: Any
                        ) -> Future[T]:
         """As :meth:`storage.writer.Writer.submit_grouped`."""
-        return self._put(run_group, args, item, grouped=True)
+        return self._put(run_group, args, [item], grouped=True)[0]
 
-    def _put(self, fn: Callable, args: tuple, item: Any, grouped: bool) -> Future:
+    def submit_grouped_many(self, run_group: Callable[..., list[T]], items: list, *args: Any
+                            ) -> list[Future[T]]:
+        """``submit_grouped`` for each of ``items``, in order, in one write to the pipe
+        (each write lets the other threads take the GIL, and waits to get it back)."""
+        return self._put(run_group, args, items, grouped=True)
+
+    def _put(self, fn: Callable, args: tuple, items: list, grouped: bool) -> list[Future]:
+        """Send one unit of work per item (None: `fn(conn, *args)` ungrouped)."""
         name = fn.__name__
         if getattr(transactions, name, None) is not fn:
             raise TypeError(f"the writer process runs storage.transactions functions, "
                             f"not {fn!r}")
-        future: Future = Future()
-        future.set_running_or_notify_cancel()   # once sent it will run: no cancelling
+        futures: list[Future] = []
         with self._send_lock:
             with self._lock:
                 if self._lost:
                     raise WriterLost("no writes are accepted after the writer process exited")
                 if self._closed:
                     raise StoreClosed("no writes are accepted after close()")
-                token = next(self._tokens)
-                message = pickle.dumps((token, name, args, item, grouped),
-                                       pickle.HIGHEST_PROTOCOL)
-                self._pending[token] = future
+                messages = []
+                for item in items:
+                    token = next(self._tokens)
+                    messages.append(_framed(pickle.dumps((token, name, args, item, grouped),
+                                                         pickle.HIGHEST_PROTOCOL)))
+                    future: Future = Future()
+                    future.set_running_or_notify_cancel()   # once sent it will run
+                    self._pending[token] = future
+                    futures.append(future)
             try:
-                _send_bytes(self._requests, message)
-            except OSError as exc:      # the child is gone: the reply thread settles it
+                _write_all(self._requests, b"".join(messages))
+            except OSError as exc:      # the child is gone: the reply thread settles them
                 log.error("could not hand a write to the writer process: %s", exc)
-        return future
+        return futures
 
     def close(self) -> None:
         """Run what was submitted, stop the child (it closes the database last), join."""
@@ -224,10 +235,19 @@ class ProcessWriter:
             future.set_exception(WriterLost(f"{len(pending)} writes were in flight"))
 
 
-def _send_bytes(fd: int, data: bytes) -> None:
-    view = memoryview(_HEADER.pack(len(data)) + data)
+def _framed(data: bytes) -> bytes:
+    """One message as the pipe carries it: its length, then its bytes."""
+    return _HEADER.pack(len(data)) + data
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def _send_bytes(fd: int, data: bytes) -> None:
+    _write_all(fd, _framed(data))
 
 
 class _Receiver:

@@ -19,6 +19,16 @@ from tests.service.conftest import (
 from tests.service.test_batches import PATTERNS
 
 
+
+def _each(per_record):
+    """A stand-in for Store.append_batches_async from one for a single record."""
+    return lambda records: [per_record(record) for record in records]
+
+
+def _one_by_one(append_batches_async):
+    """Store.append_batch_async as the real append_batches_async does it."""
+    return lambda record: append_batches_async([record])[0]
+
 def _stream(seed: int, batches: int):
     rng = random.Random(seed)
     data = random_data(rng, 14, 2, 2, 0.3)
@@ -73,14 +83,13 @@ def test_failed_commit_is_503_and_applies_nothing(tmp_path):
         state = client.app.state.motifstream
         assert client.post("/v1/batches", json=batches[0]).status_code == 200
         graph = graph_state(client)
-        real = state.store.append_batch_async
 
         def broken(record):
             raise OSError("disk full")
-        state.store.append_batch_async = broken
+        state.store.append_batches_async = _each(broken)
         r = client.post("/v1/batches", json=batches[1])
         assert r.status_code == 503 and "not applied" in r.json()["detail"]
-        state.store.append_batch_async = real
+        del state.store.append_batches_async     # the class's again
         assert graph_state(client) == graph
         for qid in ids:
             assert client.get(f"/v1/queries/{qid}").json()["stats"]["batches_seen"] == 1
@@ -116,7 +125,7 @@ def test_a_failed_commit_fails_the_batches_applied_behind_it(tmp_path):
         _register(client)
         state = client.app.state.motifstream
         assert client.post("/v1/batches", json=batches[0]).status_code == 200
-        real, gate = state.store.append_batch_async, threading.Event()
+        real, gate = _one_by_one(state.store.append_batches_async), threading.Event()
         submitted = set()
 
         def held_then_failed(record):
@@ -127,7 +136,7 @@ def test_a_failed_commit_fails_the_batches_applied_behind_it(tmp_path):
             threading.Thread(target=lambda: (gate.wait(), failed.set_exception(
                 OSError("device gone")))).start()
             return failed
-        state.store.append_batch_async = held_then_failed
+        state.store.append_batches_async = _each(held_then_failed)
         answers = {}
 
         def post(i):
@@ -144,7 +153,7 @@ def test_a_failed_commit_fails_the_batches_applied_behind_it(tmp_path):
             gate.set()
             for t in threads:
                 t.join()
-        state.store.append_batch_async = real
+        del state.store.append_batches_async     # the class's again
         assert [answers[i].status_code for i in (1, 2)] == [503, 503]
         assert graph_state(client) == after_first
         # Memory is the store's again: what follows matches the uninterrupted run.
@@ -305,19 +314,18 @@ def test_query_registered_while_the_commit_before_it_fails(tmp_path):
         _register(client)
         state = client.app.state.motifstream
         assert client.post("/v1/batches", json=batches[0]).status_code == 200
-        real = state.store.append_batch_async
 
         def fails_later(record):
             failed: Future = Future()
             threading.Timer(0.4, failed.set_exception, args=(OSError("disk full"),)).start()
             return failed
-        state.store.append_batch_async = fails_later
+        state.store.append_batches_async = _each(fails_later)
         answer = {}
         poster = threading.Thread(target=lambda: answer.update(
             r=client.post("/v1/batches", json=batches[1])))
         poster.start()
         time.sleep(0.1)     # the batch is applied, its commit running
-        state.store.append_batch_async = real
+        del state.store.append_batches_async     # the class's again
         late = client.post("/v1/queries", json={"pattern": pattern_json(PATTERNS["triangle"]),
                                                 "name": "late", "backfill": True})
         poster.join()

@@ -90,6 +90,23 @@ def test_replay_pages_through_many_batches(store):
     assert seqs == list(range(6, count + 1))
 
 
+def test_batches_handed_over_at_once_commit_one_by_one(store):
+    """append_batches_async: each record its own future, seq and rows; a record whose seq
+    does not follow fails alone-or-with-its-group, and the records before it stay."""
+    store.register_query(query(1), {}, None)
+    futures = store.append_batches_async([batch(seq, (1,), n=2) for seq in range(1, 6)])
+    assert [f.result() for f in futures] == [None] * 5
+    assert [seq for seq, _ in store.batches_after(0)] == [1, 2, 3, 4, 5]
+    for seq, updates in store.batches_after(0):
+        assert_same_stream(updates, updates_for(seq, 2))
+    futures = store.append_batches_async([batch(6, (1,)), batch(8, (1,))])
+    with pytest.raises(PersistFailed, match="does not follow"):
+        futures[1].result()
+    futures[0].exception()          # settled: committed, or failed with its group
+    assert store.last_seq() in (5, 6)
+    assert store.append_batches_async([]) == []
+
+
 def test_seq_gap_is_rejected_with_nothing_written(store):
     store.register_query(query(1), {}, None)
     append(store, 1, 2, (1,))
