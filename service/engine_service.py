@@ -159,9 +159,8 @@ class EngineService:
         # Batches applied whose results may still be on the device (CUDA), in order: see
         # ingest.
         self._unfinished: deque[_Started] = deque()
-        # Whether batches queued behind each other are pipelined (see ingest): None, on the
-        # CUDA executor only; tests set True to run the pipeline on the CPU one (where the
-        # batches queued then form batch groups, gpu/engine.py: see `pipelined`).
+        # Whether batches queued behind each other are pipelined (see ingest): None, as
+        # `pipelined` decides; tests set True or False to force either way.
         self.pipeline: bool | None = None
 
     async def call(self, fn, *args):
@@ -378,10 +377,9 @@ class EngineService:
     @property
     def pipelined(self) -> bool:
         """Whether a batch queued behind another starts before the other is finished: on
-        CUDA its host work then overlaps the other's kernels.  Not on the CPU, where the
-        batches queued would form batch groups (one search for the group): on the H100
-        host's 16 cores that did not raise one-edge batches/s, and with the group's search
-        in a parallel region it cut them by half or more (docs/benchmarks.md)."""
+        CUDA its host work then overlaps the other's kernels; on the CPU (unless the
+        cpu_batch_groups setting is off) the batches queued form a batch group, one search
+        for all of them (gpu/engine.py), and are handed to the writer together."""
         if self.pipeline is not None:
             return self.pipeline
         return self.backend == "cuda" or self.settings.cpu_batch_groups

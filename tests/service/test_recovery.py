@@ -191,16 +191,17 @@ def test_a_corrupt_snapshot_falls_back_to_the_older_one(tmp_path):
         assert graph_state(client) == reference
 
 
-def test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, pipeline=None):
+def test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, groups=True):
     """Batches posted from many threads at once are numbered in arrival order, and each
     one's results, events and the final state equal posting them one by one in that order
-    (on CUDA the engine thread then pipelines them: a batch queued behind another starts
-    before the one before it is finished and handed to the writer).  The batches were made
+    (by default the engine thread pipelines them: a batch queued behind another starts
+    before the one before it is finished and handed to the writer; on the CPU executor
+    they form batch groups).  The batches were made
     for one order, so some are refused in another (422, nothing applied): those are left
     out of the one-by-one run."""
     start, batches = _stream(seed=13, batches=24)
-    with running(tmp_path / "together") as client:
-        client.app.state.motifstream.engine.pipeline = pipeline
+    with running(tmp_path / "together", cpu_batch_groups=groups) as client:
+        assert client.app.state.motifstream.engine.pipelined == (groups or BACKEND == "cuda")
         client.put("/v1/graph", json=graph_json(start))
         ids = _register(client)
         answers = _post_concurrently(client, batches)
@@ -249,18 +250,19 @@ def _check_one_by_one(data_dir, start, ids, batches, order, answers, together) -
         assert together == _results(client, ids)
 
 
-def test_concurrent_batches_pipelined_on_the_cpu_executor(tmp_path):
-    """The CUDA executor's pipeline (a batch queued behind another starts before the one
-    before it is finished), forced on the CPU executor: the same check as above."""
-    test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, pipeline=True)
+def test_concurrent_batches_without_batch_groups(tmp_path):
+    """The cpu_batch_groups setting off: on the CPU executor each batch is finished before
+    the next starts (CUDA pipelines anyway); the same check as above."""
+    test_concurrent_batches_equal_the_same_batches_one_by_one(tmp_path, groups=False)
 
 
 def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_path,
                                                                            monkeypatch):
-    """With the pipeline forced on the CPU executor, one-edge batches queued behind each
-    other on the engine thread run as batch groups (gpu/engine.py _BatchGroup: one search
-    for the group); each batch's results, its events and the final state equal the same
-    batches posted one by one.  (On CUDA: its own pipeline, no groups, the same check.)"""
+    """With the pipeline on (forced; the CPU executor's default), one-edge batches queued
+    behind each other on the engine thread run as batch groups (gpu/engine.py
+    _BatchGroup: one search for the group); each batch's results, its events and the
+    final state equal the same batches posted one by one.  (On CUDA: its own pipeline,
+    no groups, the same check.)"""
     from gpu.engine import Engine
 
     sizes: list[int] = []
