@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import numba
 import numpy as np
 
 from gpu.batch import BatchRejected
@@ -228,6 +229,8 @@ class EngineService:
     # ---- start-up (engine thread) -----------------------------------------------
     def start(self) -> None:
         """Recover from the store, bulk-load --graph into an empty store, warm the kernels."""
+        # Numba's thread count is per calling thread: every engine call runs on this one.
+        numba.set_num_threads(self.settings.numba_threads())
         self.recover()
         if self.settings.graph is not None:
             if self._is_empty():

@@ -7,7 +7,6 @@ import os
 import sys
 from contextlib import asynccontextmanager
 
-import numba
 import uvicorn
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -167,7 +166,7 @@ def serve(settings: Settings) -> None:
     # would make every region wait for them to wake (a one-edge batch 0.25 -> 6.5 ms
     # median on a 16-core host, docs/benchmarks.md).  Read when the layer loads, at the
     # first parallel call, so setting it now is in time.
-    if numba.config.NUMBA_NUM_THREADS < EngineConfig().shared_region_threads:
+    if settings.numba_threads() < EngineConfig().shared_region_threads:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # The event loop, the engine thread and the store writer hand each request on to one
     # another; with the default 5 ms GIL switch interval every hand-off can wait that long.

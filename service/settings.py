@@ -1,6 +1,7 @@
 """Owns the service's settings: one pydantic-settings class read from flags and MOTIFSTREAM_* env."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -54,11 +55,24 @@ class Settings(BaseSettings):
     # by a fifth or more, with few it changes little (docs/benchmarks.md).  The CUDA
     # executor always pipelines.
     cpu_batch_groups: bool = True
+    # Numba threads of the CPU executor's parallel regions (None: half the CPUs, at least
+    # one).  Its OpenMP workers spin between regions; with all the CPUs they take the cores
+    # the event loop, the store writer and the clients need (a 16-CPU host: 1,204 one-edge
+    # batches/s with 8 threads against 834-887 with 16, docs/benchmarks.md).
+    engine_threads: int | None = Field(None, ge=1)
     # One log line per HTTP request (uvicorn's access log): off by default, since at
     # hundreds of batches per second it is a measurable share of the event loop's time.
     access_log: bool = False
 
-    @field_validator("api_key", "graph", "labels", "num_labels", mode="before")
+    def numba_threads(self) -> int:
+        """The engine thread's Numba thread count: engine_threads, or half the CPUs, at
+        most the threads Numba was started with."""
+        import numba
+        wanted = self.engine_threads or max(1, (os.cpu_count() or 1) // 2)
+        return min(wanted, numba.config.NUMBA_NUM_THREADS)
+
+    @field_validator("api_key", "graph", "labels", "num_labels", "engine_threads",
+                     mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
         # Compose passes `VAR: ${VAR:-}` as an empty string: that means "not set".

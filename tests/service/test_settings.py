@@ -1,0 +1,33 @@
+"""Settings that shape the engine thread: its Numba threads and the CPU pipeline."""
+from __future__ import annotations
+
+import os
+
+import numba
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+
+def test_engine_threads_default_to_half_the_cpus_within_numbas_pool():
+    half = max(1, (os.cpu_count() or 1) // 2)
+    assert Settings().numba_threads() == min(half, numba.config.NUMBA_NUM_THREADS)
+    assert Settings(engine_threads=1).numba_threads() == 1
+    assert Settings(engine_threads=10_000).numba_threads() == numba.config.NUMBA_NUM_THREADS
+
+
+def test_engine_threads_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MOTIFSTREAM_ENGINE_THREADS", "")       # compose's "not set"
+    assert Settings().engine_threads is None
+    monkeypatch.setenv("MOTIFSTREAM_ENGINE_THREADS", "1")
+    assert Settings().numba_threads() == 1
+    monkeypatch.setenv("MOTIFSTREAM_ENGINE_THREADS", "0")
+    with pytest.raises(ValidationError, match="engine_threads"):
+        Settings()
+
+
+def test_batch_groups_setting_from_the_environment(monkeypatch):
+    assert Settings().cpu_batch_groups is True
+    monkeypatch.setenv("MOTIFSTREAM_CPU_BATCH_GROUPS", "false")
+    assert Settings().cpu_batch_groups is False
