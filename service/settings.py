@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     cpu_batch_groups: bool = True
     # Numba threads of the CPU executor's parallel regions (None: half the CPUs, at least
     # one).  Its OpenMP workers spin between regions; with all the CPUs they take the cores
-    # the event loop, the store writer and the clients need (a 16-CPU host: 1,204 one-edge
-    # batches/s with 8 threads against 834-887 with 16, docs/benchmarks.md).
+    # the event loop, the store writer and the clients need (a 16-CPU host, 32 clients:
+    # 871-917 one-edge batches/s with 8 threads against 644-733 with 16, docs/benchmarks.md).
     engine_threads: int | None = Field(None, ge=1)
     # One log line per HTTP request (uvicorn's access log): off by default, since at
     # hundreds of batches per second it is a measurable share of the event loop's time.
