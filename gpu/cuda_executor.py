@@ -113,11 +113,11 @@ class DeviceMirror:
     def max_degree(self) -> int:
         return self.graph.max_degree
 
-    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray,
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray,
                   edges: cuda_kernels.UpdateEdges) -> None:
         """Rank the phase's update edges us-vs for the total-order rule (`edges`: the same
-        edges uploaded, upload_edges)."""
-        self.graph.set_ranks(us, vs, ranks, edges)
+        edges with their ranks, uploaded: upload_edges)."""
+        self.graph.set_ranks(us, vs, edges)
 
     def clear_ranks(self) -> None:
         self.graph.clear_ranks()

@@ -144,12 +144,12 @@ class PmaGraph:
         assert self.labels.count_with(labels) == self.labels.count, "unregistered label"
         return self.labels.of(labels).astype(np.int32).reshape(np.shape(labels))
 
-    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray,
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray,
                   edges: cuda_kernels.UpdateEdges) -> None:
         """Rank the edges us-vs (both directions, all stored) until clear_ranks: the value
         slot of the j-th directed edge holds -(j + 1), its label and rank go to side
         arrays, so the kernel reads a slot's rank beside it as in the lists.  (`edges`,
-        their upload, holds the ranks; the keys are made on the host.)"""
+        their upload, holds the ranks; the keys are made on the host from us-vs.)"""
         src = np.concatenate([us, vs])
         dst = np.concatenate([vs, us])
         keys = label_keys(src, dst, self.labels.of(self._host.label[dst]), self.vertex_bits)
@@ -237,10 +237,10 @@ class ListMirror:
             for name in self.POOLS:
                 self._copies[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
 
-    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray,
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray,
                   edges: cuda_kernels.UpdateEdges) -> None:
         """DynamicGraph.set_ranks on the device copy (found there, by a kernel, from the
-        uploaded `edges`); they are kept for clear_ranks."""
+        uploaded `edges`, which are kept for clear_ranks)."""
         self._ranked = (edges.us, edges.vs, edges.ranks)
         self._rank_kernel(clear=False)
 

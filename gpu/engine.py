@@ -645,7 +645,7 @@ class Engine:
                     # Uploaded once: the ranks, the counted launches and the listings
                     # read the same copy.
                     edges = self._device.upload_edges(us, vs, labels, ranks)
-                    self._device.set_ranks(us, vs, ranks, edges)
+                    self._device.set_ranks(us, vs, edges)
                 else:
                     self.graph.set_ranks(us, vs, ranks)
                     self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
