@@ -31,3 +31,15 @@ def test_batch_groups_setting_from_the_environment(monkeypatch):
     assert Settings().cpu_batch_groups is True
     monkeypatch.setenv("MOTIFSTREAM_CPU_BATCH_GROUPS", "false")
     assert Settings().cpu_batch_groups is False
+
+
+def test_the_engine_thread_runs_with_engine_threads(tmp_path):
+    """Numba's thread count is per thread: the engine thread, where every engine call
+    runs, has the setting's; other threads keep theirs."""
+    from tests.service.conftest import running
+
+    before = numba.get_num_threads()
+    with running(tmp_path / "data", engine_threads=1) as client:
+        engine = client.app.state.motifstream.engine
+        assert engine._pool.submit(numba.get_num_threads).result() == 1
+    assert numba.get_num_threads() == before
