@@ -38,7 +38,7 @@ export PYTHONPATH=$PWD
 # The oracle tests' extras, and the service's packages (the device has no fastapi; every
 # stage collects tests/service).
 python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontainers fastapi \
-    'uvicorn[standard]' pydantic pydantic-settings prometheus-client httpx2 websockets 2>&1 \
+    'uvicorn[standard]' pydantic pydantic-settings prometheus-client orjson httpx2 websockets 2>&1 \
     | tail -2
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 GRAPH=bench-out/data/musae_git_edges.csv

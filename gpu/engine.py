@@ -89,10 +89,20 @@ class _PendingBatch:
     host_done: float
     timings: dict[str, float]
     group: _BatchGroup | None = None
+    # A batch group member's results, made by the group's run (positive, negative and
+    # seconds stay empty).
+    deltas: dict[int, QueryDelta] | None = None
 
     def finish(self) -> BatchResult:
         if self.group is not None:
             self.group.run()
+        deltas = self.deltas if self.deltas is not None else self._deltas()
+        # A deferred batch's seconds end when its host work did; its wait is the next's.
+        return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
+                           queries=deltas, seconds=self.host_done - self.started,
+                           timings=self.timings)
+
+    def _deltas(self) -> dict[int, QueryDelta]:
         deltas = {}
         for qid in self.seconds:
             pos, neg = (found.resolve() if isinstance(found, _Deferred) else found
@@ -104,10 +114,7 @@ class _PendingBatch:
                 delta.removed = neg.rows
                 delta.truncated = pos.truncated or neg.truncated
             deltas[qid] = delta
-        # A deferred batch's seconds end when its host work did; its wait is the next's.
-        return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
-                           queries=deltas, seconds=self.host_done - self.started,
-                           timings=self.timings)
+        return deltas
 
 
 class _BatchGroup:
@@ -563,15 +570,13 @@ class Engine:
         t3 = time.perf_counter()
         qids = list(self._queries)
         match, update = (t2 - t1) / n, ((t1 - t0) + (t3 - t2)) / n
-        for b, pending in enumerate(members):
-            found, nothing = {}, {}
-            for q, qid in enumerate(qids):
-                rows = _no_rows(self._queries[qid].plan.query.num_vertices)
-                found[qid] = MatchSet(int(totals[q, b]), rows, False)
-                nothing[qid] = MatchSet(0, rows, False)
-            pending.positive, pending.negative = (found, nothing) if group.inserting else \
-                (nothing, found)
-            pending.seconds = dict.fromkeys(qids, match / len(qids)) if qids else {}
+        share = match / len(qids) if qids else 0.0
+        # Once per batch and query, so plain ints and the results' own type, no more.
+        for pending, counts in zip(members, totals.T.tolist(), strict=True):
+            pending.deltas = {qid: QueryDelta(count, 0, seconds=share) for qid, count in
+                              zip(qids, counts, strict=True)} if group.inserting else \
+                {qid: QueryDelta(0, count, seconds=share) for qid, count in
+                 zip(qids, counts, strict=True)}
             pending.timings["match"], pending.timings["update"] = match, update
             pending.host_done = t3
 

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 
 import numba
 import numpy as np
+import orjson
 
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
@@ -415,33 +416,29 @@ class EngineService:
         statistics, and what its commit needs (engine thread, in seq order)."""
         seq, stream, idempotency = started.seq, started.stream, started.idempotency
         result = started.pending.finish()
-        events, stats, results = [], {}, {}
+        events, stats, results, touched = [], {}, {}, []
         for standing in self.queries.values():
             delta = result.queries[standing.engine_qid]
-            stats[standing.id] = (delta.positive, delta.negative)
-            results[str(standing.id)] = {"positive": delta.positive,
-                                         "negative": delta.negative}
-            if delta.positive or delta.negative:
+            positive, negative = delta.positive, delta.negative
+            stats[standing.id] = (positive, negative)
+            results[str(standing.id)] = {"positive": positive, "negative": negative}
+            standing.batches_seen += 1
+            standing.total_positive += positive
+            standing.total_negative += negative
+            touched.append(standing)
+            if positive or negative:
+                standing.last_seq = seq
                 events.append(EventRecord(standing.id, seq, self._payload(standing, seq, delta)))
         timings = {k: round(v, 6) for k, v in result.timings.items()}
         timings["engine"] = round(time.perf_counter() - started.t0, 6)
-        response_json = json.dumps({"batch": seq, "applied": result.applied,
-                                    "ignored": result.ignored, "results": results,
-                                    "timings": timings})
+        response_json = orjson.dumps({"batch": seq, "applied": result.applied,
+                                      "ignored": result.ignored, "results": results,
+                                      "timings": timings}).decode()
         record = BatchRecord(seq=seq, updates=stream, applied=result.applied,
                              ignored=result.ignored, created_at=utc_now(), events=tuple(events),
                              query_stats=stats, new_labels=started.new_labels,
                              idempotency=None if idempotency is None else
                              (idempotency[0], idempotency[1], response_json))
-        touched = []
-        for standing in self.queries.values():
-            delta = result.queries[standing.engine_qid]
-            standing.batches_seen += 1
-            standing.total_positive += delta.positive
-            standing.total_negative += delta.negative
-            touched.append(standing)
-            if delta.positive or delta.negative:
-                standing.last_seq = seq
         done = _Done(seq, started.acknowledged, events, response_json, result, len(stream),
                      started.t0, started.graph,
                      idempotency[0] if idempotency is not None else None, touched)
@@ -525,7 +522,7 @@ class EngineService:
             event["added"] = added.tolist()
             event["removed"] = removed.tolist()
             event["truncated"] = len(added) < delta.positive or len(removed) < delta.negative
-        return json.dumps(event)
+        return orjson.dumps(event).decode()
 
     def _snapshot(self, seq: int, graph: LabeledGraph) -> None:
         try:
@@ -599,7 +596,7 @@ class EngineService:
                          removed=[], truncated=found.truncated)
         else:
             event.update(positive=self.engine.count(standing.engine_qid), negative=0)
-        return EventRecord(standing.id, self.seq, json.dumps(event))
+        return EventRecord(standing.id, self.seq, orjson.dumps(event).decode())
 
     def delete(self, qid: int) -> None:
         standing = self._standing(qid)

@@ -11,7 +11,6 @@ consistent snapshot while the writer commits.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -19,6 +18,8 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+
+import orjson
 
 from gpu.formats import LabeledGraph, UpdateStream
 from storage import snapshots, transactions
@@ -30,7 +31,6 @@ from storage.transactions import (
     BUSY_TIMEOUT_MS,
     SYNCHRONOUS,
     Retention,
-    StoredBatch,
     connect_writer,
 )
 from storage.writer import Writer, take_writer_lock
@@ -61,7 +61,7 @@ class Store:
         self._db_path = data_dir / DB_NAME
         self._snapshot_dir = data_dir / SNAPSHOT_DIR
         self._writer = writer
-        self._retention = Retention(result_retention, idempotency_retention, prune_every)
+        self._retention = tuple(Retention(result_retention, idempotency_retention, prune_every))
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -360,28 +360,29 @@ class Store:
 # ---------------------------------------------------------------------- helpers
 
 
-# json.dumps with any non-default option builds a new encoder per call; this one is reused.
-_SORTED_JSON = json.JSONEncoder(sort_keys=True)
 
 
-def _stored(record: BatchRecord) -> StoredBatch:
-    """A batch record encoded, off the writer, to plain values the writer process can
-    unpickle."""
-    return StoredBatch(
-        seq=int(record.seq),
-        updates=encode_updates(record.updates),
-        applied=_json_counts(record.applied),
-        ignored=_json_counts(record.ignored),
-        created_at=record.created_at,
-        events=tuple(_plain_event(e) for e in record.events),
-        query_stats={int(q): (int(p), int(n)) for q, (p, n) in record.query_stats.items()},
-        idempotency=record.idempotency,
-        new_labels={str(k): int(v) for k, v in record.new_labels.items()},
+def _stored(record: BatchRecord) -> tuple:
+    """A batch record encoded, off the writer, to a plain tuple (a StoredBatch's fields)
+    of plain values: the writer process unpickles it, and a tuple of built-in values
+    pickles ~6x faster than the NamedTuple and dataclasses it stands for (both pickle
+    through Python-level hooks, holding the GIL the event loop needs)."""
+    return (
+        int(record.seq),
+        encode_updates(record.updates),
+        _json_counts(record.applied),
+        _json_counts(record.ignored),
+        record.created_at,
+        tuple((int(e.query_id), int(e.seq), e.payload) for e in record.events),
+        {int(q): (int(p), int(n)) for q, (p, n) in record.query_stats.items()},
+        record.idempotency,
+        {str(k): int(v) for k, v in record.new_labels.items()},
     )
 
 
 def _json_counts(counts: dict[str, int]) -> str:
-    return _SORTED_JSON.encode({str(k): int(v) for k, v in counts.items()})
+    return orjson.dumps({str(k): int(v) for k, v in counts.items()},
+                        option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _plain_event(event: EventRecord) -> EventRecord:
