@@ -43,3 +43,27 @@ def test_the_engine_thread_runs_with_engine_threads(tmp_path):
         engine = client.app.state.motifstream.engine
         assert engine._pool.submit(numba.get_num_threads).result() == 1
     assert numba.get_num_threads() == before
+
+
+def test_only_the_server_process_freezes_what_start_up_left(tmp_path):
+    """serve()'s app freezes the objects start-up left alive before it says ready; an app
+    built otherwise (tests, embedding) leaves the collector alone."""
+    import gc
+
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from tests.service.conftest import running, wait_ready
+
+    assert gc.get_freeze_count() == 0
+    with running(tmp_path / "plain"):
+        assert gc.get_freeze_count() == 0
+    settings = Settings(data_dir=tmp_path / "frozen", synchronous="normal", backend="cpu")
+    try:
+        with TestClient(create_app(settings, freeze_gc_when_ready=True)) as client:
+            wait_ready(client)
+            assert gc.get_freeze_count() > 10_000
+            assert client.post("/v1/batches", json={"insert_vertices": [[1, 0], [2, 0]],
+                                                    "insert_edges": [[1, 2]]}).status_code == 200
+    finally:
+        gc.unfreeze()
