@@ -292,6 +292,27 @@ class Subscription:
             self.close()
         return None
 
+    def ready(self, limit: int) -> list[EventRecord]:
+        """Up to `limit` more events that `next` would return at once, without waiting or
+        reading the log (none while it still has to read the log or is ending), taken
+        now: a batch group's events, published together, go out in one write."""
+        taken: list[EventRecord] = []
+        if self._closed or self._ending is not None:
+            return taken
+        while self._page and len(taken) < limit:
+            record = self._page.popleft()
+            if record.seq > self._cursor:
+                taken.append(self._deliver(record))
+        if self._page or (self._catching_up and not self._log_exhausted):
+            return taken
+        with self.hub.lock:
+            self._catching_up = False  # as in next: the log is read, live is complete
+            while self._live and len(taken) < limit:
+                record = self._live.popleft()
+                if record.seq > self._cursor:
+                    taken.append(self._deliver(record))
+        return taken
+
     def _deliver(self, record: EventRecord) -> EventRecord:
         self._cursor = record.seq
         self._from_retained = False

@@ -34,6 +34,17 @@ async def take(subscription, count: int) -> list[int]:
         return [(await anext(subscription)).seq for _ in range(count)]
 
 
+async def take_with_ready(subscription, count: int, rng: random.Random) -> list[int]:
+    """The seqs of at least `count` events, each taken by `next` followed by what
+    `ready` (a random limit) gives at once, as the SSE stream takes them."""
+    got = []
+    with anyio.fail_after(5):
+        while len(got) < count:
+            got.append((await subscription.next()).seq)
+            got.extend(record.seq for record in subscription.ready(rng.randrange(4)))
+    return got
+
+
 async def drain(subscription) -> list[int]:
     """The seqs of every event until the subscription ends."""
     with anyio.fail_after(5):
@@ -113,8 +124,8 @@ async def test_no_gap_or_duplicate_while_a_thread_publishes():
         for _ in range(30):
             after = rng.randrange(store.last_seq() + 1)
             async with hub.subscribe(Q, after) as subscription:
-                got = await take(subscription, 25)
-            assert got == seqs(store, after)[:25]
+                got = await take_with_ready(subscription, 25, rng)
+            assert got == seqs(store, after)[:len(got)] and len(got) >= 25
     finally:
         done.set()
         publisher.join()
@@ -125,9 +136,10 @@ async def test_no_gap_or_duplicate_while_a_thread_publishes():
        during_reads=st.lists(st.lists(st.sampled_from([(Q,), (OTHER,), (Q, OTHER)]),
                                       max_size=4), max_size=5),
        after_live=st.lists(st.sampled_from([(Q,), (OTHER,)]), max_size=6),
-       after=st.integers(0, 3), buffer=st.integers(1, 3), page_size=st.integers(1, 3))
+       after=st.integers(0, 3), buffer=st.integers(1, 3), page_size=st.integers(1, 3),
+       ready_limit=st.integers(0, 3))
 def test_log_to_live_switch_has_no_gap_or_duplicate(before, during_reads, after_live, after,
-                                                     buffer, page_size):
+                                                     buffer, page_size, ready_limit):
     # Batches committed and published before subscribing, inside the subscription's log reads
     # (the race the register-then-read order closes) and after it went live.
     async def scenario() -> None:
@@ -154,6 +166,7 @@ def test_log_to_live_switch_has_no_gap_or_duplicate(before, during_reads, after_
                     while pending or len(got) < len(seqs(store, after)):
                         if (record := await subscription.next(timeout=0)) is not None:
                             got.append(record.seq)
+                            got.extend(r.seq for r in subscription.ready(ready_limit))
                         elif pending:  # live and idle: the remaining reads never happen
                             commit_during_read()
 
@@ -166,6 +179,26 @@ def test_log_to_live_switch_has_no_gap_or_duplicate(before, during_reads, after_
             assert await drain(subscription) == []
 
     anyio.run(scenario)
+
+
+async def test_ready_takes_what_next_would_return_at_once():
+    store, hub, engine = make(buffer=8, page_size=2)
+    for _ in range(3):
+        engine.batch(Q)
+    async with hub.subscribe(Q, after=0) as subscription:
+        assert subscription.ready(5) == []  # the log is not read yet: that is next's to do
+        assert (await subscription.next()).seq == 1
+        assert [r.seq for r in subscription.ready(5)] == [2]  # the rest of the page only
+        assert (await subscription.next()).seq == 3
+        for _ in range(4):
+            engine.batch(Q)
+        assert [r.seq for r in subscription.ready(2)] == [4, 5]  # live, up to the limit
+        assert [r.seq for r in subscription.ready(5)] == [6, 7]
+        assert subscription.ready(5) == []
+        engine.batch(Q)
+        engine.delete(Q)
+        assert subscription.ready(5) == []  # ending: next ends it at once
+        assert await drain(subscription) == []
 
 
 async def test_slow_subscriber_catches_up_from_the_log():
