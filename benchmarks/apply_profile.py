@@ -134,18 +134,24 @@ def compare(args, initial, held_out) -> None:
     machine's speed; the counts must agree."""
     if args.heavy_task_weights:
         variants = [(f"shared_region_threads={args.shared_region_threads[0]}, "
-                     f"HEAVY_TASK_WEIGHT={w:g}", args.shared_region_threads[0], w)
+                     f"HEAVY_TASK_WEIGHT={w:g}", args.shared_region_threads[0], w, None)
                     for w in args.heavy_task_weights]
+    elif args.threads:
+        variants = [(f"shared_region_threads={args.shared_region_threads[0]}, {t} threads",
+                     args.shared_region_threads[0], executor.HEAVY_TASK_WEIGHT, t)
+                    for t in args.threads]
     else:
-        variants = [(f"shared_region_threads={n}", n, executor.HEAVY_TASK_WEIGHT)
+        variants = [(f"shared_region_threads={n}", n, executor.HEAVY_TASK_WEIGHT, None)
                     for n in args.shared_region_threads]
     engines = [gh_engine(args, initial, EngineConfig(shared_region_threads=n))
-               for _, n, _ in variants]
+               for _, n, _, _ in variants]
+    threads = numba.get_num_threads()
 
     def apply(e: int, batch):
         executor.HEAVY_TASK_WEIGHT = variants[e][2]
+        numba.set_num_threads(variants[e][3] or threads)
         return engines[e].apply(batch)
-    warm, position = batches(held_out, args.size, 200, 0)
+    warm, position = batches(held_out, args.size, args.warm, 0)
     for batch in warm:
         for e in range(len(engines)):
             apply(e, batch)
@@ -162,7 +168,7 @@ def compare(args, initial, held_out) -> None:
                 counts.add(tuple(sorted((q, d.positive, d.negative)
                                         for q, d in result.queries.items())))
             assert len(counts) == 1, f"batch {j}: the engines' counts differ"
-        for (label, _, _), s in zip(variants, seconds, strict=True):
+        for (label, _, _, _), s in zip(variants, seconds, strict=True):
             q = statistics.quantiles(s, n=100)
             print(f"round {r + 1}, {label}: {len(s)} batches of "
                   f"{args.size}: mean {np.mean(s) * 1e3:.3f} ms, median "
@@ -192,7 +198,7 @@ def compare_queued(args, initial, held_out) -> None:
 
     position = 0
     for r in range(args.rounds + 1):     # round 0 warms up
-        count = 200 if r == 0 else args.batches
+        count = args.warm if r == 0 else args.batches
         seconds: list[list[float]] = [[] for _ in engines]
         for j in range(0, count, span):
             todo, position = batches(held_out, args.size, span, position)
@@ -230,6 +236,11 @@ def main(argv=None) -> None:
                    help="with --shared-region-threads N: compare engines (all with N) "
                         "whose batches run with these executor.HEAVY_TASK_WEIGHT values "
                         "(0: every task of a region phase split)")
+    p.add_argument("--threads", type=int, nargs="+", metavar="T",
+                   help="with --shared-region-threads N: compare engines (all with N) "
+                        "whose batches run on T Numba threads (numba.set_num_threads)")
+    p.add_argument("--warm", type=int, default=200,
+                   help="batches applied first (by each engine), not timed")
     p.add_argument("--queued", type=int, nargs="+", metavar="K",
                    help="compare engines that take the batches K at a time (batch groups, "
                         "Engine.start), for each K and --group-region-edges value, then stop")
@@ -250,7 +261,7 @@ def main(argv=None) -> None:
         return
     engine = gh_engine(args, initial, EngineConfig())
     position = 0
-    warm, position = batches(held_out, args.size, 200, position)
+    warm, position = batches(held_out, args.size, args.warm, position)
     for batch in warm:
         engine.apply(batch)
 
