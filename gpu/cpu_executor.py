@@ -25,6 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu.borrowed import borrowed, borrowed_graph, borrowed_leaves, borrowed_plan
 from gpu.graph import find_position, label_segment
 
 
@@ -411,14 +412,18 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
     width = max_deg + 1
     for c in nb.prange(nchunks):
         scratch = new_scratch(n, width)
+        # Borrowed views (gpu/borrowed.py): the workers share no reference counts.
+        shared = (borrowed_graph(graph), borrowed(cand), borrowed_plan(plan),
+                  borrowed_leaves(leaves), borrowed(out))
         for i in range(c * chunk, min(ntasks, (c + 1) * chunk)):
             pos = np.int64(0)
             if listing:
                 pos = offsets[i]
                 if pos >= limit:
                     continue
-            counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph, cand,
-                                plan, leaves, scratch, None, out, pos, limit, listing, 0, 1)
+            counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], shared[0],
+                                shared[1], shared[2], shared[3], scratch, None, shared[4], pos,
+                                limit, listing, 0, 1)
     return counts
 
 
@@ -540,15 +545,21 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
     no_out = np.empty((0, 0), dtype=np.int32)
     for c in nb.prange(nchunks):
         scratch = new_scratch(n_max, max_deg + 1)
+        # Every worker's search reads these at each level it enters: borrowed views, whose
+        # reference counts are no cache lines the workers share (gpu/borrowed.py).
+        shared = borrowed_graph(graph)
+        updates = (borrowed(upd_start), borrowed(upd_cnt), borrowed(upd[0]), borrowed(upd[1]),
+                   borrowed(upd[2]))
         # Chunk c takes pieces c, c + nchunks, ...: the heaviest tasks' pieces come first
         # and land one in each chunk.
         for k in range(c, npieces, nchunks):
             i = piece_task[k]
             roots, root_labels, cand, plan, column, nc = queries[task_q[i]]
-            leaves = (column, nc, upd_start, upd_cnt) + upd
-            found[k] = _search(task_u[i], task_v[i], task_r[i], task_t[i], graph, cand, plan,
-                               leaves, scratch, None, no_out, np.int64(0), np.int64(0), False,
-                               piece_part[k], piece_parts[k]) * plan[9][task_t[i]]
+            leaves = (borrowed(column), borrowed(nc)) + updates
+            found[k] = _search(task_u[i], task_v[i], task_r[i], task_t[i], shared,
+                               borrowed(cand), borrowed_plan(plan), leaves, scratch, None,
+                               no_out, np.int64(0), np.int64(0), False, piece_part[k],
+                               piece_parts[k]) * plan[9][task_t[i]]
     for k in range(npieces):
         i = piece_task[k]
         totals[task_q[i], edge_batch[task_r[i] - 1]] += found[k]
