@@ -390,39 +390,6 @@ def new_scratch(n, width):
 
 
 @nb.njit(cache=True)
-def new_scratch_pool(chunks, n, width):
-    """The search states of `chunks` chunks in one set of arrays (scratch_of takes chunk
-    c's), made once and reused by count_phase: a region that allocated a state per chunk
-    spent a good share of its time in the allocator and the page faults of fresh memory
-    (~250 KB a state on GH; more chunks a worker made the region slower,
-    docs/benchmarks.md)."""
-    return (np.empty((chunks, n), dtype=np.int32),
-            np.empty((chunks, n, width), dtype=np.int32),
-            np.zeros((chunks, n), dtype=np.int64),
-            np.zeros((chunks, n), dtype=np.int64),
-            np.empty((chunks, n, n), dtype=np.int32),
-            np.zeros((chunks, n), dtype=np.bool_),
-            np.empty((chunks, n), dtype=np.int64),
-            np.empty((chunks, n), dtype=np.int64))
-
-
-@nb.njit(cache=True, inline="always")
-def scratch_of(pool, c):
-    """Chunk c's search state in a pool (new_scratch_pool), as new_scratch gives one."""
-    return (pool[0][c], pool[1][c], pool[2][c], pool[3][c], pool[4][c], pool[5][c],
-            pool[6][c], pool[7][c])
-
-
-@nb.njit(cache=True)
-def max_vertices(queries):
-    """The most query vertices among count_phase's `queries`."""
-    n = 2
-    for q in range(len(queries)):
-        n = max(n, queries[q][3][1].shape[1])
-    return n
-
-
-@nb.njit(cache=True)
 def new_ranks(n, width):
     """(rbuf, fin, nfin) for _candidates (None there turns rank keeping off)."""
     return (np.empty((n, width), dtype=np.int32), np.empty((n, width), dtype=np.int32),
@@ -509,7 +476,7 @@ def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group
 
 @nb.njit(cache=True, parallel=True, nogil=True)
 def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, upd_start,
-                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, max_chunks, pool):
+                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, max_chunks):
     """count_small for a phase of any size, the tasks of every query in one parallel
     region: one region a phase instead of one a query, and a heavy task (a hub's edge,
     which can hold most of a batch's matches) split into pieces over the workers.
@@ -518,8 +485,7 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
     pieces (interleaved slices of its level-2 candidates), more for a larger share of the
     phase's total deg(u) * deg(v); the others run whole.  The pieces, the
     heaviest tasks' first, are dealt round-robin to at most `max_chunks` chunks, each with
-    its own search state from `pool` (new_scratch_pool: at least `max_chunks` states for
-    the queries' vertices and max_deg + 1 candidates), scheduled dynamically (run it under
+    its own search state, scheduled dynamically (run it under
     numba.parallel_chunksize(1)).  Returns what count_small returns, with no bound on the
     tasks: a row of -1 only where a leaf group forms."""
     deg = graph[1]
@@ -577,10 +543,8 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
     found = np.zeros(npieces, dtype=np.int64)
     nchunks = min(npieces, max_chunks)
     no_out = np.empty((0, 0), dtype=np.int32)
-    states = (borrowed(pool[0]), borrowed(pool[1]), borrowed(pool[2]), borrowed(pool[3]),
-              borrowed(pool[4]), borrowed(pool[5]), borrowed(pool[6]), borrowed(pool[7]))
     for c in nb.prange(nchunks):
-        scratch = scratch_of(states, c)
+        scratch = new_scratch(n_max, max_deg + 1)
         # Every worker's search reads these at each level it enters: borrowed views, whose
         # reference counts are no cache lines the workers share (gpu/borrowed.py).
         shared = borrowed_graph(graph)

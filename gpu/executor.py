@@ -5,7 +5,6 @@ this boundary would copy between host and device.
 """
 from __future__ import annotations
 
-import threading
 import weakref
 
 import numba
@@ -92,8 +91,6 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
     leaf group forms).  `edge_batch` and `nbatch` as in count_small_cpu."""
     updates.reserve(graph.label.shape[0])
     threads = numba.get_num_threads()
-    pool = _scratch_pool(CHUNKS_PER_THREAD * threads, cpu_executor.max_vertices(queries),
-                         graph.max_degree + 1)
     with numba.parallel_chunksize(1):
         totals = cpu_executor.count_phase(queries, us, vs, labels,
                                           _batch_of_edges(edge_batch, us), np.int64(nbatch),
@@ -102,25 +99,8 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                                           updates.count, graph.max_degree,
                                           np.float64(HEAVY_TASK_WEIGHT), np.int64(threads),
                                           np.int64(PIECES_PER_THREAD * threads),
-                                          np.int64(CHUNKS_PER_THREAD * threads), pool)
+                                          np.int64(CHUNKS_PER_THREAD * threads))
     return totals if edge_batch is not None else totals[:, 0]
-
-
-# count_phase_cpu's search states, kept per calling thread (the engine's) and grown when
-# a call needs more chunks, query vertices or candidates than they hold.
-_POOLS = threading.local()
-
-
-def _scratch_pool(chunks: int, n: int, width: int) -> tuple:
-    pool = getattr(_POOLS, "pool", None)
-    if pool is None or pool[0].shape[0] < chunks or pool[0].shape[1] < n \
-            or pool[1].shape[2] < width:
-        if pool is not None:
-            chunks, n = max(chunks, pool[0].shape[0]), max(n, pool[0].shape[1])
-            width = max(width + width // 4, pool[1].shape[2])  # room for degrees to grow
-        pool = cpu_executor.new_scratch_pool(np.int64(chunks), np.int64(n), np.int64(width))
-        _POOLS.pool = pool
-    return pool
 
 
 def _graph_arrays(graph) -> tuple:
