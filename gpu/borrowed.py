@@ -60,3 +60,9 @@ def borrowed_leaves(leaves):
     """The leaf-count and update-index arrays (executor._leaf_arrays: seven), borrowed."""
     return (borrowed(leaves[0]), borrowed(leaves[1]), borrowed(leaves[2]), borrowed(leaves[3]),
             borrowed(leaves[4]), borrowed(leaves[5]), borrowed(leaves[6]))
+
+
+@nb.njit(cache=True, inline="always")
+def borrowed_search(graph, cand, plan, leaves):
+    """What a region's search reads of the graph, one query and the phase, borrowed."""
+    return borrowed_graph(graph), borrowed(cand), borrowed_plan(plan), borrowed_leaves(leaves)

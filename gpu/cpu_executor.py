@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from gpu.borrowed import borrowed, borrowed_graph, borrowed_leaves, borrowed_plan
+from gpu.borrowed import borrowed, borrowed_graph, borrowed_plan, borrowed_search
 from gpu.graph import find_position, label_segment
 
 
@@ -413,17 +413,17 @@ def run_tasks(task_u, task_v, task_rank, task_type, graph, cand, plan, leaves, m
     for c in nb.prange(nchunks):
         scratch = new_scratch(n, width)
         # Borrowed views (gpu/borrowed.py): the workers share no reference counts.
-        shared = (borrowed_graph(graph), borrowed(cand), borrowed_plan(plan),
-                  borrowed_leaves(leaves), borrowed(out))
+        graph_b, cand_b, plan_b, leaves_b = borrowed_search(graph, cand, plan, leaves)
+        rows = borrowed(out)
         for i in range(c * chunk, min(ntasks, (c + 1) * chunk)):
             pos = np.int64(0)
             if listing:
                 pos = offsets[i]
                 if pos >= limit:
                     continue
-            counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], shared[0],
-                                shared[1], shared[2], shared[3], scratch, None, shared[4], pos,
-                                limit, listing, 0, 1)
+            counts[i] = _search(task_u[i], task_v[i], task_rank[i], task_type[i], graph_b,
+                                cand_b, plan_b, leaves_b, scratch, None, rows, pos, limit,
+                                listing, 0, 1)
     return counts
 
 

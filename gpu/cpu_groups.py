@@ -33,7 +33,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from gpu.borrowed import borrowed, borrowed_graph, borrowed_leaves, borrowed_plan
+from gpu.borrowed import borrowed_search
 from gpu.cpu_executor import (NO_RANK, _candidates, _leaf_count, _lower_bound, _used,
                               new_ranks, new_scratch)
 
@@ -451,16 +451,14 @@ def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leave
                     np.zeros(n, dtype=np.int64),              # ... how many per level
                     np.zeros(n, dtype=np.int64))              # ... base leaf counts
         # Borrowed views (gpu/borrowed.py): the workers share no reference counts.
-        shared = (borrowed_graph(graph), borrowed(cand), borrowed_plan(plan),
-                  borrowed_leaves(leaves))
+        graph_b, cand_b, plan_b, leaves_b = borrowed_search(graph, cand, plan, leaves)
         # Chunk c takes pieces c, c + nchunks, ...: groups come largest first, so every
         # chunk gets a share of the big ones and dynamic scheduling balances the rest.
         for k in range(c, npieces, nchunks):
             g = np.searchsorted(first_piece, k, side="right") - 1
             piece_counts[k] = _search_group(task_type[g], parent[g], lo[g], hi[g],
-                                            k - first_piece[g], parts[g], group, shared[0],
-                                            shared[1], shared[2], shared[3], scratch, ranks,
-                                            gscratch)
+                                            k - first_piece[g], parts[g], group, graph_b,
+                                            cand_b, plan_b, leaves_b, scratch, ranks, gscratch)
     counts = np.zeros(ngroups, dtype=np.int64)
     for g in range(ngroups):
         counts[g] = piece_counts[first_piece[g]:first_piece[g + 1]].sum()
