@@ -14,6 +14,8 @@
 #   apply-profile  benchmarks.apply_profile (the CPU executor on the host's cores; APPLY_ARGS
 #                adds flags, e.g. "--queued 1 8 --group-region-edges 4 64"; APPLY_TIMEOUT
 #                bounds it, seconds, default 400)
+#   region-trace  benchmarks.region_trace (count_phase's region traced piece by piece on
+#                the host's cores; REGION_ARGS adds flags, REGION_TIMEOUT bounds it, default 400)
 #   profile-Q    benchmarks.phase_profile on cuda for saved query Q (e.g. profile-dense_7)
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
@@ -68,6 +70,10 @@ for stage in "${stages[@]}"; do
         apply-profile)
             timeout "${APPLY_TIMEOUT:-400}" python3 -m benchmarks.apply_profile --graph "$GRAPH" \
                 ${APPLY_ARGS:-} 2>&1 | tee -a "$OUT/apply-profile.txt" | tail -30
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        region-trace)
+            timeout "${REGION_TIMEOUT:-400}" python3 -m benchmarks.region_trace --graph "$GRAPH" \
+                ${REGION_ARGS:-} 2>&1 | tee -a "$OUT/region-trace.txt" | tail -60
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         profile-*)
             query=bench-out/queries/gh_k6_seed0_labels5x0/${stage#profile-}.graph

@@ -136,7 +136,7 @@ def _split_cost(args, engine, queries, held_out) -> None:
             queries, us[i:i + 1], vs[i:i + 1], labels, np.zeros(1, dtype=np.int32),
             np.int64(1), 0, executor._graph_arrays(graph),
             engine._updates.start, engine._updates.count, graph.max_degree, 0.0,
-            np.int64(pieces), np.int64(pieces), np.int64(4))
+            np.int64(pieces), np.int64(pieces), np.int64(4), executor._NO_TRACE)
         return time.perf_counter() - t0, totals[:, 0].tolist()
 
     order = np.argsort(-weight)

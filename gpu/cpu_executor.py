@@ -26,6 +26,7 @@ import numba as nb
 import numpy as np
 
 from gpu.borrowed import borrowed, borrowed_graph, borrowed_plan, borrowed_search
+from gpu.cycles import cycles
 from gpu.graph import find_position, label_segment
 
 
@@ -476,7 +477,7 @@ def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group
 
 @nb.njit(cache=True, parallel=True, nogil=True)
 def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, upd_start,
-                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, max_chunks):
+                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, max_chunks, trace):
     """count_small for a phase of any size, the tasks of every query in one parallel
     region: one region a phase instead of one a query, and a heavy task (a hub's edge,
     which can hold most of a batch's matches) split into pieces over the workers.
@@ -487,7 +488,13 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
     heaviest tasks' first, are dealt round-robin to at most `max_chunks` chunks, each with
     its own search state, scheduled dynamically (run it under
     numba.parallel_chunksize(1)).  Returns what count_small returns, with no bound on the
-    tasks: a row of -1 only where a leaf group forms."""
+    tasks: a row of -1 only where a leaf group forms.
+
+    `trace` (int64, 6 columns) records the region when it has a row per piece and one
+    more, and is left alone when it has fewer (pass shape (0, 6)): row 0 holds (pieces,
+    tasks, 0, 0, cycles at the region's start, at its end), row 1 + k piece k's (task,
+    query, parts of its task, worker thread, cycles at its start, at its end); a task's
+    index is its place in the phase's tasks, the same for any thread count."""
     deg = graph[1]
     marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
     ranks, upd = marks[0], marks[3:]
@@ -543,6 +550,9 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
     found = np.zeros(npieces, dtype=np.int64)
     nchunks = min(npieces, max_chunks)
     no_out = np.empty((0, 0), dtype=np.int32)
+    tracing = trace.shape[0] > npieces
+    if tracing:
+        trace[0, 0], trace[0, 1], trace[0, 4] = npieces, ntasks, cycles()
     for c in nb.prange(nchunks):
         scratch = new_scratch(n_max, max_deg + 1)
         # Every worker's search reads these at each level it enters: borrowed views, whose
@@ -556,10 +566,17 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
             i = piece_task[k]
             roots, root_labels, cand, plan, column, nc = queries[task_q[i]]
             leaves = (borrowed(column), borrowed(nc)) + updates
+            if tracing:
+                trace[k + 1, 0], trace[k + 1, 1], trace[k + 1, 2] = i, task_q[i], parts[i]
+                trace[k + 1, 3], trace[k + 1, 4] = nb.get_thread_id(), cycles()
             found[k] = _search(task_u[i], task_v[i], task_r[i], task_t[i], shared,
                                borrowed(cand), borrowed_plan(plan), leaves, scratch, None,
                                no_out, np.int64(0), np.int64(0), False, piece_part[k],
                                piece_parts[k]) * plan[9][task_t[i]]
+            if tracing:
+                trace[k + 1, 5] = cycles()
+    if tracing:
+        trace[0, 5] = cycles()
     for k in range(npieces):
         i = piece_task[k]
         totals[task_q[i], edge_batch[task_r[i] - 1]] += found[k]

@@ -99,8 +99,12 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                                           updates.count, graph.max_degree,
                                           np.float64(HEAVY_TASK_WEIGHT), np.int64(threads),
                                           np.int64(PIECES_PER_THREAD * threads),
-                                          np.int64(CHUNKS_PER_THREAD * threads))
+                                          np.int64(CHUNKS_PER_THREAD * threads), _NO_TRACE)
     return totals if edge_batch is not None else totals[:, 0]
+
+
+# count_phase's trace argument when nothing is traced (benchmarks.region_trace passes one).
+_NO_TRACE = np.empty((0, 6), dtype=np.int64)
 
 
 def _graph_arrays(graph) -> tuple:
