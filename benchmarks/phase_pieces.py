@@ -8,8 +8,8 @@ the 10 dense 6-vertex queries counted).  For each batch of inserted edges it mak
 query's tasks as `cpu_executor.count_phase` does (queries where a leaf group forms are
 left out: the general path runs them), splits them as count_phase would for `--threads`
 workers, times every piece with one call of the compiled search from Python, and then
-deals the pieces as count_phase does (heaviest task's first, round-robin to 4 chunks per
-worker, chunks to the first free worker) to get the region's makespan, against the ideal
+deals the pieces as count_phase's queue does before its workers give (heaviest task's
+first, each to the first free worker) to get the region's makespan, against the ideal
 (total / threads).  Each timed call carries ~5-10 us of Python, which inflates many small
 pieces (`--split-all`) more than the region would.  It prints, per batch, the heaviest
 pieces of unsplit tasks with their deg(u) * deg(v): the weight that decides splitting.
@@ -136,7 +136,8 @@ def _split_cost(args, engine, queries, held_out) -> None:
             queries, us[i:i + 1], vs[i:i + 1], labels, np.zeros(1, dtype=np.int32),
             np.int64(1), 0, executor._graph_arrays(graph),
             engine._updates.start, engine._updates.count, graph.max_degree, 0.0,
-            np.int64(pieces), np.int64(pieces), np.int64(4), executor._NO_TRACE)
+            np.int64(pieces), np.int64(pieces), np.int64(1), np.int64(0), np.int64(1 << 40),
+            False, executor._NO_TRACE)
         return time.perf_counter() - t0, totals[:, 0].tolist()
 
     order = np.argsort(-weight)
@@ -151,15 +152,12 @@ def _split_cost(args, engine, queries, held_out) -> None:
 
 
 def _makespan(pieces, threads: int) -> float:
-    """count_phase's schedule: pieces by weight, dealt round-robin to 4 chunks per worker,
-    each chunk to the worker that is free first."""
+    """count_phase's schedule without the workers' giving: pieces by weight, each to the
+    worker that is free first."""
     order = sorted(range(len(pieces)), key=lambda k: -pieces[k][0])
-    chunks = np.zeros(min(len(order), executor.CHUNKS_PER_THREAD * threads))
-    for j, k in enumerate(order):
-        chunks[j % len(chunks)] += pieces[k][1]
     free = [0.0] * threads
-    for c in chunks:
-        heapq.heappush(free, heapq.heappop(free) + c)
+    for k in order:
+        heapq.heappush(free, heapq.heappop(free) + pieces[k][1])
     return max(free)
 
 

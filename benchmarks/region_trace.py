@@ -17,6 +17,9 @@ piece's task, worker thread and cycle counts at start and end), from which, per 
   busiest   the worker thread with the most piece time: span - busiest is waiting
   task      the longest task (its pieces summed): no schedule of those pieces beats it
 
+and for the slowest batches the three largest sections of apply_profile's instrumented
+round (own time, ms).
+
 The quantiles are over batches; the slowest batches (by wall at the most threads) are
 listed one by one.
 """
@@ -30,7 +33,7 @@ from collections import defaultdict
 import numba
 import numpy as np
 
-from benchmarks.apply_profile import add_setup_args, batches, gh_engine
+from benchmarks.apply_profile import Sections, add_setup_args, batches, gh_engine, instrument
 from benchmarks.gh_table import INSERT_FRACTION
 from gpu import cpu_executor
 from gpu.config import EngineConfig
@@ -106,12 +109,15 @@ def main(argv=None) -> None:
     engines = [gh_engine(args, initial, EngineConfig(shared_region_threads=1))
                for _ in args.threads]
     recorder = Recorder()
+    sections = Sections()
+    instrument(sections)
     hz = cycles_per_second()
     print(f"numba {numba.__version__}, counter {hz / 1e9:.3f} GHz", flush=True)
 
     def apply(e: int, batch):
         numba.set_num_threads(args.threads[e])
         recorder.calls = []
+        sections.own.clear()
         t0 = time.perf_counter()
         result = engines[e].apply(batch)
         return result, time.perf_counter() - t0
@@ -130,6 +136,7 @@ def main(argv=None) -> None:
             e = (j + k) % len(engines)
             result, wall = apply(e, batch)
             fields, tasks[e] = measure(wall, recorder.calls, hz)
+            fields["sections"] = sorted(sections.own.items(), key=lambda kv: -kv[1])[:3]
             rows[e].append(fields)
             counts.add(tuple(sorted((q, d.positive, d.negative)
                                     for q, d in result.queries.items())))
@@ -165,7 +172,9 @@ def main(argv=None) -> None:
         print(f"  batch {j}:")
         for e, t in enumerate(args.threads):
             r = rows[e][j]
-            print(f"    {t:3d}: " + "  ".join(f"{r[name] * 1e3:7.2f}" for name in FIELDS))
+            print(f"    {t:3d}: " + "  ".join(f"{r[name] * 1e3:7.2f}" for name in FIELDS)
+                  + "   " + ", ".join(f"{label} {own * 1e3:.1f}"
+                                      for label, own in r["sections"]))
 
 
 if __name__ == "__main__":

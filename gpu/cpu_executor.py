@@ -26,6 +26,7 @@ import numba as nb
 import numpy as np
 
 from gpu.borrowed import borrowed, borrowed_graph, borrowed_plan, borrowed_search
+from gpu.atomics import atomic_add, atomic_cas, atomic_load, atomic_store
 from gpu.cycles import cycles
 from gpu.graph import find_position, label_segment
 
@@ -285,6 +286,30 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
 
     Counting (not listing) may split a task into `parts` pieces: piece `part` takes the
     level-2 candidates i with i % parts == part (count_phase); parts = 1 is the task."""
+    return _search_from(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out,
+                        out_pos, limit, listing, part, parts, 2, None)
+
+
+# count_phase's work queue: where its counters sit in the `state` array (apart, so that
+# waiting workers reading one do not share a cache line with the others' updates), and
+# the columns of a record: piece, level, first and end candidate position, then the
+# matched vertices of the levels above.
+HEAD, TAIL, PENDING, WAITING = 0, 16, 32, 48
+STATE_SIZE = 64
+REC_PIECE, REC_LEVEL, REC_FIRST, REC_END, REC_MATCHED = 0, 1, 2, 3, 4
+
+
+@nb.njit(cache=True)
+def _search_from(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_pos,
+                 limit, listing, part, parts, start, share):
+    """_search from level `start`, m[2:start] holding the vertices matched above it.
+
+    `share` is None, or (records, ready, state, slot, stop, every, always): the search is
+    count_phase's queue record `slot`, whose level `start` takes the candidate positions
+    records[slot, REC_FIRST:REC_END] only; every `every` advances it looks whether a worker
+    waits for work (or, with `always`, gives regardless: tests) and if so hands the queue
+    half of the positions left at its shallowest level with any (_give), as the CUDA
+    kernel's warps do.  `stop` (one per worker) holds each level's end position."""
     orders, tail_free, leaf_from, tail_head = plan[1], plan[5], plan[6], plan[7]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     n = orders.shape[1]
@@ -300,8 +325,8 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
     for level in range(n):
         valid[level] = False
     total = np.int64(0)
-    level = 2
-    idx[2] = 0
+    level = start
+    steps = 0
     descend = True
     while True:
         if descend:
@@ -319,7 +344,7 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
                     total += heads * _leaf_product(t, first, level, m, cur, graph, cand, plan,
                                                    leaves)
                 level -= 1
-                if level < 2:
+                if level < start:
                     return total
             elif level == last:
                 _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
@@ -333,29 +358,73 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
                         return total + _unused_size(buf[last], cnt[last], m, last)
                 total += _unused_size(buf[last], cnt[last], m, last)
                 level -= 1
-                if level < 2:
+                if level < start:
                     return total
             elif level == last - 1 and tail_free[t] and not listing:
                 total += _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks)
                 level -= 1
-                if level < 2:
+                if level < start:
                     return total
             else:
                 _candidates(level, t, cur, graph, cand, plan, scratch, ranks)
                 idx[level] = 0
+                if share is not None:
+                    records, stop = share[0], share[4]
+                    stop[level] = cnt[level]
+                    if level == start:
+                        idx[level] = records[share[3], REC_FIRST]
+                        stop[level] = min(cnt[level], records[share[3], REC_END])
+        end = cnt[level]
+        if share is not None:
+            stop = share[4]
+            steps += 1
+            if steps >= share[5]:
+                steps = 0
+                if share[6] or atomic_load(share[2], WAITING) > 0:
+                    _give(start, level, m, idx, share)
+            end = stop[level]
         # advance at `level` to the next unused candidate (of this piece, at level 2)
-        while idx[level] < cnt[level] and (_used(m, level, buf[level, idx[level]]) or
-                                           (level == 2 and idx[level] % parts != part)):
+        while idx[level] < end and (_used(m, level, buf[level, idx[level]]) or
+                                    (level == 2 and idx[level] % parts != part)):
             idx[level] += 1
-        if idx[level] >= cnt[level]:
+        if idx[level] >= end:
             level -= 1
-            if level < 2:
+            if level < start:
                 return total
             continue
         m[level] = buf[level, idx[level]]
         idx[level] += 1
         level += 1
         descend = True
+
+
+@nb.njit(cache=True)
+def _give(start, level, m, idx, share):
+    """Hand count_phase's queue the later half of the candidate positions left at the
+    shallowest of levels start..level that has any (_search_from's `share`): a record of
+    the piece, the level, the positions and the vertices matched above it, which any
+    worker can search by computing that level's candidates again.  Nothing when the queue
+    is full."""
+    records, ready, state, slot, stop = share[0], share[1], share[2], share[3], share[4]
+    d = start
+    while d <= level and stop[d] <= idx[d]:
+        d += 1
+    if d > level:
+        return
+    split = stop[d] - (stop[d] - idx[d] + 1) // 2
+    atomic_add(state, PENDING, 1)           # before it is visible: the region ends at 0
+    s = atomic_add(state, TAIL, 1)
+    if s >= records.shape[0]:
+        atomic_add(state, PENDING, -1)
+        return
+    records[s, REC_PIECE] = records[slot, REC_PIECE]
+    records[s, REC_LEVEL] = d
+    records[s, REC_FIRST] = split
+    records[s, REC_END] = stop[d]
+    for j in range(d):
+        records[s, REC_MATCHED + j] = m[j]
+    atomic_store(ready, s, 1)
+    stop[d] = split
 
 
 @nb.njit(cache=True)
@@ -477,24 +546,31 @@ def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group
 
 @nb.njit(cache=True, parallel=True, nogil=True)
 def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, upd_start,
-                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, max_chunks, trace):
+                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, workers, room, every,
+                always, trace):
     """count_small for a phase of any size, the tasks of every query in one parallel
-    region: one region a phase instead of one a query, and a heavy task (a hub's edge,
-    which can hold most of a batch's matches) split into pieces over the workers.
+    region whose workers share the work: one region a phase instead of one a query, and
+    no task, however heavy, left to one worker while the others wait.
 
-    A task whose edge has deg(u) * deg(v) >= heavy_weight runs as `min_pieces` to `pieces`
-    pieces (interleaved slices of its level-2 candidates), more for a larger share of the
-    phase's total deg(u) * deg(v); the others run whole.  The pieces, the
-    heaviest tasks' first, are dealt round-robin to at most `max_chunks` chunks, each with
-    its own search state, scheduled dynamically (run it under
-    numba.parallel_chunksize(1)).  Returns what count_small returns, with no bound on the
-    tasks: a row of -1 only where a leaf group forms.
+    A task whose edge has deg(u) * deg(v) >= heavy_weight starts as `min_pieces` to
+    `pieces` pieces (interleaved slices of its level-2 candidates), more for a larger
+    share of the phase's total deg(u) * deg(v); the others start whole.  The pieces, the
+    heaviest tasks' first, are the first records of a work queue that `workers` workers
+    (run it under numba.parallel_chunksize(1): one iteration a thread) take records from,
+    one at a time.  A worker that finds the queue empty while records are still being
+    searched waits; while one waits, the busy workers hand the queue half of the candidates
+    left at their shallowest level (_give, checked every `every` advances; with `always`,
+    whether or not one waits: tests), up to `room` records beyond the pieces, so that the
+    cost hidden past a task's edge (a hub at level 2 or 3) is shared too.  Returns what
+    count_small returns, with no bound on the tasks: a row of -1 only where a leaf group
+    forms.
 
-    `trace` (int64, 6 columns) records the region when it has a row per piece and one
-    more, and is left alone when it has fewer (pass shape (0, 6)): row 0 holds (pieces,
-    tasks, 0, 0, cycles at the region's start, at its end), row 1 + k piece k's (task,
-    query, parts of its task, worker thread, cycles at its start, at its end); a task's
-    index is its place in the phase's tasks, the same for any thread count."""
+    `trace` (int64, 6 columns) records the region when it has more rows than the queue
+    can hold (pieces + room), and is left alone otherwise (pass shape (0, 6)): row 0
+    holds (records, tasks, pieces, 0, cycles at the region's start, at its end), row 1 + s
+    record s's (task, query, parts of its task, worker thread, cycles at its start, at
+    its end); a task's index is its place in the phase's tasks, the same for any thread
+    count."""
     deg = graph[1]
     marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
     ranks, upd = marks[0], marks[3:]
@@ -547,41 +623,90 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
         for part in range(parts[i]):
             piece_task[k], piece_part[k], piece_parts[k] = i, part, parts[i]
             k += 1
-    found = np.zeros(npieces, dtype=np.int64)
-    nchunks = min(npieces, max_chunks)
+    slots = npieces + room
+    records, ready, state = _work_queue(npieces, slots, n_max, max_deg)
+    found = np.empty(slots, dtype=np.int64)
+    piece = np.empty(slots, dtype=np.int64)     # found[h]'s piece
     no_out = np.empty((0, 0), dtype=np.int32)
-    tracing = trace.shape[0] > npieces
+    tracing = trace.shape[0] > slots
     if tracing:
-        trace[0, 0], trace[0, 1], trace[0, 4] = npieces, ntasks, cycles()
-    for c in nb.prange(nchunks):
+        trace[0, 1], trace[0, 2], trace[0, 4] = ntasks, npieces, cycles()
+    for _ in nb.prange(min(npieces, workers)):
         scratch = new_scratch(n_max, max_deg + 1)
+        m, stop = scratch[0], np.empty(n_max, dtype=np.int64)
         # Every worker's search reads these at each level it enters: borrowed views, whose
         # reference counts are no cache lines the workers share (gpu/borrowed.py).
         shared = borrowed_graph(graph)
         updates = (borrowed(upd_start), borrowed(upd_cnt), borrowed(upd[0]), borrowed(upd[1]),
                    borrowed(upd[2]))
-        # Chunk c takes pieces c, c + nchunks, ...: the heaviest tasks' pieces come first
-        # and land one in each chunk.
-        for k in range(c, npieces, nchunks):
+        # The queue's own arrays are used here directly (so that the region is seen to
+        # take them) and handed to the search borrowed.
+        queue = (borrowed(records), borrowed(ready), borrowed(state))
+        waiting = False
+        while True:
+            h = atomic_load(state, HEAD)
+            if h >= min(atomic_load(state, TAIL), slots):
+                if atomic_load(state, PENDING) == 0:
+                    break       # every record searched: nothing more can come
+                if not waiting:
+                    atomic_add(state, WAITING, 1)
+                    waiting = True
+                continue
+            if not atomic_cas(state, HEAD, h, h + 1):
+                continue
+            if waiting:
+                atomic_add(state, WAITING, -1)
+                waiting = False
+            while atomic_load(ready, h) == 0:
+                pass            # its giver is still writing it
+            k = records[h, REC_PIECE]
+            level = records[h, REC_LEVEL]
+            for j in range(2, level):
+                m[j] = records[h, REC_MATCHED + j]
             i = piece_task[k]
             roots, root_labels, cand, plan, column, nc = queries[task_q[i]]
             leaves = (borrowed(column), borrowed(nc)) + updates
             if tracing:
-                trace[k + 1, 0], trace[k + 1, 1], trace[k + 1, 2] = i, task_q[i], parts[i]
-                trace[k + 1, 3], trace[k + 1, 4] = nb.get_thread_id(), cycles()
-            found[k] = _search(task_u[i], task_v[i], task_r[i], task_t[i], shared,
-                               borrowed(cand), borrowed_plan(plan), leaves, scratch, None,
-                               no_out, np.int64(0), np.int64(0), False, piece_part[k],
-                               piece_parts[k]) * plan[9][task_t[i]]
+                trace[h + 1, 0], trace[h + 1, 1], trace[h + 1, 2] = i, task_q[i], parts[i]
+                trace[h + 1, 3], trace[h + 1, 4] = nb.get_thread_id(), cycles()
+            piece[h] = k
+            found[h] = _search_from(task_u[i], task_v[i], task_r[i], task_t[i], shared,
+                                    borrowed(cand), borrowed_plan(plan), leaves, scratch, None,
+                                    no_out, np.int64(0), np.int64(0), False, piece_part[k],
+                                    piece_parts[k], level,
+                                    queue + (h, stop, every, always)) * plan[9][task_t[i]]
             if tracing:
-                trace[k + 1, 5] = cycles()
+                trace[h + 1, 5] = cycles()
+            atomic_add(state, PENDING, -1)
+        if waiting:
+            atomic_add(state, WAITING, -1)
+    # What the workers wrote through the atomics and their views, Numba does not see
+    # written: a plain read of state[TAIL] here returned the value stored before the
+    # region.  So the count is loaded atomically, and the records' pieces come from
+    # `piece`, which the region writes plainly.
+    used = min(atomic_load(state, TAIL), slots)
     if tracing:
-        trace[0, 5] = cycles()
-    for k in range(npieces):
-        i = piece_task[k]
-        totals[task_q[i], edge_batch[task_r[i] - 1]] += found[k]
+        trace[0, 0], trace[0, 5] = used, cycles()
+    for h in range(used):
+        i = piece_task[piece[h]]
+        totals[task_q[i], edge_batch[task_r[i] - 1]] += found[h]
     _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
     return totals
+
+
+@nb.njit(cache=True)
+def _work_queue(npieces, slots, width, max_deg):
+    """count_phase's work queue: (records, ready, state) with the pieces as its first
+    records.  Made outside the parallel function: there, Numba turns each np.zeros into
+    a loop of its own that took ~2.5 us a row of `records` (40-50 ms for 16,000 rows)."""
+    records = np.zeros((slots, REC_MATCHED + width), dtype=np.int64)
+    ready = np.zeros(slots, dtype=np.int64)
+    state = np.zeros(STATE_SIZE, dtype=np.int64)
+    for k in range(npieces):
+        records[k, REC_PIECE], records[k, REC_LEVEL], records[k, REC_END] = k, 2, max_deg + 1
+        ready[k] = 1
+    state[TAIL], state[PENDING] = npieces, npieces
+    return records, ready, state
 
 
 @nb.njit(cache=True)

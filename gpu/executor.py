@@ -85,8 +85,9 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                     labels: np.ndarray, group_min: int, edge_batch: np.ndarray | None = None,
                     nbatch: int = 1) -> np.ndarray:
     """What `count_small_cpu` gives, for a phase of any size, in one parallel region over
-    the tasks of every query: heavy tasks (HEAVY_TASK_WEIGHT) run as one to
-    PIECES_PER_THREAD pieces per worker, so that one hub edge does not keep one worker busy
+    the tasks of every query: heavy tasks (HEAVY_TASK_WEIGHT) start as one to
+    PIECES_PER_THREAD pieces per worker, and busy workers hand waiting ones half of their
+    unexplored candidates (SHARE_EVERY, SHARE_ROOM), so that no hub keeps one worker busy
     while the others wait at the region's end.  A negative count hands a query back (a
     leaf group forms).  `edge_batch` and `nbatch` as in count_small_cpu."""
     updates.reserve(graph.label.shape[0])
@@ -99,7 +100,8 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                                           updates.count, graph.max_degree,
                                           np.float64(HEAVY_TASK_WEIGHT), np.int64(threads),
                                           np.int64(PIECES_PER_THREAD * threads),
-                                          np.int64(CHUNKS_PER_THREAD * threads), _NO_TRACE)
+                                          np.int64(threads), np.int64(SHARE_ROOM),
+                                          np.int64(SHARE_EVERY), SHARE_ALWAYS, _NO_TRACE)
     return totals if edge_batch is not None else totals[:, 0]
 
 
@@ -167,8 +169,14 @@ PIECES_PER_THREAD = 4
 # on GH with the dense queries 7% of the tasks of 100-edge batches pass it and hold 59% of
 # their matches; in the heaviest batches one task holds 40-80% of them.
 HEAVY_TASK_WEIGHT = 100_000
-# count_phase_cpu deals its pieces to this many chunks (search states) per worker.
-CHUNKS_PER_THREAD = 4
+# count_phase_cpu: a busy worker looks whether another waits for work every this many
+# candidate advances (an atomic load of a line only waiting workers write).
+SHARE_EVERY = 32
+# count_phase_cpu: work-queue records the busy workers may give, beyond the pieces.
+SHARE_ROOM = 1 << 14
+# count_phase_cpu: give at every look, waiting worker or not (tests: every path of the
+# queue on one thread).
+SHARE_ALWAYS = False
 
 
 def _grouped_count(groups: LeafGroups, types: TaskTypes, shared: tuple) -> int:

@@ -34,6 +34,10 @@ CONFIGS = {
                            group_region_edges=1),
     "region_split": EngineConfig(shared_region_threads=1, serial_below_tasks=1,
                                  group_region_edges=1),
+    # The same with the searches giving half of their open candidates to the region's
+    # work queue at every advance (the test sets it).
+    "region_give": EngineConfig(shared_region_threads=1, serial_below_tasks=1,
+                                group_region_edges=1),
 }
 
 
@@ -138,6 +142,9 @@ def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, monkeypat
     if mode == "region_split":
         monkeypatch.setattr(gpu.executor, "HEAVY_TASK_WEIGHT", 0)
         monkeypatch.setattr(gpu.executor, "PIECES_PER_THREAD", 50)
+    if mode == "region_give":
+        monkeypatch.setattr(gpu.executor, "SHARE_ALWAYS", True)
+        monkeypatch.setattr(gpu.executor, "SHARE_EVERY", 1)
     rng = random.Random(seed)
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2
     d = random_data(rng, 13, nlabels, nelabels, 0.3)

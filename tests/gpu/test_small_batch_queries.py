@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import numba
+import numpy as np
 import pytest
 from numba.typed import List
 
@@ -35,26 +37,46 @@ SYMMETRIC = {
 }
 
 
-@pytest.fixture(params=["serial", "region", "region_split"])
+@pytest.fixture(params=["serial", "region", "region_split", "region_give",
+                        "region_give_full"])
 def shared_spy(request, monkeypatch):
     """One of the shared call's compiled functions, spied on: count_small (serial, fewer
     than serial_below_tasks edges) or count_phase (a parallel region, any phase; with
-    region_split every task runs as pieces).  Checks every shared call against one call
-    per query, and records (queries in the call, their totals) and the edges of each
-    call; `config(**overrides)` gives an EngineConfig that selects the function."""
+    region_split every task runs as pieces; with region_give the searches give half of
+    their open candidates to the work queue at every advance, whether or not a worker
+    waits, and with region_give_full also split, into a queue with room for two records
+    more than the pieces, so that most gives find it full).  Checks every shared call
+    against one call per query, and records (queries in the call, their totals) and the
+    edges of each call; `config(**overrides)` gives an EngineConfig that selects the
+    function.  In the give modes some region must have given records."""
     seen: list[tuple[int, list[int]]] = []
     edges: list[int] = []
-    name = "count_small" if request.param == "serial" else "count_phase"
-    if request.param == "region_split":
+    given: list[int] = []
+    mode = request.param
+    name = "count_small" if mode == "serial" else "count_phase"
+    if mode in ("region_split", "region_give_full"):
         # Every task heavy, and the share of the phase that makes a piece tiny: nearly
         # every task is split, most into many pieces.
         monkeypatch.setattr(gpu.executor, "HEAVY_TASK_WEIGHT", 0)
         monkeypatch.setattr(gpu.executor, "PIECES_PER_THREAD", 50)
+    if mode.startswith("region_give"):
+        monkeypatch.setattr(gpu.executor, "SHARE_ALWAYS", True)
+        monkeypatch.setattr(gpu.executor, "SHARE_EVERY", 1)
+        monkeypatch.setattr(gpu.executor, "SHARE_ROOM", 2 if mode.endswith("full") else 1000)
     real = getattr(gpu.cpu_executor, name)
 
     def spy(queries, *rest):
+        if name == "count_phase":
+            # A trace with room for the whole queue (up to a bound): records beyond the
+            # pieces were given.
+            tasks = sum(len(query[0]) for query in queries) * len(rest[0])
+            rows = tasks * gpu.executor.PIECES_PER_THREAD * numba.get_num_threads() + 1002
+            trace = np.zeros((min(rows, 200_000), 6), dtype=np.int64)
+            rest = rest[:-1] + (trace,)
         # Per query and batch (one batch per call here: Engine.apply): column 0.
         totals = real(queries, *rest)[:, 0].tolist()
+        if name == "count_phase":
+            given.append(int(trace[0, 0] - trace[0, 2]))
         for q in range(len(queries)):
             alone = List()
             alone.append(queries[q])
@@ -64,7 +86,7 @@ def shared_spy(request, monkeypatch):
         return real(queries, *rest)
 
     monkeypatch.setattr(gpu.cpu_executor, name, spy)
-    serial = request.param == "serial"
+    serial = mode == "serial"
 
     def config(**overrides) -> EngineConfig:
         # Region modes: every phase of serial_below_tasks edges or more is a region (1:
@@ -73,7 +95,11 @@ def shared_spy(request, monkeypatch):
                 {"shared_region_threads": 1, "serial_below_tasks": 1})
         return EngineConfig(**{**mode, **overrides})
 
-    return SimpleNamespace(seen=seen, edges=edges, serial=serial, config=config)
+    yield SimpleNamespace(seen=seen, edges=edges, serial=serial, config=config)
+    if mode.startswith("region_give") and seen:
+        assert max(given) > 0, "no region gave a record"
+        if mode.endswith("full"):
+            assert max(given) <= 2
 
 
 def _patterns(nlabels: int, nelabels: int) -> list[Pattern]:
