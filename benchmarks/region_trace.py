@@ -110,7 +110,6 @@ def main(argv=None) -> None:
                for _ in args.threads]
     recorder = Recorder()
     sections = Sections()
-    instrument(sections)
     hz = cycles_per_second()
     print(f"numba {numba.__version__}, counter {hz / 1e9:.3f} GHz", flush=True)
 
@@ -127,6 +126,9 @@ def main(argv=None) -> None:
         for e in range(len(engines)):
             apply(e, batch)
     recorder.untraced = 0
+    # After the warm-up: the wrappers replace compiled functions that others call, which
+    # must have been compiled (with what they call) before.
+    instrument(sections)
     todo, _ = batches(held_out, args.size, args.batches, position)
     rows: list[list[dict]] = [[] for _ in engines]      # [engine][batch]
     inflation: list[list[float]] = [[] for _ in engines]
