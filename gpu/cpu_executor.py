@@ -544,36 +544,33 @@ def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group
     return totals
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@nb.njit(cache=True, nogil=True)
 def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, upd_start,
                 upd_cnt, max_deg, heavy_weight, min_pieces, pieces, workers, room, every,
                 always, trace):
     """count_small for a phase of any size, the tasks of every query in one parallel
-    region whose workers share the work: one region a phase instead of one a query, and
-    no task, however heavy, left to one worker while the others wait.
-
-    A task whose edge has deg(u) * deg(v) >= heavy_weight starts as `min_pieces` to
-    `pieces` pieces (interleaved slices of its level-2 candidates), more for a larger
-    share of the phase's total deg(u) * deg(v); the others start whole.  The pieces, the
-    heaviest tasks' first, are the first records of a work queue that `workers` workers
-    (run it under numba.parallel_chunksize(1): one iteration a thread) take records from,
-    one at a time.  A worker that finds the queue empty while records are still being
-    searched waits; while one waits, the busy workers hand the queue half of the candidates
-    left at their shallowest level (_give, checked every `every` advances; with `always`,
-    whether or not one waits: tests), up to `room` records beyond the pieces, so that the
-    cost hidden past a task's edge (a hub at level 2 or 3) is shared too.  Returns what
-    count_small returns, with no bound on the tasks: a row of -1 only where a leaf group
-    forms.
-
-    `trace` (int64, 6 columns) records the region when it has more rows than the queue
-    can hold (pieces + room), and is left alone otherwise (pass shape (0, 6)): row 0
-    holds (records, tasks, pieces, 0, cycles at the region's start, at its end), row 1 + s
-    record s's (task, query, parts of its task, worker thread, cycles at its start, at
-    its end); a task's index is its place in the phase's tasks, the same for any thread
-    count."""
-    deg = graph[1]
+    region whose workers share the work (share_tasks): one region a phase instead of one
+    a query, and no task, however heavy, left to one worker while the others wait.
+    Returns what count_small returns, with no bound on the tasks: a row of -1 only where
+    a leaf group forms.  The arguments from heavy_weight on are share_tasks's."""
     marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
     ranks, upd = marks[0], marks[3:]
+    totals, tasks, n_max = _phase_tasks(queries, us, vs, labels, ranks, nbatch, group_size)
+    found, task_of = share_tasks(queries, tasks, n_max, graph, (upd_start, upd_cnt) + upd,
+                                 max_deg, heavy_weight, min_pieces, pieces, workers, room,
+                                 every, always, trace)
+    task_q, task_r = tasks[0], tasks[3]
+    for h in range(found.shape[0]):
+        i = task_of[h]
+        totals[task_q[i], edge_batch[task_r[i] - 1]] += found[h]
+    _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
+    return totals
+
+
+@nb.njit(cache=True)
+def _phase_tasks(queries, us, vs, labels, ranks, nbatch, group_size):
+    """count_phase's tasks: (totals, (task_q, task_u, task_v, task_r, task_t), the widest
+    query's vertices), totals holding a row of -1 for each query handed back."""
     nq = len(queries)
     totals = np.zeros((nq, nbatch), dtype=np.int64)
     cap = 0
@@ -600,14 +597,75 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
         task_t[ntasks:ntasks + made] = tt[:made]
         ntasks += made
         n_max = max(n_max, plan[1].shape[1])
+    return (totals, (task_q[:ntasks], task_u[:ntasks], task_v[:ntasks], task_r[:ntasks],
+                     task_t[:ntasks]), n_max)
+
+
+@nb.njit(cache=True, nogil=True)
+def share_tasks(queries, tasks, n_max, graph, updates, max_deg, heavy_weight, min_pieces,
+                pieces, workers, room, every, always, trace):
+    """The matches of counted tasks, searched by `workers` workers sharing the work;
+    returns (found, task): the matches (orbit multiplicity included) of each record the
+    workers searched, and the task it belongs to.
+
+    `tasks` = (task_q, task_u, task_v, task_r, task_t): each task's query (its entry in
+    the typed list `queries`, as count_small takes), edge, rank and task type; `updates`
+    the update index's arrays (executor._update_arrays) with the phase's edges in it.  A
+    task whose edge has deg(u) * deg(v) >= heavy_weight starts as `min_pieces` to
+    `pieces` pieces (interleaved slices of its level-2 candidates), more for a larger
+    share of the tasks' total deg(u) * deg(v); the others start whole.  The pieces, the
+    heaviest tasks' first, are the first records of a work queue that the workers (run it
+    under numba.parallel_chunksize(1): one iteration a thread) take records from, one at
+    a time.  A worker that finds the queue empty while records are still being searched
+    waits; while one waits, the busy searches hand the queue half of the candidates left
+    at their shallowest level (_give, checked every `every` advances; with `always`,
+    whether or not one waits: tests), up to `room` records beyond the pieces, so that the
+    cost hidden past a task's edge (a hub at level 2 or 3) is shared too.
+
+    `trace` (int64, 6 columns) records the region when it has more rows than the queue
+    can hold (pieces + room), and is left alone otherwise (pass shape (0, 6)): row 0
+    holds (records, tasks, pieces, 0, cycles at the region's start, at its end), row 1 + s
+    record s's (task, query, parts of its task, worker thread, cycles at its start, at
+    its end); a task's index is its place in `tasks`, the same for any thread count."""
+    parts, pieces_of = _pieces(tasks[1], tasks[2], graph[1], heavy_weight, min_pieces,
+                               pieces)
+    npieces = pieces_of[0].shape[0]
+    slots = npieces + room
+    records, ready, state = _work_queue(npieces, slots, n_max, max_deg)
+    found = np.empty(slots, dtype=np.int64)
+    piece = np.empty(slots, dtype=np.int64)     # found[h]'s piece
+    tracing = trace.shape[0] > slots
+    if tracing:
+        trace[0, 1], trace[0, 2], trace[0, 4] = tasks[0].shape[0], npieces, cycles()
+    _share_region(queries, tasks, parts, pieces_of, n_max, graph, updates, max_deg,
+                  (records, ready, state), found, piece, min(npieces, workers), every,
+                  always, tracing, trace)
+    # What the workers wrote through the atomics and their views, Numba does not see
+    # written: a plain read of state[TAIL] here returned the value stored before the
+    # region.  So the count is loaded atomically, and the records' pieces come from
+    # `piece`, which the region writes plainly.
+    used = min(atomic_load(state, TAIL), slots)
+    if tracing:
+        trace[0, 0], trace[0, 5] = used, cycles()
+    task = np.empty(used, dtype=np.int64)
+    for h in range(used):
+        task[h] = pieces_of[0][piece[h]]
+    return found[:used], task
+
+
+@nb.njit(cache=True)
+def _pieces(task_u, task_v, deg, heavy_weight, min_pieces, pieces):
+    """share_tasks's pieces: (parts per task, (piece_task, piece_part, piece_parts)),
+    the heaviest tasks' pieces first."""
+    ntasks = task_u.shape[0]
     weight = np.empty(ntasks, dtype=np.float64)
     for i in range(ntasks):
         weight[i] = np.float64(deg[task_u[i]]) * deg[task_v[i]]
     order = np.argsort(-weight)
     # A heavy task gets `min_pieces` pieces, more in proportion to its share of the
-    # phase's weight, at most `pieces`: every piece searches the task's level-2
+    # tasks' weight, at most `pieces`: every piece searches the task's level-2
     # candidates again, so many pieces of a task with a small share cost more than the
-    # balance gains, and too few leave one piece running alone at the region's end.
+    # balance gains.
     share = max(weight.sum() / pieces, 1.0)
     parts = np.ones(ntasks, dtype=np.int64)
     for i in range(ntasks):
@@ -623,25 +681,47 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
         for part in range(parts[i]):
             piece_task[k], piece_part[k], piece_parts[k] = i, part, parts[i]
             k += 1
-    slots = npieces + room
-    records, ready, state = _work_queue(npieces, slots, n_max, max_deg)
-    found = np.empty(slots, dtype=np.int64)
-    piece = np.empty(slots, dtype=np.int64)     # found[h]'s piece
+    return parts, (piece_task, piece_part, piece_parts)
+
+
+@nb.njit(cache=True)
+def _work_queue(npieces, slots, width, max_deg):
+    """share_tasks's work queue: (records, ready, state) with the pieces as its first
+    records (a record's row is written before its ready flag is set)."""
+    records = np.empty((slots, REC_MATCHED + width), dtype=np.int64)
+    ready = np.zeros(slots, dtype=np.int64)
+    state = np.zeros(STATE_SIZE, dtype=np.int64)
+    for k in range(npieces):
+        records[k, REC_PIECE], records[k, REC_LEVEL] = k, 2
+        records[k, REC_FIRST], records[k, REC_END] = 0, max_deg + 1
+        ready[k] = 1
+    state[TAIL], state[PENDING] = npieces, npieces
+    return records, ready, state
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def _share_region(queries, tasks, parts, pieces_of, n_max, graph, updates, max_deg, queue,
+                  found, piece, workers, every, always, tracing, trace):
+    """share_tasks's parallel region, and nothing else: in a parallel function Numba makes
+    every array expression and slice copy a parallel loop of its own, each waking the
+    workers and ending at a barrier (count_phase had about fifty a phase, and on a host
+    whose cores were all busy a late worker held some of them for tens of ms)."""
+    task_q, task_u, task_v, task_r, task_t = tasks
+    piece_task, piece_part, piece_parts = pieces_of
+    records, ready, state = queue
+    slots = records.shape[0]
     no_out = np.empty((0, 0), dtype=np.int32)
-    tracing = trace.shape[0] > slots
-    if tracing:
-        trace[0, 1], trace[0, 2], trace[0, 4] = ntasks, npieces, cycles()
-    for _ in nb.prange(min(npieces, workers)):
+    for _ in nb.prange(workers):
         scratch = new_scratch(n_max, max_deg + 1)
         m, stop = scratch[0], np.empty(n_max, dtype=np.int64)
         # Every worker's search reads these at each level it enters: borrowed views, whose
         # reference counts are no cache lines the workers share (gpu/borrowed.py).
         shared = borrowed_graph(graph)
-        updates = (borrowed(upd_start), borrowed(upd_cnt), borrowed(upd[0]), borrowed(upd[1]),
-                   borrowed(upd[2]))
+        upd = (borrowed(updates[0]), borrowed(updates[1]), borrowed(updates[2]),
+               borrowed(updates[3]), borrowed(updates[4]))
         # The queue's own arrays are used here directly (so that the region is seen to
         # take them) and handed to the search borrowed.
-        queue = (borrowed(records), borrowed(ready), borrowed(state))
+        mine = (borrowed(records), borrowed(ready), borrowed(state))
         waiting = False
         while True:
             h = atomic_load(state, HEAD)
@@ -665,7 +745,7 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
                 m[j] = records[h, REC_MATCHED + j]
             i = piece_task[k]
             roots, root_labels, cand, plan, column, nc = queries[task_q[i]]
-            leaves = (borrowed(column), borrowed(nc)) + updates
+            leaves = (borrowed(column), borrowed(nc)) + upd
             if tracing:
                 trace[h + 1, 0], trace[h + 1, 1], trace[h + 1, 2] = i, task_q[i], parts[i]
                 trace[h + 1, 3], trace[h + 1, 4] = nb.get_thread_id(), cycles()
@@ -674,39 +754,12 @@ def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, 
                                     borrowed(cand), borrowed_plan(plan), leaves, scratch, None,
                                     no_out, np.int64(0), np.int64(0), False, piece_part[k],
                                     piece_parts[k], level,
-                                    queue + (h, stop, every, always)) * plan[9][task_t[i]]
+                                    mine + (h, stop, every, always)) * plan[9][task_t[i]]
             if tracing:
                 trace[h + 1, 5] = cycles()
             atomic_add(state, PENDING, -1)
         if waiting:
             atomic_add(state, WAITING, -1)
-    # What the workers wrote through the atomics and their views, Numba does not see
-    # written: a plain read of state[TAIL] here returned the value stored before the
-    # region.  So the count is loaded atomically, and the records' pieces come from
-    # `piece`, which the region writes plainly.
-    used = min(atomic_load(state, TAIL), slots)
-    if tracing:
-        trace[0, 0], trace[0, 5] = used, cycles()
-    for h in range(used):
-        i = piece_task[piece[h]]
-        totals[task_q[i], edge_batch[task_r[i] - 1]] += found[h]
-    _unmark_updates(us, vs, marks[1], marks[2], graph, upd_cnt)
-    return totals
-
-
-@nb.njit(cache=True)
-def _work_queue(npieces, slots, width, max_deg):
-    """count_phase's work queue: (records, ready, state) with the pieces as its first
-    records.  Made outside the parallel function: there, Numba turns each np.zeros into
-    a loop of its own that took ~2.5 us a row of `records` (40-50 ms for 16,000 rows)."""
-    records = np.zeros((slots, REC_MATCHED + width), dtype=np.int64)
-    ready = np.zeros(slots, dtype=np.int64)
-    state = np.zeros(STATE_SIZE, dtype=np.int64)
-    for k in range(npieces):
-        records[k, REC_PIECE], records[k, REC_LEVEL], records[k, REC_END] = k, 2, max_deg + 1
-        ready[k] = 1
-    state[TAIL], state[PENDING] = npieces, npieces
-    return records, ready, state
 
 
 @nb.njit(cache=True)

@@ -9,6 +9,7 @@ import weakref
 
 import numba
 import numpy as np
+from numba.typed import List
 
 from gpu import cpu_executor, cpu_groups
 from gpu.leafcount import LeafCounts, UpdateIndex
@@ -109,6 +110,23 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
 _NO_TRACE = np.empty((0, 6), dtype=np.int64)
 
 
+def _shared_count(graph, cand, leaves: LeafCounts, updates: UpdateIndex, types: TaskTypes,
+                  tu, tv, tr, tt) -> int:
+    """The matches of one query's counted tasks, its workers sharing the work as in
+    count_phase_cpu (a query count_phase hands back runs its tasks not grouped here)."""
+    queries = List()
+    queries.append(small_query(cand, leaves, types))
+    threads = numba.get_num_threads()
+    tasks = (np.zeros(len(tu), dtype=np.int32), tu, tv, tr, tt)
+    with numba.parallel_chunksize(1):
+        found, _ = cpu_executor.share_tasks(
+            queries, tasks, types.orders.shape[1], _graph_arrays(graph),
+            _update_arrays(updates), graph.max_degree, np.float64(HEAVY_TASK_WEIGHT),
+            np.int64(threads), np.int64(PIECES_PER_THREAD * threads), np.int64(threads),
+            np.int64(SHARE_ROOM), np.int64(SHARE_EVERY), SHARE_ALWAYS, _NO_TRACE)
+    return int(found.sum())
+
+
 def _graph_arrays(graph) -> tuple:
     return (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank, graph.label)
 
@@ -148,6 +166,9 @@ def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, ch
         total = _grouped_count(groups, types, shared)
     else:
         total = 0
+    if list_limit <= 0 and numba.get_num_threads() > 1:
+        total += _shared_count(graph, cand, leaves, updates, types, tu, tv, tr, tt)
+        return MatchSet(total, no_out, False)
     args = (tu, tv, tr, tt) + shared
     counts = cpu_executor.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),
                                     False)
@@ -173,7 +194,7 @@ HEAVY_TASK_WEIGHT = 100_000
 # candidate advances (an atomic load of a line only waiting workers write).
 SHARE_EVERY = 32
 # count_phase_cpu: work-queue records the busy workers may give, beyond the pieces.
-SHARE_ROOM = 1 << 14
+SHARE_ROOM = 1 << 12
 # count_phase_cpu: give at every look, waiting worker or not (tests: every path of the
 # queue on one thread).
 SHARE_ALWAYS = False
