@@ -290,7 +290,7 @@ def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_po
                         out_pos, limit, listing, part, parts, 2, None)
 
 
-# count_phase's work queue: where its counters sit in the `state` array (apart, so that
+# share_tasks's work queue: where its counters sit in the `state` array (apart, so that
 # waiting workers reading one do not share a cache line with the others' updates), and
 # the columns of a record: piece, level, first and end candidate position, then the
 # matched vertices of the levels above.
@@ -305,11 +305,12 @@ def _search_from(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, o
     """_search from level `start`, m[2:start] holding the vertices matched above it.
 
     `share` is None, or (records, ready, state, slot, stop, every, always): the search is
-    count_phase's queue record `slot`, whose level `start` takes the candidate positions
-    records[slot, REC_FIRST:REC_END] only; every `every` advances it looks whether a worker
-    waits for work (or, with `always`, gives regardless: tests) and if so hands the queue
-    half of the positions left at its shallowest level with any (_give), as the CUDA
-    kernel's warps do.  `stop` (one per worker) holds each level's end position."""
+    share_tasks's queue record `slot`, whose level `start` takes the candidate positions
+    records[slot, REC_FIRST:REC_END] only; every `every` advances it looks whether more
+    workers wait than records are queued (_short_of_work; with `always` it gives
+    regardless: tests) and if so hands the queue half of the positions left at its
+    shallowest level with any (_give), as the CUDA kernel's warps do.  `stop` (one per
+    worker) holds each level's end position."""
     orders, tail_free, leaf_from, tail_head = plan[1], plan[5], plan[6], plan[7]
     m, buf, idx, cnt, _, valid, _, _ = scratch
     n = orders.shape[1]
@@ -380,7 +381,7 @@ def _search_from(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, o
             steps += 1
             if steps >= share[5]:
                 steps = 0
-                if share[6] or atomic_load(share[2], WAITING) > 0:
+                if share[6] or _short_of_work(share[2]):
                     _give(start, level, m, idx, share)
             end = stop[level]
         # advance at `level` to the next unused candidate (of this piece, at level 2)
@@ -398,9 +399,18 @@ def _search_from(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, o
         descend = True
 
 
+@nb.njit(cache=True, inline="always")
+def _short_of_work(state):
+    """Whether more workers wait than there are records in the queue for them: only then
+    does a search give (when every busy search gave as soon as one worker waited, 15 of
+    them on the H100 host cut their work into ever smaller records for it)."""
+    waiting = atomic_load(state, WAITING)
+    return waiting > 0 and waiting > atomic_load(state, TAIL) - atomic_load(state, HEAD)
+
+
 @nb.njit(cache=True)
 def _give(start, level, m, idx, share):
-    """Hand count_phase's queue the later half of the candidate positions left at the
+    """Hand share_tasks's queue the later half of the candidate positions left at the
     shallowest of levels start..level that has any (_search_from's `share`): a record of
     the piece, the level, the positions and the vertices matched above it, which any
     worker can search by computing that level's candidates again.  Nothing when the queue
@@ -617,10 +627,11 @@ def share_tasks(queries, tasks, n_max, graph, updates, max_deg, heavy_weight, mi
     heaviest tasks' first, are the first records of a work queue that the workers (run it
     under numba.parallel_chunksize(1): one iteration a thread) take records from, one at
     a time.  A worker that finds the queue empty while records are still being searched
-    waits; while one waits, the busy searches hand the queue half of the candidates left
-    at their shallowest level (_give, checked every `every` advances; with `always`,
-    whether or not one waits: tests), up to `room` records beyond the pieces, so that the
-    cost hidden past a task's edge (a hub at level 2 or 3) is shared too.
+    waits; while more wait than records are queued, the busy searches hand the queue
+    half of the candidates left at their shallowest level (_give, checked every `every`
+    advances; with `always`, whatever waits: tests), up to `room` records beyond the
+    pieces, so that the cost hidden past a task's edge (a hub at level 2 or 3) is shared
+    too.
 
     `trace` (int64, 6 columns) records the region when it has more rows than the queue
     can hold (pieces + room), and is left alone otherwise (pass shape (0, 6)): row 0

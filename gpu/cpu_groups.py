@@ -33,6 +33,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu.atomics import atomic_add
 from gpu.borrowed import borrowed_search
 from gpu.cpu_executor import (NO_RANK, _candidates, _leaf_count, _lower_bound, _used,
                               new_ranks, new_scratch)
@@ -425,21 +426,39 @@ def _search_group(t, parent, lo, hi, part, parts, group, graph, cand, plan, leav
         descend = True
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True)
 def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leaves, max_deg,
-               chunk):
+               workers):
     """Per-group sums of their members' match counts (before orbit multiplicity); group g
-    runs as parts[g] independent pieces."""
+    runs as parts[g] independent pieces, which `workers` workers take one at a time,
+    largest groups' first (run it under numba.parallel_chunksize(1))."""
     ngroups = task_type.shape[0]
     first_piece = np.zeros(ngroups + 1, dtype=np.int64)
     for g in range(ngroups):
         first_piece[g + 1] = first_piece[g] + parts[g]
     npieces = first_piece[ngroups]
     piece_counts = np.zeros(npieces, dtype=np.int64)
+    taken = np.zeros(1, dtype=np.int64)
+    _group_region(task_type, parent, lo, hi, parts, first_piece, group, graph, cand, plan,
+                  leaves, max_deg, piece_counts, taken, min(workers, npieces))
+    counts = np.zeros(ngroups, dtype=np.int64)
+    for g in range(ngroups):
+        counts[g] = piece_counts[first_piece[g]:first_piece[g + 1]].sum()
+    return counts
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def _group_region(task_type, parent, lo, hi, parts, first_piece, group, graph, cand, plan,
+                  leaves, max_deg, piece_counts, taken, workers):
+    """run_groups's parallel region, and nothing else (in a parallel function Numba makes
+    every array expression a parallel loop of its own: cpu_executor._share_region).  A
+    worker's search state is made once; it takes the next piece from `taken` until none
+    is left, so one group's pieces spread over every worker (pieces dealt in chunks of
+    the executor's task_chunk, 16, had kept a hub's group on two)."""
+    npieces = piece_counts.shape[0]
     n = plan[1].shape[1]
     width = max_deg + 1
-    nchunks = (npieces + chunk - 1) // chunk
-    for c in nb.prange(nchunks):
+    for _ in nb.prange(workers):
         scratch = new_scratch(n, width)
         ranks = new_ranks(n, width)
         gscratch = (np.empty(n, dtype=np.int32),              # mr: lowest rank used
@@ -452,14 +471,11 @@ def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leave
                     np.zeros(n, dtype=np.int64))              # ... base leaf counts
         # Borrowed views (gpu/borrowed.py): the workers share no reference counts.
         graph_b, cand_b, plan_b, leaves_b = borrowed_search(graph, cand, plan, leaves)
-        # Chunk c takes pieces c, c + nchunks, ...: groups come largest first, so every
-        # chunk gets a share of the big ones and dynamic scheduling balances the rest.
-        for k in range(c, npieces, nchunks):
+        while True:
+            k = atomic_add(taken, 0, 1)
+            if k >= npieces:
+                break
             g = np.searchsorted(first_piece, k, side="right") - 1
             piece_counts[k] = _search_group(task_type[g], parent[g], lo[g], hi[g],
                                             k - first_piece[g], parts[g], group, graph_b,
                                             cand_b, plan_b, leaves_b, scratch, ranks, gscratch)
-    counts = np.zeros(ngroups, dtype=np.int64)
-    for g in range(ngroups):
-        counts[g] = piece_counts[first_piece[g]:first_piece[g + 1]].sum()
-    return counts

@@ -183,7 +183,8 @@ def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, ch
     return MatchSet(total, rows, total > len(rows))
 
 
-# Groups of at least this many members are split into PIECES_PER_THREAD pieces per worker.
+# Groups of at least this many members, or on a vertex of HEAVY_TASK_WEIGHT ** 0.5
+# neighbours or more, are split into PIECES_PER_THREAD pieces per worker.
 GROUP_SPLIT_MEMBERS = 4
 PIECES_PER_THREAD = 4
 # count_phase_cpu splits a task so too when deg(u) * deg(v) of its edge is at least this:
@@ -204,15 +205,18 @@ def _grouped_count(groups: LeafGroups, types: TaskTypes, shared: tuple) -> int:
     if groups.count == 0:
         return 0
     members = (groups.rank, groups.leaf, groups.leaf_by_id, groups.rank_by_id)
-    graph_arrays, cand, plan_arrays, leaf_arrays, max_deg, chunk = shared
+    graph_arrays, cand, plan_arrays, leaf_arrays, max_deg, _ = shared
     # A group is one search, and a hub's group can hold most of a batch's work: groups
     # of several members run as pieces (interleaved slices of their first enumerated
-    # level), largest first, dynamically scheduled, so every worker stays busy.
+    # level), largest first, taken one at a time by every worker.
+    # A group of two members on a hub is as heavy as a task on a hub's edge (one such
+    # took 11-20 ms of a 100-edge batch on one worker): split too.
     threads = numba.get_num_threads()
     sizes = groups.hi - groups.lo
-    parts = np.where(sizes >= GROUP_SPLIT_MEMBERS, PIECES_PER_THREAD * threads, 1)
+    hub = graph_arrays[1][groups.parent].astype(np.float64) ** 2 >= HEAVY_TASK_WEIGHT
+    parts = np.where((sizes >= GROUP_SPLIT_MEMBERS) | hub, PIECES_PER_THREAD * threads, 1)
     with numba.parallel_chunksize(1):
         counts = cpu_groups.run_groups(groups.task_type, groups.parent, groups.lo, groups.hi,
                                        parts.astype(np.int64), members, graph_arrays, cand,
-                                       plan_arrays, leaf_arrays, max_deg, chunk)
+                                       plan_arrays, leaf_arrays, max_deg, np.int64(threads))
     return int((counts * types.multiplicity[groups.task_type]).sum())
