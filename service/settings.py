@@ -55,20 +55,21 @@ class Settings(BaseSettings):
     # by a fifth or more, with few it changes little (docs/benchmarks.md).  The CUDA
     # executor always pipelines.
     cpu_batch_groups: bool = True
-    # Numba threads of the CPU executor's parallel regions (None: half the CPUs, at least
-    # one).  Its OpenMP workers spin between regions; with all the CPUs they take the cores
-    # the event loop, the store writer and the clients need (a 16-CPU host, 32 clients:
-    # 871-917 one-edge batches/s with 8 threads against 644-733 with 16, docs/benchmarks.md).
+    # Numba threads of the CPU executor's parallel regions (None: three quarters of the
+    # CPUs, at least one).  The rest are the event loop's, the store writer's and the
+    # clients': on a 16-CPU host with the workers sharing their work, 12 threads gave
+    # 100-edge batches a p99 of 41 ms against 53-61 with 8, and one-edge batches the same
+    # 1,465 batches/s with 32 clients (docs/benchmarks.md).
     engine_threads: int | None = Field(None, ge=1)
     # One log line per HTTP request (uvicorn's access log): off by default, since at
     # hundreds of batches per second it is a measurable share of the event loop's time.
     access_log: bool = False
 
     def numba_threads(self) -> int:
-        """The engine thread's Numba thread count: engine_threads, or half the CPUs, at
-        most the threads Numba was started with."""
+        """The engine thread's Numba thread count: engine_threads, or three quarters of
+        the CPUs, at most the threads Numba was started with."""
         import numba
-        wanted = self.engine_threads or max(1, (os.cpu_count() or 1) // 2)
+        wanted = self.engine_threads or max(1, (os.cpu_count() or 1) * 3 // 4)
         return min(wanted, numba.config.NUMBA_NUM_THREADS)
 
     @field_validator("api_key", "graph", "labels", "num_labels", "engine_threads",

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from service.settings import Settings
 
 
-def test_engine_threads_default_to_half_the_cpus_within_numbas_pool():
-    half = max(1, (os.cpu_count() or 1) // 2)
-    assert Settings().numba_threads() == min(half, numba.config.NUMBA_NUM_THREADS)
+def test_engine_threads_default_to_three_quarters_of_the_cpus_within_numbas_pool():
+    most = max(1, (os.cpu_count() or 1) * 3 // 4)
+    assert Settings().numba_threads() == min(most, numba.config.NUMBA_NUM_THREADS)
     assert Settings(engine_threads=1).numba_threads() == 1
     assert Settings(engine_threads=10_000).numba_threads() == numba.config.NUMBA_NUM_THREADS
 
