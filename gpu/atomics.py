@@ -23,15 +23,17 @@ def _element(context, builder, signature, args):
                                     wraparound=False)
 
 
-def _int64_vector(array) -> bool:
+def _accepts(array, index, *values) -> bool:
+    """Whether the intrinsics take these argument types: an int64 vector, integers."""
     return (isinstance(array, types.Array) and array.ndim == 1 and
-            array.dtype == types.int64)
+            array.dtype == types.int64 and
+            all(isinstance(x, types.Integer) for x in (index,) + values))
 
 
 @intrinsic
 def atomic_load(typingctx, array, index):
     """array[index], read atomically."""
-    if not _int64_vector(array) or not isinstance(index, types.Integer):
+    if not _accepts(array, index):
         return None
 
     def codegen(context, builder, signature, args):
@@ -43,8 +45,7 @@ def atomic_load(typingctx, array, index):
 @intrinsic
 def atomic_store(typingctx, array, index, value):
     """array[index] = value, written atomically (what was written before is seen first)."""
-    if not _int64_vector(array) or not isinstance(index, types.Integer) or \
-            not isinstance(value, types.Integer):
+    if not _accepts(array, index, value):
         return None
 
     def codegen(context, builder, signature, args):
@@ -58,8 +59,7 @@ def atomic_store(typingctx, array, index, value):
 @intrinsic
 def atomic_add(typingctx, array, index, value):
     """array[index] += value atomically; returns the value before."""
-    if not _int64_vector(array) or not isinstance(index, types.Integer) or \
-            not isinstance(value, types.Integer):
+    if not _accepts(array, index, value):
         return None
 
     def codegen(context, builder, signature, args):
@@ -73,8 +73,7 @@ def atomic_add(typingctx, array, index, value):
 @intrinsic
 def atomic_cas(typingctx, array, index, expected, value):
     """Set array[index] to value if it holds `expected`, atomically; whether it did."""
-    if not _int64_vector(array) or not isinstance(index, types.Integer) or \
-            not isinstance(expected, types.Integer) or not isinstance(value, types.Integer):
+    if not _accepts(array, index, expected, value):
         return None
 
     def codegen(context, builder, signature, args):
