@@ -99,15 +99,20 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                                           max(2, group_min) if group_min > 0 else 0,
                                           _graph_arrays(graph), updates.start,
                                           updates.count, graph.max_degree,
-                                          np.float64(HEAVY_TASK_WEIGHT), np.int64(threads),
-                                          np.int64(PIECES_PER_THREAD * threads),
-                                          np.int64(threads), np.int64(SHARE_ROOM),
-                                          np.int64(SHARE_EVERY), SHARE_ALWAYS, _NO_TRACE)
+                                          *_sharing(threads))
     return totals if edge_batch is not None else totals[:, 0]
 
 
 # count_phase's trace argument when nothing is traced (benchmarks.region_trace passes one).
 _NO_TRACE = np.empty((0, 6), dtype=np.int64)
+
+
+def _sharing(threads: int) -> tuple:
+    """share_tasks's last arguments (heavy weight, pieces, workers, queue room, giving,
+    trace) for `threads` workers, from the tunables below."""
+    return (np.float64(HEAVY_TASK_WEIGHT), np.int64(threads),
+            np.int64(PIECES_PER_THREAD * threads), np.int64(threads), np.int64(SHARE_ROOM),
+            np.int64(SHARE_EVERY), SHARE_ALWAYS, _NO_TRACE)
 
 
 def _shared_count(graph, cand, leaves: LeafCounts, updates: UpdateIndex, types: TaskTypes,
@@ -116,14 +121,11 @@ def _shared_count(graph, cand, leaves: LeafCounts, updates: UpdateIndex, types: 
     count_phase_cpu (a query count_phase hands back runs its tasks not grouped here)."""
     queries = List()
     queries.append(small_query(cand, leaves, types))
-    threads = numba.get_num_threads()
     tasks = (np.zeros(len(tu), dtype=np.int32), tu, tv, tr, tt)
     with numba.parallel_chunksize(1):
         found, _ = cpu_executor.share_tasks(
             queries, tasks, types.orders.shape[1], _graph_arrays(graph),
-            _update_arrays(updates), graph.max_degree, np.float64(HEAVY_TASK_WEIGHT),
-            np.int64(threads), np.int64(PIECES_PER_THREAD * threads), np.int64(threads),
-            np.int64(SHARE_ROOM), np.int64(SHARE_EVERY), SHARE_ALWAYS, _NO_TRACE)
+            _update_arrays(updates), graph.max_degree, *_sharing(numba.get_num_threads()))
     return int(found.sum())
 
 
