@@ -237,6 +237,8 @@ class _Launch:
                  edges: cuda_kernels.UpdateEdges, max_pairs: int = MAX_PAIRS) -> None:
         self.n = jobs[0][1].orders.shape[1]
         self.queries = len(jobs)
+        # First task type of each query in the stacked plan, and the end of the last.
+        self.first_type = np.cumsum([0] + [types.count for _, types in jobs])
         self.plan, self.members = mirror.stacked_plans(jobs)
         self.types = self.plan.roots.shape[0]
         self.edges = edges
@@ -263,13 +265,12 @@ class _Launch:
             cuda_kernels.make_tasks(self.cand_ptrs, self.plan, part, self.tasks, self.ctl)
             yield part
 
-    def run(self, edges, counts, by_task: bool, offsets, out, limit: int, listing: bool,
-            sharing: bool, share_capacity: int, share_every: int,
-            task_count: int | None = None) -> None:
+    def run(self, edges, counts, by_task: bool, offsets, out, row_end, listing: bool,
+            sharing: bool, share_capacity: int, share_every: int) -> None:
         KERNEL_CLOCK.launch(cuda_kernels.match_tasks, self.graph, self.cand_ptrs, self.plan,
                             self.n, self.members, self.tasks, edges, self.ctl, self.bufs,
-                            self.width, self.warps, counts, by_task, offsets, out, limit,
-                            listing, sharing, share_capacity, share_every, task_count)
+                            self.width, self.warps, counts, by_task, offsets, out, row_end,
+                            listing, sharing, share_capacity, share_every)
 
     def totals(self, sharing: bool, share_capacity: int, share_every: int) -> cp.ndarray:
         """Each query's number of matches (int64 [queries], on the device, queued)."""
@@ -280,47 +281,76 @@ class _Launch:
         none = cp.zeros(0, dtype=np.int64)
         rows = cp.zeros((0, self.n), dtype=np.int32)
         for part in self.slices():
-            self.run(part, counts, False, none, rows, 0, False, sharing, share_capacity,
+            self.run(part, counts, False, none, rows, none, False, sharing, share_capacity,
                      share_every)
         return counts[self.warps * self.queries:]
 
-    def listing(self, limit: int, sharing: bool, share_capacity: int,
-                share_every: int) -> tuple[cp.ndarray, cp.ndarray]:
-        """The one query's number of matches (int64 [1]) and its first `limit` rows (int32
-        [rows, n], -1 past the matches found), on the device.  Slice by slice, a counting
-        pass gives each task its count and a prefix sum its offset (after the rows of the
-        slices before), then a listing pass writes the rows from there up to the limit.
-        With a limit of at most QUEUED_LIST_ROWS everything is queued: the rows go to one
-        buffer of `limit` rows and the per-task arrays are sized by the slice's pairs.
-        A larger limit reads each slice's count back and sizes its rows by it."""
-        total = cp.zeros(1, dtype=np.int64)
+    def listing(self, limits: list[int], sharing: bool, share_capacity: int,
+                share_every: int) -> tuple[cp.ndarray, cp.ndarray, list[tuple[int, int]]]:
+        """Each query's number of matches (int64 [queries]) and its first limits[q] rows,
+        on the device: (totals, rows, spans), query q's rows being rows[lo:hi] for (lo, hi)
+        = spans[q], int32 [.., n], -1 past the matches found.
+
+        Slice by slice, a counting pass counts each (edge, type) pair's matches, and a
+        prefix sum over the pairs in type order (a query's types are consecutive) gives
+        each pair its first row in its query's range, after the rows of the slices
+        before; a listing pass then writes the rows there, each query up to its limit.
+        With every limit at most QUEUED_LIST_ROWS everything is queued: each query has
+        `limit` rows of one buffer.  Otherwise each slice's counts are read back and its
+        rows sized by them."""
+        totals = cp.zeros(self.queries, dtype=np.int64)
         if self.pairs == 0:
-            return total, cp.zeros((0, self.n), dtype=np.int32)
-        queued = limit <= QUEUED_LIST_ROWS
-        rows = cp.full((limit if queued else 0, self.n), -1, dtype=np.int32)
+            return (totals, cp.zeros((0, self.n), dtype=np.int32),
+                    [(0, 0)] * self.queries)
+        queued = max(limits) <= QUEUED_LIST_ROWS
+        if queued:
+            lo = np.cumsum([0] + limits)
+            rows = cp.full((int(lo[-1]), self.n), -1, dtype=np.int32)
+            starts, row_end = cp.asarray(lo[:-1]), cp.asarray(lo[1:])
+        else:
+            pieces: list[list[cp.ndarray]] = [[] for _ in limits]
+            seen = np.zeros(self.queries, dtype=np.int64)
         none = cp.zeros(0, dtype=np.int64)
-        found, seen = [rows], 0
+        query_of_type = self.plan.cand_row
+        first_type = cp.asarray(self.first_type)
         for part in self.slices():
-            pairs = len(part.us) * self.types    # bounds the tasks make_tasks made
-            counts = cp.zeros(pairs, dtype=np.int64)
-            self.run(part, counts, True, none, cp.zeros((0, self.n), dtype=np.int32), 0,
-                     False, sharing, share_capacity, share_every, pairs)
-            per_task = counts * self.plan.multiplicity[self.tasks[:pairs] % self.types]
-            offsets = cp.cumsum(per_task) - per_task
+            edges = len(part.us)
+            counts = cp.zeros(edges * self.types, dtype=np.int64)
+            self.run(part, counts, True, none, cp.zeros((0, self.n), dtype=np.int32), none,
+                     False, sharing, share_capacity, share_every)
+            # Type-major: the pairs of each query together, in order.
+            by_type = (counts.reshape(edges, self.types)
+                       * self.plan.multiplicity[None, :]).T.ravel()
+            prefix = cp.concatenate((cp.zeros(1, dtype=np.int64), cp.cumsum(by_type)))
+            bounds = prefix[first_type * edges]
+            found = bounds[1:] - bounds[:-1]
             if queued:
-                offsets += total
-                out, room = rows, limit
+                shift = starts + totals
+                out = rows
             else:
-                in_part = int(per_task.sum())
-                room = min(in_part, limit - min(seen, limit))
-                seen += in_part
-                out = cp.full((room, self.n), -1, dtype=np.int32)
-                found.append(out)
-            total += per_task.sum()
-            if room:
-                self.run(part, cp.zeros(pairs, dtype=np.int64), True, offsets, out, room,
-                         True, False, share_capacity, share_every, pairs)
-        return total, (rows if queued else cp.concatenate(found))
+                found_now = found.get()
+                room = np.minimum(found_now, np.maximum(np.array(limits) - seen, 0))
+                seen += found_now
+                first = np.cumsum(np.concatenate(([0], room)))
+                shift, row_end = cp.asarray(first[:-1]), cp.asarray(first[1:])
+                out = cp.full((int(first[-1]), self.n), -1, dtype=np.int32)
+                for q in range(self.queries):
+                    pieces[q].append(out[first[q]:first[q + 1]])
+            totals += found
+            if out.shape[0] == 0:
+                continue
+            query = cp.repeat(query_of_type, edges)
+            offsets = (prefix[:-1] - bounds[:-1][query] + shift[query]).reshape(
+                self.types, edges).T.ravel()
+            self.run(part, cp.zeros(edges * self.types, dtype=np.int64), True, offsets, out,
+                     row_end, True, False, share_capacity, share_every)
+        if queued:
+            return totals, rows, [(int(a), int(b)) for a, b in zip(lo[:-1], lo[1:])]
+        spans = np.cumsum([0] + [sum(p.shape[0] for p in ps) for ps in pieces])
+        every = [p for ps in pieces for p in ps]
+        rows = (cp.concatenate(every) if every else
+                cp.zeros((0, self.n), dtype=np.int32))
+        return totals, rows, [(int(a), int(b)) for a, b in zip(spans[:-1], spans[1:])]
 
 
 # Pinned buffers whose asynchronous copies may still be running, with the event after each:
@@ -334,56 +364,75 @@ def _keep_until_copied(event: cp.cuda.Event, host: np.ndarray) -> None:
     _IN_FLIGHT.append((event, host))
 
 
-class PendingCounts:
-    """Totals of a shared launch on their way to the host: one asynchronous copy per query
-    size into pinned memory, queued behind the kernels, and an event after it, so the host
-    can go on (with the next batch) until it needs them."""
+class PendingMatches:
+    """Results of shared launches on their way to the host: per query size, the totals
+    copied asynchronously into pinned memory behind the kernels, with an event after the
+    copy, so the host can go on (with the next batch) until it needs them.  Listed rows
+    are read when the results are, only as many as were found, on a stream of their own
+    so that the read does not wait for the kernels queued since (the next batch's)."""
 
     def __init__(self, size: int) -> None:
         self._size = size
-        # (indices of the jobs, query size, pinned totals or None when no task, event)
-        self._parts: list[tuple[list[int], int, np.ndarray | None, cp.cuda.Event | None]] = []
+        # (indices of the jobs, query size, pinned totals or None when no task, event,
+        #  listed rows and each job's span of them, or None when counted)
+        self._parts: list[tuple] = []
         self._results: list[MatchSet] | None = None
 
-    def add(self, members: list[int], n: int, totals: cp.ndarray | None) -> None:
+    def add(self, members: list[int], n: int, totals: cp.ndarray | None,
+            rows: cp.ndarray | None = None, spans: list[tuple[int, int]] | None = None
+            ) -> None:
         if totals is None:
-            self._parts.append((members, n, None, None))
+            self._parts.append((members, n, None, None, rows, spans))
             return
         host = cupyx.empty_pinned(totals.shape, dtype=totals.dtype)
         cp.asnumpy(totals, out=host, blocking=False)
         event = cp.cuda.Event(block=False, disable_timing=True)
         event.record()
         _keep_until_copied(event, host)
-        self._parts.append((members, n, host, event))
+        self._parts.append((members, n, host, event, rows, spans))
 
     def resolve(self) -> list[MatchSet]:
         """One MatchSet per job (waits for the copies only, not for later work)."""
         if self._results is not None:
             return self._results
         results: list[MatchSet | None] = [None] * self._size
-        for members, n, host, event in self._parts:
+        for members, n, host, event, rows, spans in self._parts:
             if event is not None:
                 event.synchronize()
             totals = [0] * len(members) if host is None else host.tolist()
-            for i, total in zip(members, totals, strict=True):
-                results[i] = MatchSet(int(total), np.empty((0, n), dtype=np.int32), False)
+            for k, (i, total) in enumerate(zip(members, totals, strict=True)):
+                found, truncated = np.empty((0, n), dtype=np.int32), False
+                if rows is not None:
+                    lo, hi = spans[k]
+                    if total:
+                        with _reader_stream():
+                            found = cp.asnumpy(rows[lo:lo + min(total, hi - lo)])
+                    truncated = total > found.shape[0]
+                results[i] = MatchSet(int(total), found, truncated)
         self._results = results
+        self._parts = []        # the rows' device memory goes back to the pool
         return results
+
+
+def _by_size(jobs) -> dict[int, list[int]]:
+    """The indices of the jobs [(qid, task types, ...)] per query size, which share a
+    launch."""
+    by_size: dict[int, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_size.setdefault(job[1].orders.shape[1], []).append(i)
+    return by_size
 
 
 def launch_cuda_counts(mirror: DeviceMirror, jobs, edges: cuda_kernels.UpdateEdges,
                        sharing: bool = True,
                        share_capacity: int = cuda_kernels.SHARE_CAPACITY,
                        share_every: int = cuda_kernels.SHARE_EVERY,
-                       max_pairs: int = MAX_PAIRS) -> PendingCounts:
+                       max_pairs: int = MAX_PAIRS) -> PendingMatches:
     """Queue the counting of several queries' matches started from the uploaded update
     `edges`, one launch per query size (and slice of at most `max_pairs` pairs): `jobs` is
     [(qid, task types)]."""
-    pending = PendingCounts(len(jobs))
-    by_size: dict[int, list[int]] = {}
-    for i, job in enumerate(jobs):
-        by_size.setdefault(job[1].orders.shape[1], []).append(i)
-    for n, members in by_size.items():
+    pending = PendingMatches(len(jobs))
+    for n, members in _by_size(jobs).items():
         launch = _Launch(mirror, [jobs[i] for i in members], edges, max_pairs)
         if launch.pairs == 0:
             pending.add(members, n, None)
@@ -403,33 +452,6 @@ def execute_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarr
                               sharing, share_capacity, share_every, max_pairs).resolve()
 
 
-class PendingRows:
-    """A listing on its way to the host: the count copied asynchronously into pinned
-    memory behind the kernels, with an event after it; the rows are read when the result
-    is needed, only as many as were found, on a stream of their own so that the read does
-    not wait for the kernels queued since (the next batch's)."""
-
-    def __init__(self, total: cp.ndarray, rows: cp.ndarray) -> None:
-        self._rows = rows
-        self._total = cupyx.empty_pinned(1, dtype=np.int64)
-        cp.asnumpy(total, out=self._total, blocking=False)
-        self._event = cp.cuda.Event(block=False, disable_timing=True)
-        self._event.record()
-        _keep_until_copied(self._event, self._total)
-        self._result: MatchSet | None = None
-
-    def resolve(self) -> MatchSet:
-        if self._result is None:
-            self._event.synchronize()
-            total = int(self._total[0])
-            found = self._rows[:min(total, self._rows.shape[0])]
-            with _reader_stream():
-                host = cp.asnumpy(found)
-            self._result = MatchSet(total, host, total > host.shape[0])
-            self._rows = None
-        return self._result
-
-
 _READER: list[cp.cuda.Stream] = []
 
 
@@ -441,18 +463,25 @@ def _reader_stream() -> cp.cuda.Stream:
     return _READER[0]
 
 
-def launch_cuda_list(mirror: DeviceMirror, qid: int, types: TaskTypes,
-                     edges: cuda_kernels.UpdateEdges, list_limit: int, external: bool,
-                     sharing: bool = True, share_capacity: int = cuda_kernels.SHARE_CAPACITY,
-                     share_every: int = cuda_kernels.SHARE_EVERY,
-                     max_pairs: int = MAX_PAIRS) -> PendingRows:
-    """Queue the counting and listing (up to `list_limit` rows) of one query's matches
-    started from the uploaded update `edges`.  With `external` the rows are mapped to
-    external vertex ids on the device, in stream order (a later batch may give a slot to
-    another vertex before these rows are read)."""
-    launch = _Launch(mirror, [(qid, types)], edges, min(max_pairs, LIST_LAUNCH_PAIRS))
-    total, rows = launch.listing(list_limit, sharing, share_capacity, share_every)
-    return PendingRows(total, mirror.external(rows) if external else rows)
+def launch_cuda_lists(mirror: DeviceMirror, jobs, edges: cuda_kernels.UpdateEdges,
+                      external: bool, sharing: bool = True,
+                      share_capacity: int = cuda_kernels.SHARE_CAPACITY,
+                      share_every: int = cuda_kernels.SHARE_EVERY,
+                      max_pairs: int = MAX_PAIRS) -> PendingMatches:
+    """Queue the counting and listing of several queries' matches started from the
+    uploaded update `edges`, one launch pair per query size (and slice of at most
+    `max_pairs` pairs, and LIST_LAUNCH_PAIRS): `jobs` is [(qid, task types, most rows
+    listed)].  With `external` the rows are mapped to external vertex ids on the device,
+    in stream order (a later batch may give a slot to another vertex before these rows
+    are read)."""
+    pending = PendingMatches(len(jobs))
+    for n, members in _by_size(jobs).items():
+        launch = _Launch(mirror, [jobs[i][:2] for i in members], edges,
+                         min(max_pairs, LIST_LAUNCH_PAIRS))
+        totals, rows, spans = launch.listing([jobs[i][2] for i in members], sharing,
+                                             share_capacity, share_every)
+        pending.add(members, n, totals, mirror.external(rows) if external else rows, spans)
+    return pending
 
 
 def execute_cuda(mirror: DeviceMirror, qid: int, types: TaskTypes,
@@ -468,6 +497,6 @@ def execute_cuda(mirror: DeviceMirror, qid: int, types: TaskTypes,
     if list_limit <= 0:
         return execute_cuda_counts(mirror, [(qid, types)], us, vs, labels, ranks,
                                    sharing, share_capacity, share_every, max_pairs)[0]
-    return launch_cuda_list(mirror, qid, types, mirror.upload_edges(us, vs, labels, ranks),
-                            list_limit, False, sharing, share_capacity, share_every,
-                            max_pairs).resolve()
+    return launch_cuda_lists(mirror, [(qid, types, list_limit)],
+                             mirror.upload_edges(us, vs, labels, ranks), False, sharing,
+                             share_capacity, share_every, max_pairs).resolve()[0]

@@ -195,20 +195,20 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
                 plan: DevicePlan, n: int, members: int, tasks: cp.ndarray,
                 edges: UpdateEdges, ctl: cp.ndarray, bufs: cp.ndarray, width: int, warps: int,
                 counts: cp.ndarray, by_task: bool, offsets: cp.ndarray, out: cp.ndarray,
-                limit: int, listing: bool, sharing: bool = True,
-                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY,
-                task_count: int | None = None) -> None:
+                row_end: cp.ndarray, listing: bool, sharing: bool = True,
+                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY
+                ) -> None:
     """Launch gpu/kernels/match.cu:match_tasks (or match_tasks_pma, by the graph's layout)
     over `warps` persistent warps, on the tasks make_tasks wrote (their number in ctl).
 
     cand_ptrs holds the address of each query's candidate bits (the plan's cand_row
-    indexes it).  Counts must start at zero: with `by_task`, one per task (ctl's count;
-    parts of a task shared between warps add to it); otherwise [warps + 1, queries],
-    warp-major: each warp's totals, orbit sizes included, then in the last row each
-    query's total over the launch.  `sharing` hands unexplored candidates to idle warps
-    (never while listing).  Listing reads an offset per task.  With `by_task` the caller
-    passes `task_count`, the count make_tasks wrote (read back), which the per-task
-    arrays must hold: the kernel reads it from ctl, where the host cannot check it."""
+    indexes it).  Counts must start at zero: with `by_task`, one per (edge, type) pair,
+    pair-major as make_tasks numbers them (parts of a task shared between warps add to
+    it); otherwise [warps + 1, queries], warp-major: each warp's totals, orbit sizes
+    included, then in the last row each query's total over the launch.  `sharing` hands
+    unexplored candidates to idle warps (never while listing).  Listing reads an offset
+    per pair, the first row of `out` its task writes, and row_end per query (as cand_row
+    numbers them), the row its query's tasks stop before."""
     kernel_name, graph_args = _graph_args(graph)
     _check("cand_ptrs", cand_ptrs, np.uint64, 1)
     _check_plan_and_edges(plan, edges)
@@ -218,6 +218,7 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     _check("counts", counts, np.int64, 1)
     _check("offsets", offsets, np.int64, 1)
     _check("out", out, np.int32, 2)
+    _check("row_end", row_end, np.int64, 1)
     if not 2 <= n <= MAX_QUERY:
         raise ValueError(f"query size must be 2..{MAX_QUERY}, got {n}")
     pairs = plan.roots.shape[0] * edges.us.shape[0]
@@ -225,14 +226,14 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     if tasks.shape[0] < pairs or ctl.shape[0] != CTL_WORDS:
         raise ValueError(f"tasks holds {tasks.shape[0]} of {pairs} pairs, or ctl has "
                          f"{ctl.shape[0]} words instead of {CTL_WORDS}")
-    if by_task:
-        if task_count is None or not 0 <= task_count <= pairs:
-            raise ValueError(f"by_task needs the task count (0..{pairs}), got {task_count!r}")
-        need = task_count
-        if listing and offsets.shape[0] < task_count:
-            raise ValueError(f"offsets has {offsets.shape[0]} entries, {task_count} needed")
-    else:
-        need = (warps + 1) * queries
+    need = pairs if by_task else (warps + 1) * queries
+    if listing:
+        if not by_task:
+            raise ValueError("listing reads its offsets per pair: it needs by_task")
+        if offsets.shape[0] < pairs:
+            raise ValueError(f"offsets has {offsets.shape[0]} entries, {pairs} needed")
+        if row_end.shape[0] < queries:
+            raise ValueError(f"row_end has {row_end.shape[0]} entries, {queries} needed")
     if counts.shape[0] < need:
         raise ValueError(f"counts has {counts.shape[0]} entries, {need} needed")
     if warps % WARPS_PER_BLOCK or bufs.size < warps * n * width:
@@ -257,7 +258,7 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
             bufs, np.int64(width), ctl, records, ready,
             np.int64(capacity), np.int32(1 if sharing else 0), np.int32(share_every), counts,
             np.int32(1 if by_task else 0), np.int32(queries),
-            offsets, out, np.int64(limit), np.int32(1 if listing else 0)),
+            offsets, out, row_end, np.int32(1 if listing else 0)),
            shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
 
 

@@ -63,16 +63,13 @@ class _Standing:
 
 
 class _Deferred:
-    """One query's result still on the device: its totals in a queued shared launch
-    (gpu.cuda_executor.PendingCounts, with the query's index), or its listing
-    (PendingRows, no index)."""
+    """One query's result still on the device: its count (and listed rows) in queued
+    shared launches (gpu.cuda_executor.PendingMatches), with the query's index there."""
 
-    def __init__(self, pending, index: int | None = None) -> None:
+    def __init__(self, pending, index: int) -> None:
         self.pending, self.index = pending, index
 
     def resolve(self) -> MatchSet:
-        if self.index is None:
-            return self.pending.resolve()
         return self.pending.resolve()[self.index]
 
 
@@ -322,7 +319,7 @@ class Engine:
 
     def _count_on_device(self, qids: list[int], edges):
         """Incremental counts of several standing queries in one CUDA launch per size,
-        from the phase's uploaded update edges, queued (a PendingCounts: resolve() gives
+        from the phase's uploaded update edges, queued (a PendingMatches: resolve() gives
         one MatchSet per query)."""
         from gpu.cuda_executor import launch_cuda_counts
         jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
@@ -330,14 +327,16 @@ class Engine:
                                   self.config.share_capacity, self.config.share_every,
                                   self.config.launch_pairs)
 
-    def _list_on_device(self, qid: int, edges, limit: int):
-        """One standing query's incremental matches listed (up to `limit`, as external
-        ids) from the phase's uploaded update edges, queued (a PendingRows)."""
-        from gpu.cuda_executor import launch_cuda_list
-        return launch_cuda_list(self._device, qid, self._queries[qid].plan.incremental,
-                                edges, limit, True, self.config.work_sharing,
-                                self.config.share_capacity, self.config.share_every,
-                                self.config.launch_pairs)
+    def _list_on_device(self, qids: list[int], edges, list_limit: Mapping[int, int]):
+        """Incremental matches of several standing queries, counted and listed (each up to
+        its limit, as external ids) in one launch pair per size, from the phase's
+        uploaded update edges, queued (a PendingMatches: resolve() gives one MatchSet per
+        query)."""
+        from gpu.cuda_executor import launch_cuda_lists
+        jobs = [(qid, self._queries[qid].plan.incremental, list_limit[qid]) for qid in qids]
+        return launch_cuda_lists(self._device, jobs, edges, True, self.config.work_sharing,
+                                 self.config.share_capacity, self.config.share_every,
+                                 self.config.launch_pairs)
 
     def _region_phase(self, us, minimum: int | None = None) -> bool:
         """Whether a CPU phase runs in parallel regions: with `shared_region_threads` Numba
@@ -654,37 +653,33 @@ class Engine:
                 else:
                     self.graph.set_ranks(us, vs, ranks)
                     self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
-            # The counted queries share one call (on CUDA one launch per query size, on the
-            # CPU the small-batch call above); listing ones, and those the shared call hands
-            # back, go one by one.  The shared call's seconds are split evenly.
-            t0 = time.perf_counter()
-            if self._device is not None and counted:
-                pending = self._count_on_device(counted, edges)
-                shared = ([_Deferred(pending, i) for i in range(len(counted))] if defer
-                          else pending.resolve())
-            else:
-                shared = []
-            found_together = {qid: found for qid, found in zip(counted, shared, strict=True)
-                              if found is not None}
-            for qid, found in found_together.items():
-                results[qid] = (found if isinstance(found, _Deferred)
-                                else MatchSet(found.count, self._external(found.rows), False))
-            for qid in found_together:
-                seconds[qid] = (time.perf_counter() - t0) / len(found_together)
-            listed = {qid: s for qid, s in self._queries.items() if qid not in results}
-            for qid, standing in listed.items():
+            # On CUDA the counted queries share one launch per query size, and the listed
+            # ones one launch pair per size (their rows mapped to external ids on the
+            # device as they are found, and read back when the batch is finished); a
+            # shared call's seconds are split evenly.  On the CPU the listed queries, and
+            # those the small-batch call above hands back, go one by one.
+            if self._device is not None:
+                listed = [q for q in self._queries if q not in counted]
+                list_them = functools.partial(self._list_on_device, list_limit=list_limit)
+                for qids, launch in ((counted, self._count_on_device), (listed, list_them)):
+                    if not qids:
+                        continue
+                    t0 = time.perf_counter()
+                    pending = launch(qids, edges)
+                    found = ([_Deferred(pending, i) for i in range(len(qids))] if defer
+                             else pending.resolve())
+                    results.update(zip(qids, found, strict=True))
+                    seconds.update(dict.fromkeys(qids,
+                                                 (time.perf_counter() - t0) / len(qids)))
+            for qid, standing in self._queries.items():
+                if qid in results:
+                    continue
                 t0 = time.perf_counter()
-                if self._device is not None:
-                    # Rows are mapped to external ids on the device as they are found,
-                    # and read back when the batch is finished.
-                    listing = self._list_on_device(qid, edges, list_limit[qid])
-                    results[qid] = _Deferred(listing) if defer else listing.resolve()
-                else:
-                    found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
-                                      list_limit.get(qid, 0), region)
-                    # Converted now: slots of deleted vertices may be reused later.
-                    results[qid] = MatchSet(found.count, self._external(found.rows),
-                                            found.truncated)
+                found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
+                                  list_limit.get(qid, 0), region)
+                # Converted now: slots of deleted vertices may be reused later.
+                results[qid] = MatchSet(found.count, self._external(found.rows),
+                                        found.truncated)
                 seconds[qid] = time.perf_counter() - t0
         finally:
             if ranked:

@@ -13,9 +13,10 @@
 // Tasks are made on the device (gpu/kernels/tasks.cu) from the update edges and the
 // candidate bits there.  Warps are persistent and take tasks from a global counter, so
 // skewed tasks do not leave whole blocks idle.  Counts are exact 64-bit: per warp and
-// query when counting (summed after the launch), per task before listing.  In listing
-// mode a task writes its rows from its own offset (a prefix sum of the counting pass) up
-// to the limit, for every member of its coalesced-search orbit.
+// query when counting (summed after the launch), per (edge, type) pair before listing.
+// In listing mode a task writes its rows from its own offset (a prefix sum of the
+// counting pass, per query) up to its query's end, for every member of its
+// coalesced-search orbit.
 //
 // Two layouts of the data graph, one search (templated on the layout):
 // - ListGraph: the host's pooled lists, sorted by (neighbour label, id), mirrored; a
@@ -519,16 +520,17 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, long lon
         const int* edge_rank, \
         int* bufs, long long width, unsigned long long* ctl, int* records, int* ready, \
         long long capacity, int sharing, int share_every, unsigned long long* counts, \
-        int by_task, int queries, const long long* offsets, int* out, long long limit, \
-        int listing
+        int by_task, int queries, const long long* offsets, int* out, \
+        const long long* row_end, int listing
 #define MATCH_ARGS cand_ptrs, n, width_members, q_label, cand_row, orders, level_of, \
         bw_count, bw_level, bw_label, tail_free, perms, multiplicity, task_pair, types, \
         edge_u, edge_v, edge_rank, bufs, width, ctl, records, ready, capacity, sharing, \
-        share_every, counts, by_task, queries, offsets, out, limit, listing
+        share_every, counts, by_task, queries, offsets, out, row_end, listing
 
 // Matches found by a warp for a task (or a shared part of one): with `by_task`,
-// counts[task] += c (searched matches, before orbit multiplicity; several warps may add
-// to one task); otherwise the warp's own total of the task's query, counts[warp *
+// counts[pair] += c, indexed by the task's (edge, type) pair rather than by where
+// make_tasks put it, so that per-pair arrays have a fixed order (searched matches, before
+// orbit multiplicity; several warps may add to one task); otherwise the warp's own total of the task's query, counts[warp *
 // queries + cand_row[t]], grows by c times the orbit size, and when the warp is done it
 // adds its totals to the last row, counts[warps * queries + q] (flush_counts).  Counts
 // start at zero.
@@ -537,7 +539,7 @@ __device__ __forceinline__ void add_count(const Plan& p, const Tasks& tk,
                                           int queries, long long task, long long c) {
     if (c == 0) return;
     if (by_task) {
-        atomicAdd(counts + task, (unsigned long long)c);
+        atomicAdd(counts + tk.pair[task], (unsigned long long)c);
     } else {
         // Read again here rather than kept live across the search (registers).
         const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -561,8 +563,10 @@ __device__ __noinline__ void flush_counts(unsigned long long* counts, int by_tas
     }
 }
 
-// In listing mode task i writes rows from offsets[i] (tasks starting at or past `limit`
-// are skipped) and work sharing is off, so rows keep their order.
+// In listing mode the task of pair i writes rows from offsets[i] up to its query's
+// row_end[cand_row[t]] (tasks starting there or past it are skipped): the queries of a
+// launch list into one buffer, each into its own range of it.  Work sharing is off, so a
+// task's rows keep their order.
 template <class G>
 __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     const Plan p{n, width_members, q_label, cand_ptrs, cand_row, orders, level_of, bw_count,
@@ -600,15 +604,14 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
         }
         task = __shfl_sync(FULL_MASK, task, 0);
         if (task == ~0ULL) break;
-        long long pos = 0;
-        bool skip = false;
+        long long pos = 0, end = 0;
         if (listing) {
-            pos = offsets[task];
-            skip = pos >= limit;
+            pos = offsets[tk.pair[task]];
+            end = row_end[p.cand_row[tk.type(task)]];
         }
-        if (!skip) {
+        if (!listing || pos < end) {
             long long c = search(g, p, tk, (long long)task, nullptr, sh, s, my_bufs, width,
-                                 out, pos, limit, listing != 0, lane);
+                                 out, pos, end, listing != 0, lane);
             if (lane == 0) add_count(p, tk, counts, by_task, queries, task, c);
         }
         if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
@@ -655,7 +658,7 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
         __syncwarp();
         __threadfence();
         const long long task = *(volatile int*)r;   // volatile: never a stale L1 line
-        long long c = search(g, p, tk, task, r, sh, s, my_bufs, width, out, 0, limit, false,
+        long long c = search(g, p, tk, task, r, sh, s, my_bufs, width, out, 0, 0, false,
                              lane);
         if (lane == 0) {
             add_count(p, tk, counts, by_task, queries, task, c);

@@ -64,9 +64,9 @@ def assert_same(results, limit: int) -> None:
                 if total <= limit:
                     assert rows(getattr(want, side)) == rows(getattr(got, side)), (qid, side)
                 else:
-                    # The device makes tasks in no fixed order, so a cut listing is some
-                    # `limit` distinct matches (test_cut_listing_is_an_exact_subset checks
-                    # that they are matches).
+                    # The device lists in (edge, type) pair order, the CPU in task
+                    # order, so a cut listing is some `limit` distinct matches
+                    # (test_cut_listing_is_an_exact_subset checks that they are matches).
                     assert len(rows(getattr(got, side))) == limit, (qid, side)
 
 
@@ -125,6 +125,54 @@ def test_cut_listing_is_an_exact_subset(config):
         assert added <= rows(complete.queries[qid].added)
         assert len(added) == min(7, res.positive)
         assert res.truncated == (res.positive > 7)
+
+
+@pytest.mark.parametrize("mode", ["queued", "edge-slices", "read-back", "pma"])
+def test_listed_queries_share_launches_each_with_its_own_limit(mode, monkeypatch):
+    """Listed queries of several sizes, each with its own limit (1 to all of its matches),
+    share one launch pair per size beside counted ones: every count equals the CPU's, a
+    complete listing equals the CPU's as a set, a cut one is `limit` of its rows.  Rows
+    come in the order of their (edge, type) pairs, so a second engine lists the same rows
+    in the same order.  Modes: everything queued; 40 pairs a launch (slices whose rows
+    follow each other); limits over QUEUED_LIST_ROWS (each slice's counts read back, its
+    rows sized by them); the PMA layout."""
+    import gpu.cuda_executor
+
+    config = EngineConfig(launch_pairs=40 if mode == "edge-slices" else
+                          EngineConfig.launch_pairs,
+                          device_graph="pma" if mode == "pma" else "lists")
+    if mode == "read-back":
+        monkeypatch.setattr(gpu.cuda_executor, "QUEUED_LIST_ROWS", 3)
+    full = skewed_graph(5)
+    initial, stream = split_stream(full, 0.2, 5)
+    cpu = Engine(initial, backend="cpu")
+    cudas = [Engine(initial, backend="cuda", config=config) for _ in range(2)]
+    for q in QUERIES:
+        assert len({e.add_query(q) for e in [cpu, *cudas]}) == 1
+    qids = cpu.query_ids()
+    limits = {qid: (1, 2, 7, 60, 10**6)[i % 5] for i, qid in enumerate(qids) if i % 4 != 3}
+    listed_sizes = {QUERIES[qids.index(qid)].num_vertices for qid in limits}
+    assert len(listed_sizes) >= 3 and len(limits) > len(listed_sizes)   # launches shared
+    undo = UpdateStream(np.full(len(stream), DELETE_EDGE), stream.a, stream.b, stream.label,
+                        stream.line, "undo")
+    for batch in (*stream.batches(max(1, len(stream) // 3)), undo):
+        complete = cpu.apply(batch, list_limit=dict.fromkeys(limits, 10**7))
+        got = [e.apply(batch, list_limit=limits) for e in cudas]
+        for qid, want in complete.queries.items():
+            first, second = got[0].queries[qid], got[1].queries[qid]
+            assert (first.positive, first.negative) == (want.positive, want.negative), qid
+            if qid not in limits:
+                assert first.added is None and first.removed is None
+                continue
+            limit = limits[qid]
+            for side, total in (("added", want.positive), ("removed", want.negative)):
+                mine, all_of = getattr(first, side), rows(getattr(want, side))
+                assert len(mine) == min(total, limit), (qid, side)
+                assert rows(mine) <= all_of and len(rows(mine)) == len(mine), (qid, side)
+                np.testing.assert_array_equal(mine, getattr(second, side))
+            assert first.truncated == (max(want.positive, want.negative) > limit), qid
+    for qid in qids:
+        assert cpu.count(qid) == cudas[0].count(qid)
 
 
 @pytest.mark.parametrize("config", [EngineConfig(device_graph="lists"),
@@ -199,7 +247,7 @@ def test_launcher_rejects_wrong_dtypes():
         cuda_kernels.match_tasks(graph, cp.zeros(1, np.uint64), plan, 3, 1, ints, edges,
                                  cp.zeros(cuda_kernels.CTL_WORDS, np.uint64), ints, 1, 4,
                                  cp.zeros(0, np.int64), False, cp.zeros(0, np.int64),
-                                 cp.zeros((0, 3), np.int32), 0, False)
+                                 cp.zeros((0, 3), np.int32), cp.zeros(0, np.int64), False)
 
     floats = cp.zeros(4, dtype=np.float32)
     lists = cuda_kernels.ListGraphArrays(cp.zeros(4, np.int64), *[ints] * 5)
@@ -214,15 +262,20 @@ def test_launcher_rejects_wrong_dtypes():
         launch(lists, plan=plan._replace(multiplicity=ints))
     with pytest.raises(TypeError, match="ranks"):
         launch(lists, edges=edges._replace(ranks=floats))
+    with pytest.raises(TypeError, match="row_end"):
+        cuda_kernels.match_tasks(lists, cp.zeros(1, np.uint64), plan, 3, 1, ints, edges,
+                                 cp.zeros(cuda_kernels.CTL_WORDS, np.uint64), ints, 1, 4,
+                                 cp.zeros(0, np.int64), False, cp.zeros(0, np.int64),
+                                 cp.zeros((0, 3), np.int32), ints, False)
     with pytest.raises(TypeError, match="tasks"):
         cuda_kernels.make_tasks(cp.zeros(1, np.uint64), plan, edges, floats,
                                 cp.zeros(cuda_kernels.CTL_WORDS, np.uint64))
 
 
-def test_launcher_checks_per_task_arrays_against_the_task_count():
-    """A by_task launch sizes its counts and offsets by the task count make_tasks wrote,
-    which the kernel reads on the device: the launcher needs it from the caller and
-    refuses arrays too short for it, before anything runs."""
+def test_launcher_checks_per_pair_arrays():
+    """A by_task launch counts per (edge, type) pair and a listing reads an offset per
+    pair and a row end per query: the launcher refuses arrays too short for them, and a
+    listing without per-pair counts, before anything runs."""
     import cupy as cp
 
     from gpu import cuda_kernels
@@ -230,26 +283,26 @@ def test_launcher_checks_per_task_arrays_against_the_task_count():
     ints = cp.zeros(4, dtype=np.int32)
     plan = cuda_kernels.DevicePlan(*(cp.zeros(4, dtype=dtype)
                                      for dtype in cuda_kernels.PLAN_DTYPES.values()))
-    edges = cuda_kernels.UpdateEdges(ints, ints, ints, ints)
+    edges = cuda_kernels.UpdateEdges(ints, ints, ints, ints)       # 4 edges x 4 types
     lists = cuda_kernels.ListGraphArrays(cp.zeros(4, np.int64), *[ints] * 5)
     ctl = cp.zeros(cuda_kernels.CTL_WORDS, np.uint64)
     bufs = cp.zeros(cuda_kernels.WARPS_PER_BLOCK * 3, np.int32)
 
-    def launch(counts, offsets, listing, task_count):
-        cuda_kernels.match_tasks(lists, cp.zeros(1, np.uint64), plan, 3, 1,
+    def launch(counts, offsets, row_end, listing, by_task=True, queries=2):
+        cuda_kernels.match_tasks(lists, cp.zeros(queries, np.uint64), plan, 3, 1,
                                  cp.zeros(16, np.int32), edges, ctl, bufs, 1,
-                                 cuda_kernels.WARPS_PER_BLOCK, counts, True, offsets,
-                                 cp.zeros((0, 3), np.int32), 0, listing,
-                                 task_count=task_count)
+                                 cuda_kernels.WARPS_PER_BLOCK, counts, by_task, offsets,
+                                 cp.zeros((0, 3), np.int32), row_end, listing)
 
-    with pytest.raises(ValueError, match="task count"):
-        launch(cp.zeros(5, np.int64), cp.zeros(5, np.int64), False, None)
-    with pytest.raises(ValueError, match="task count"):
-        launch(cp.zeros(20, np.int64), cp.zeros(20, np.int64), False, 17)   # > 4 x 4 pairs
-    with pytest.raises(ValueError, match="counts has 4 entries, 5 needed"):
-        launch(cp.zeros(4, np.int64), cp.zeros(5, np.int64), False, 5)
-    with pytest.raises(ValueError, match="offsets has 4 entries, 5 needed"):
-        launch(cp.zeros(5, np.int64), cp.zeros(4, np.int64), True, 5)
+    pairs, two = cp.zeros(16, np.int64), cp.zeros(2, np.int64)
+    with pytest.raises(ValueError, match="counts has 15 entries, 16 needed"):
+        launch(cp.zeros(15, np.int64), pairs, two, False)
+    with pytest.raises(ValueError, match="offsets has 15 entries, 16 needed"):
+        launch(pairs, cp.zeros(15, np.int64), two, True)
+    with pytest.raises(ValueError, match="row_end has 1 entries, 2 needed"):
+        launch(pairs, pairs, cp.zeros(1, np.int64), True)
+    with pytest.raises(ValueError, match="needs by_task"):
+        launch(cp.zeros(64, np.int64), pairs, two, True, by_task=False)
 
 
 @pytest.mark.parametrize(("seed", "layout"), [(3, "lists"), (4, "pma")])
