@@ -173,24 +173,26 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
     ins_keys, first = np.unique(key[ins], return_index=True)
     ignored["edges_inserted"] += len(ins) - len(ins_keys)
     ins_labels = lab[ins][first].astype(np.int32)
+    # The inserted and the deleted edges looked up together (one read of a device graph).
+    looked_up = np.concatenate([ins_keys, key[dels]])
+    stored = _stored_labels(graph, (looked_up >> 32).astype(np.int32),
+                            (looked_up & 0xFFFFFFFF).astype(np.int32))
     iu = (ins_keys >> 32).astype(np.int32)
     iv = (ins_keys & 0xFFFFFFFF).astype(np.int32)
-    exists = _existing(graph, iu, iv) >= 0
+    exists = stored[:len(ins_keys)] >= 0
     ignored["edges_inserted"] += int(exists.sum())
     iu, iv, ins_labels = iu[~exists], iv[~exists], ins_labels[~exists]
 
     # ---- deletes ---------------------------------------------------------
     # A delete names the edge when its label is omitted or equals the stored one; as the
     # batch is a set, an edge goes when any of its delete records names it.
-    pos = _existing(graph, (key[dels] >> 32).astype(np.int32),
-                    (key[dels] & 0xFFFFFFFF).astype(np.int32))
-    stored = np.where(pos >= 0, graph.elab[np.maximum(pos, 0)], 0)
-    names = (pos >= 0) & ((lab[dels] == NO_LABEL) | (lab[dels] == stored))
-    del_keys = np.unique(key[dels][names])
+    stored = stored[len(ins_keys):]
+    names = (stored >= 0) & ((lab[dels] == NO_LABEL) | (lab[dels] == stored))
+    del_keys, first = np.unique(key[dels][names], return_index=True)
     ignored["edges_deleted"] += len(dels) - len(del_keys)
     du = (del_keys >> 32).astype(np.int32)
     dv = (del_keys & 0xFFFFFFFF).astype(np.int32)
-    dl = graph.elab[_existing(graph, du, dv)].astype(np.int32)
+    dl = stored[names][first].astype(np.int32)
     if len(del_slots):
         xu, xv, xl = graph.incident_edges(del_slots)
         du, dv, dl = np.concatenate([du, xu]), np.concatenate([dv, xv]), np.concatenate([dl, xl])
@@ -218,7 +220,7 @@ def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
     kind = int(stream.kind[0])
     if kind != INSERT_EDGE and kind != DELETE_EDGE:
         return None
-    su, sv, pos = graph.find_edge(stream.a[0], stream.b[0])
+    su, sv, stored = graph.find_edge(stream.a[0], stream.b[0])
     if su < 0 or sv < 0 or su == sv:
         return None
     u, v = np.array([su], dtype=np.int32), np.array([sv], dtype=np.int32)
@@ -232,14 +234,14 @@ def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
     if kind == INSERT_EDGE:
         if label[0] < 0:
             return None     # the general path rejects it
-        if pos >= 0:
+        if stored >= 0:
             ignored["edges_inserted"] = 1
         else:
             applied["edges_inserted"] = 1
             effective.update(insert_u=u, insert_v=v, insert_labels=label)
     else:
-        stored = int(graph.elab[pos]) if pos >= 0 else 0
-        if pos >= 0 and (label[0] == NO_LABEL or label[0] == stored):
+        stored = int(stored)
+        if stored >= 0 and (label[0] == NO_LABEL or label[0] == stored):
             applied["edges_deleted"] = 1
             effective.update(delete_u=u, delete_v=v,
                              delete_labels=np.array([stored], dtype=np.int32))
@@ -248,10 +250,11 @@ def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
     return EffectiveBatch(**effective, applied=applied, ignored=ignored)
 
 
-def _existing(graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
-    """Pool position of each edge; -1 when absent or when an endpoint is still unborn."""
-    out = np.full(len(us), -1, dtype=np.int64)
+def _stored_labels(graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+    """The stored label of each edge; -1 when absent or when an endpoint is still
+    unborn."""
+    out = np.full(len(us), -1, dtype=np.int32)
     born = (us < graph.num_slots) & (vs < graph.num_slots)
     if born.any():
-        out[born] = graph.edge_positions(us[born], vs[born])
+        out[born] = graph.edge_labels(us[born], vs[born])
     return out

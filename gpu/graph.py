@@ -17,7 +17,8 @@ import numba as nb
 import numpy as np
 
 from gpu.config import EngineConfig
-from gpu.idmap import IdMap, find_slot
+from gpu.idmap import find_slot
+from gpu.vertices import VertexTable
 
 
 @nb.njit(cache=True, inline="always")
@@ -71,14 +72,15 @@ def _find_many(nbr, nlab, label, start, deg, us, vs, out):
 
 
 @nb.njit(cache=True)
-def _find_edge(keys, vals, a, b, nbr, nlab, label, start, deg):
+def _find_edge(keys, vals, a, b, nbr, nlab, label, start, deg, elab):
     """DynamicGraph.find_edge in one compiled call."""
     su = find_slot(keys, vals, a)
     sv = find_slot(keys, vals, b)
     if su < 0 or sv < 0 or su == sv:
         return su, sv, np.int64(-1)
     u, v = min(su, sv), max(su, sv)
-    return u, v, np.int64(find_position(nbr, nlab, start, deg, u, v, label[v]))
+    pos = find_position(nbr, nlab, start, deg, u, v, label[v])
+    return u, v, np.int64(elab[pos] if pos >= 0 else -1)
 
 
 @nb.njit(cache=True)
@@ -249,31 +251,20 @@ def _directed_sorted(us, vs, labels, vertex_label):
     return src[order], dst[order], lab[order]
 
 
-class DynamicGraph:
+class DynamicGraph(VertexTable):
     """Undirected simple labeled graph over dense internal vertex slots."""
 
+    ARRAYS = {**VertexTable.ARRAYS, "start": (np.int64, 0), "cap": (np.int32, 0)}
+
     def __init__(self, config: EngineConfig | None = None) -> None:
-        self.config = config or EngineConfig()
-        vcap = self.config.initial_vertex_capacity
+        super().__init__(config)
         ecap = self.config.initial_edge_capacity
-        self.ids = IdMap(self.config.initial_idmap_capacity)
-        self.label = np.zeros(vcap, dtype=np.int32)
-        self.alive = np.zeros(vcap, dtype=np.bool_)
-        self.ext = np.full(vcap, -1, dtype=np.int64)
-        self.start = np.zeros(vcap, dtype=np.int64)
-        self.deg = np.zeros(vcap, dtype=np.int32)
-        self.cap = np.zeros(vcap, dtype=np.int32)
         self.nbr = np.zeros(ecap, dtype=np.int32)
         self.nlab = np.zeros(ecap, dtype=np.int32)
         self.elab = np.zeros(ecap, dtype=np.int32)
         self.rank = np.zeros(ecap, dtype=np.int32)
         self.top = 0
         self.garbage = 0
-        self.num_slots = 0          # slots ever handed out (high-water mark)
-        self.num_vertices = 0
-        self.num_edges = 0          # undirected
-        self._free: list[int] = []  # slots of deleted vertices, reused LIFO
-        self._max_degree = 0
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -293,11 +284,6 @@ class DynamicGraph:
         return g
 
     # ---- queries ------------------------------------------------------
-    @property
-    def max_degree(self) -> int:
-        """An upper bound on every degree (kept per insert, so no graph-wide scan)."""
-        return self._max_degree
-
     def neighbors(self, u: int) -> np.ndarray:
         s = self.start[u]
         return self.nbr[s: s + self.deg[u]]
@@ -310,14 +296,19 @@ class DynamicGraph:
                    np.ascontiguousarray(vs, dtype=np.int32), out)
         return out
 
+    def edge_labels(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """The stored label of each edge u - v (int32), -1 where absent."""
+        pos = self.edge_positions(us, vs)
+        return np.where(pos >= 0, self.elab[np.maximum(pos, 0)], -1).astype(np.int32)
+
     def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
-        """For external ids a and b: their slots (u < v) and the pool position of the edge
-        u -> v (-1 when absent); when a or b is unknown (-1) or a == b, their slots as they
+        """For external ids a and b: their slots (u < v) and the stored label of the edge
+        u - v (-1 when absent); when a or b is unknown (-1) or a == b, their slots as they
         are (u, v = a's, b's) and -1.  One call instead of a lookup and a search (the
         one-edge batches of a stream)."""
         keys, vals = self.ids.table
         return _find_edge(keys, vals, a, b, self.nbr, self.nlab, self.label, self.start,
-                          self.deg)
+                          self.deg, self.elab)
 
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All edges touching `slots`, each once, as (u, v, label) with u < v."""
@@ -346,54 +337,9 @@ class DynamicGraph:
                    np.ascontiguousarray(ranks, dtype=np.int32))
 
     # ---- vertex updates ---------------------------------------------
-    def reserve_slots(self, count: int) -> np.ndarray:
-        """The slots the next `add_vertices` of `count` vertices will use (no change)."""
-        reuse = self._free[len(self._free) - min(count, len(self._free)):][::-1]
-        fresh = np.arange(self.num_slots, self.num_slots + count - len(reuse), dtype=np.int32)
-        return np.concatenate([np.asarray(reuse, dtype=np.int32), fresh])
-
-    def add_vertices(self, ext_ids, labels) -> np.ndarray:
-        ext_ids = np.asarray(ext_ids, dtype=np.int64)
-        labels = np.asarray(labels, dtype=np.int32)
-        slots = self.reserve_slots(len(ext_ids))
-        del self._free[len(self._free) - min(len(self._free), len(ext_ids)):]
-        self.num_slots = max(self.num_slots, int(slots.max()) + 1 if len(slots) else 0)
-        self._grow_vertices(self.num_slots)
-        self.label[slots] = labels
-        self.alive[slots] = True
-        self.ext[slots] = ext_ids
-        self.deg[slots] = 0
-        self.cap[slots] = 0
-        self.ids.insert(ext_ids, slots)
-        self.num_vertices += len(slots)
-        return slots
-
-    def delete_vertices(self, slots: np.ndarray) -> None:
-        """Remove isolated vertices (delete their edges first)."""
-        slots = np.asarray(slots, dtype=np.int32)
-        if len(slots) == 0:
-            return
-        assert not self.deg[slots].any(), "delete a vertex's edges before the vertex"
+    def _release(self, slots: np.ndarray) -> None:
         self.garbage += int(self.cap[slots].sum())
         self.cap[slots] = 0
-        self.alive[slots] = False
-        self.ids.delete(self.ext[slots])
-        self._free.extend(slots.tolist())
-        self.num_vertices -= len(slots)
-
-    def _grow_vertices(self, needed: int) -> None:
-        size = self.label.shape[0]
-        if needed <= size:
-            return
-        while size < needed:
-            size *= 2
-        for name in ("label", "alive", "ext", "start", "deg", "cap"):
-            old = getattr(self, name)
-            new = np.zeros(size, dtype=old.dtype)
-            if name == "ext":
-                new[:] = -1
-            new[: old.shape[0]] = old
-            setattr(self, name, new)
 
     # ---- edge updates -------------------------------------------------
     def insert_edges(self, us: np.ndarray, vs: np.ndarray, labels: np.ndarray) -> None:
@@ -507,4 +453,4 @@ class DynamicGraph:
             assert self.alive[lst].all()
             total += d
         assert total == 2 * self.num_edges
-        assert int(self.alive[:n].sum()) == self.num_vertices
+        self._check_vertices()
