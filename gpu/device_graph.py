@@ -26,6 +26,7 @@ from gpu import cuda_kernels
 from gpu.config import DEVICE_GRAPHS
 from gpu.label_index import LabelIndex, label_keys
 from gpu.pma import PackedMemoryArray, PMAConfig
+from gpu.vertices import VertexTable
 
 def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size):
     if layout == "pma":
@@ -84,8 +85,9 @@ class PmaGraph:
         if self._host is not None and not self._fits(self._host.num_slots):
             self._relayout(self._host)
 
-    def _relayout(self, graph) -> None:
-        """Choose the label bits again and load the host graph's edges under them."""
+    def _relayout(self, graph, edges=None) -> None:
+        """Choose the label bits again and load the graph's edges (or `edges`, (u, v,
+        label) host arrays) under them."""
         slots = graph.num_slots
         problem = self.admit([], slots)     # the engine asked before: a defence only
         if problem is not None:
@@ -98,17 +100,22 @@ class PmaGraph:
         pma = PackedMemoryArray(cp, 0, dataclasses.replace(self.config, vertex_bits=32 - bits))
         # Only between phases (a batch's sync, a query's registration): no ranks are set.
         assert self._ranked is None, "re-keyed with a phase's ranks set"
-        self._load(graph, pma, 32 - bits)
+        self._load(graph, pma, 32 - bits, edges)
         self.pma, self.vertex_bits = pma, 32 - bits
         self.relayouts += 1
 
-    def _load(self, graph, pma: PackedMemoryArray, vertex_bits: int) -> None:
-        us, vs, elab = graph.edges()
+    def _load(self, graph, pma: PackedMemoryArray, vertex_bits: int, edges=None) -> None:
+        us, vs, elab = graph.edges() if edges is None else edges
         both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
         keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), vertex_bits)
         pma.ensure_vertices(graph.num_slots)
         vals = np.concatenate([elab, elab]).astype(np.int32)
         pma.load(cp.asarray(keys), cp.asarray(vals))
+
+    def _holds(self, graph) -> bool:
+        """Whether `graph` keeps its edges in this array (a DeviceEdgeGraph) rather than
+        in host lists this array follows."""
+        return getattr(graph, "device", None) is self
 
     def sync(self, graph, touched=None, batch=None) -> None:
         """Follow the host graph: load it whole (no batch), or apply the batch's edge
@@ -116,14 +123,19 @@ class PmaGraph:
         self._host = graph
         self.max_degree = graph.max_degree
         if batch is None:
+            if self._holds(graph):
+                return      # its edges were loaded here (load_edges)
             alive = np.flatnonzero(graph.alive[: graph.num_slots])
             self.labels.of(graph.label[alive])
             self._relayout(graph)
             return
         self.labels.of(batch.add_labels)
         if not self._fits(graph.num_slots):
+            # Host lists hold the batch already; a DeviceEdgeGraph's edges are this
+            # array's, re-keyed as they were before the batch, which then follows.
             self._relayout(graph)
-            return
+            if not self._holds(graph):
+                return
         self.pma.ensure_vertices(graph.num_slots)
         if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
             return
@@ -137,6 +149,45 @@ class PmaGraph:
         deleted = label_keys(du, dv, self.labels.of(label[dv]), self.vertex_bits)
         vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.int32)
         self.pma.apply(cp.asarray(inserted), cp.asarray(vals), cp.asarray(deleted))
+
+    # ---- the edge store of a DeviceEdgeGraph --------------------------------
+    def load_edges(self, graph, us: np.ndarray, vs: np.ndarray, elab: np.ndarray) -> None:
+        """Load `graph`'s edges u - v (host arrays) whole: a DeviceEdgeGraph's bulk load,
+        after which batches follow through sync."""
+        self._host = graph
+        self.max_degree = graph.max_degree
+        alive = np.flatnonzero(graph.alive[: graph.num_slots])
+        self.labels.of(graph.label[alive])
+        self._relayout(graph, (us, vs, elab))
+
+    def stored_labels(self, graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """The stored label of each edge u - v of `graph`'s vertices (int32, on the host),
+        -1 where absent: one lookup on the device, one read back."""
+        if len(us) == 0:
+            return np.empty(0, dtype=np.int32)
+        # The labels of born slots are registered (load_edges, sync): nothing changes.
+        keys = label_keys(us, vs, self.labels.of(graph.label[vs]), self.vertex_bits)
+        pos = self.pma.find(cp.asarray(keys))
+        found = cp.where(pos >= 0, self.pma.vals[cp.maximum(pos, 0)], -1)
+        return found.astype(np.int32).get()
+
+    def undirected_edges(self) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
+        """Every stored edge once as (u, v, label) with u < v, int32 on the device."""
+        keys, vals = self.pma.edges()
+        src = (keys >> np.uint64(32)).astype(np.int32)
+        dst = (keys & self.pma.vertex_mask).astype(np.int32)
+        keep = src < dst
+        return src[keep], dst[keep], vals[keep]
+
+    def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every edge touching `slots`, once, as (u, v, label) with u < v (host arrays)."""
+        vertices = np.unique(np.asarray(slots, dtype=np.int64))
+        src, keys, vals = self.pma.out_edges(cp.asarray(vertices))
+        dst = (keys & self.pma.vertex_mask).astype(np.int64)
+        lo, hi = cp.minimum(src, dst), cp.maximum(src, dst)
+        _, first = cp.unique(lo << 32 | hi, return_index=True)
+        return (lo[first].astype(np.int32).get(), hi[first].astype(np.int32).get(),
+                vals[first].astype(np.int32).get())
 
     def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
         """Query vertex labels as the kernel compares them: label indices (registered with
@@ -182,6 +233,111 @@ class PmaGraph:
         keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
         assert self._ranked is None, "ranks left set"
         self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
+
+
+class DeviceEdgeGraph(VertexTable):
+    """The CUDA engine's data graph on the `pma` layout: the vertex table on the host and
+    the edges only in the device's packed memory array (a PmaGraph), so that no batch
+    merges host neighbour lists (what bounded the engine's ingest on large graphs).
+
+    It answers what the engine and batch validation ask of a graph: the stored label of
+    an edge (one lookup on the device per batch), the edges of deleted vertices, every
+    edge (static matching, snapshots), the planner's edge statistics.  A batch's edges
+    change only the host degrees here; PmaGraph.sync applies them to the array."""
+
+    def __init__(self, config, device: PmaGraph) -> None:
+        super().__init__(config)
+        self.device = device
+
+    @classmethod
+    def from_labeled(cls, graph, config, device: PmaGraph) -> "DeviceEdgeGraph":
+        """Bulk-load a `LabeledGraph`: vertices on the host, edges into `device`."""
+        g = cls(config, device)
+        g.add_vertices(graph.vertex_ids, graph.vertex_labels)
+        us, vs, labels = g.edge_slots(graph)
+        g.insert_edges(us, vs, labels)
+        device.load_edges(g, us, vs, labels)
+        return g
+
+    # ---- edges: host degrees here, the array in PmaGraph.sync -------------
+    def insert_edges(self, us: np.ndarray, vs: np.ndarray, labels: np.ndarray) -> None:
+        self._count(us, vs, 1)
+
+    def delete_edges(self, us: np.ndarray, vs: np.ndarray) -> None:
+        self._count(us, vs, -1)
+
+    def _count(self, us: np.ndarray, vs: np.ndarray, sign: int) -> None:
+        if len(us) == 0:
+            return
+        ends, times = np.unique(np.concatenate([us, vs]), return_counts=True)
+        self.deg[ends] += (sign * times).astype(np.int32)
+        self.num_edges += sign * len(us)
+        if sign > 0:
+            self._max_degree = max(self._max_degree, int(self.deg[ends].max()))
+
+    # ---- reads from the device ------------------------------------------
+    def edge_labels(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """The stored label of each edge u - v (int32), -1 where absent."""
+        return self.device.stored_labels(self, us, vs)
+
+    def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
+        """DynamicGraph.find_edge: the slots of external ids a and b (u < v) and the
+        stored label of the edge u - v, -1 when absent."""
+        su, sv = self.ids.lookup(np.array([a, b], dtype=np.int64)).tolist()
+        if su < 0 or sv < 0 or su == sv:
+            return su, sv, -1
+        u, v = min(su, sv), max(su, sv)
+        found = self.edge_labels(np.array([u], dtype=np.int32), np.array([v], dtype=np.int32))
+        return u, v, int(found[0])
+
+    def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All edges touching `slots`, each once, as (u, v, label) with u < v."""
+        return self.device.incident_edges(slots)
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every undirected edge once as (u, v, label) slots with u < v."""
+        return tuple(a.get() for a in self.device.undirected_edges())
+
+    def device_edges(self) -> tuple[cp.ndarray, cp.ndarray]:
+        """Every undirected edge once as (u, v), int32 on the device."""
+        return self.device.undirected_edges()[:2]
+
+    def candidate_edge_counts(self, cand: np.ndarray, qa: np.ndarray, qb: np.ndarray,
+                              ql: np.ndarray) -> np.ndarray:
+        """DynamicGraph.candidate_edge_counts, over the array on the device."""
+        us, vs, elab = self.device.undirected_edges()
+        bits = cp.asarray(cand)
+        cu, cv = bits[us].astype(np.int64), bits[vs].astype(np.int64)
+        out = np.zeros(len(qa), dtype=np.int64)
+        for j, (a, b, label) in enumerate(zip(qa.tolist(), qb.tolist(), ql.tolist(),
+                                              strict=True)):
+            both = (((cu >> a) & (cv >> b) & 1) + ((cv >> a) & (cu >> b) & 1))
+            out[j] = int((both * (elab == label)).sum())
+        return out
+
+    # ---- tests ------------------------------------------------------------
+    def host_lists(self):
+        """The graph as host neighbour lists with the same slots (a DynamicGraph), for
+        the checks that compare structures against one."""
+        from gpu.graph import DynamicGraph
+        host = DynamicGraph(self.config)
+        host._grow_vertices(self.label.shape[0])
+        n = self.num_slots
+        for name in ("label", "alive", "ext"):
+            getattr(host, name)[:n] = getattr(self, name)[:n]
+        host.ids = self.ids
+        host.num_slots, host.num_vertices = n, self.num_vertices
+        host._free = list(self._free)
+        host.insert_edges(*self.edges())
+        return host
+
+    def check(self) -> None:
+        """Assert the vertex table's invariants and that the host degrees are the
+        array's (tests)."""
+        self._check_vertices()
+        n = self.num_slots
+        assert np.array_equal(self.device.pma.deg[:n].get(), self.deg[:n]), "degrees"
+        assert self.device.pma.num_edges == 2 * self.num_edges, "edge count"
 
 
 def _list_positions(start: np.ndarray, deg: np.ndarray, vertices: np.ndarray) -> np.ndarray:

@@ -7,8 +7,9 @@ candidate bitmap per query live on the device and follow each batch there
 vertices are re-encoded and tested against every query, in one launch.  The host keeps
 the encoded label set and the queries' side of the test.
 
-Registration is the one time the host graph is read: a query that brings new labels
-re-encodes every vertex (its counts are counted on the host and uploaded), and the new
+Registration is the one time the whole graph is read: a query that brings new labels
+re-encodes every vertex (its counts counted on the device when the edges live there, a
+DeviceEdgeGraph, else on the host and uploaded), and the new
 query's bits are computed for every vertex on the device.  Importing this module needs
 CuPy; `gpu.device` decides whether to.
 """
@@ -65,13 +66,25 @@ class DeviceSignatures:
         slot_of = np.full(graph.label.shape[0], -1, dtype=np.int32)
         slot_of[:n] = label_slots(self.labels, graph.label[:n])
         self.slot_of = cp.asarray(slot_of)
-        self.counts = cp.asarray(count_neighbour_labels(graph, slot_of, len(self.labels)))
+        self.counts = self._count_all(graph)
         self.codes = cp.zeros((self.capacity, self.words), dtype=np.uint64)
         self._tables = None
         for qid, (query, _) in self._queries.items():
             self._queries[qid] = (query, query_codes(self.labels, query))
         self.cand = {qid: cp.zeros(self.capacity, dtype=np.uint32) for qid in self._queries}
         self._refresh(cp.arange(n, dtype=np.int32))
+
+    def _count_all(self, graph) -> cp.ndarray:
+        """Every vertex slot's neighbour count per label slot: on the device from the
+        edges when they live there (a DeviceEdgeGraph), else from the host lists."""
+        if not hasattr(graph, "device_edges"):
+            return cp.asarray(count_neighbour_labels(graph, self.slot_of.get(),
+                                                     len(self.labels)))
+        counts = cp.zeros((self.capacity, len(self.labels)), dtype=np.int32)
+        us, vs = graph.device_edges()
+        cuda_kernels.count_edges(us, vs, 1, self.slot_of, counts,
+                                 cp.zeros(self.capacity, dtype=np.int32))
+        return counts
 
     def resize(self, graph) -> None:
         """Follow the host graph's vertex capacity (it grows by doubling)."""

@@ -33,7 +33,7 @@ from gpu.leafcount import LeafCounts, UpdateIndex
 from gpu.plan import PlanStats, QueryPlan, TaskTypes, build_plan
 from gpu.query import QueryGraph
 from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
-from gpu.signature import SignatureTable, candidate_edge_counts
+from gpu.signature import SignatureTable
 
 __all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
 
@@ -198,7 +198,17 @@ class Engine:
             graph = LabeledGraph(np.empty(0, np.int64), np.empty(0, np.int32),
                                  np.empty(0, np.int64), np.empty(0, np.int64),
                                  np.empty(0, np.int32))
-        self.graph = DynamicGraph.from_labeled(graph, self.config)
+        self._device = None
+        if self.backend == "cuda":
+            from gpu.cuda_executor import DeviceMirror
+            self._device = DeviceMirror(self.config.device_graph,
+                                        self.config.pma_segment_size)
+        if self._device is not None and self.config.device_graph == "pma":
+            # The edges live only in the device's packed memory array: no host lists.
+            from gpu.device_graph import DeviceEdgeGraph
+            self.graph = DeviceEdgeGraph.from_labeled(graph, self.config, self._device.graph)
+        else:
+            self.graph = DynamicGraph.from_labeled(graph, self.config)
         self._queries: dict[int, _Standing] = {}
         self._updates = UpdateIndex(self.graph.label.shape[0])
         self._upkeep = upkeep.QueryArrays()
@@ -208,11 +218,7 @@ class Engine:
         self.batches_applied = 0
         self._device_seconds = 0.0      # the last batch's device graph and candidate sync
         self._group: _BatchGroup | None = None      # open batch group (CPU executor)
-        self._device = None
-        if self.backend == "cuda":
-            from gpu.cuda_executor import DeviceMirror
-            self._device = DeviceMirror(self.config.device_graph,
-                                        self.config.pma_segment_size)
+        if self._device is not None:
             self._device.sync(self.graph)
             # Signatures and candidate bits live on the device (gpu/device_signatures.py).
             self.signatures = self._device.signatures
@@ -253,9 +259,8 @@ class Engine:
         sizes = np.array([float(((cand >> np.uint32(q)) & np.uint32(1)).sum())
                           for q in range(query.num_vertices)])
         qa, qb = (np.ascontiguousarray(query.edges[:, k], dtype=np.int64) for k in (0, 1))
-        counts = candidate_edge_counts(g.start, g.deg, g.nbr, g.elab, g.num_slots, cand, qa,
-                                       qb, np.ascontiguousarray(query.edge_labels,
-                                                                dtype=np.int32))
+        counts = g.candidate_edge_counts(cand, qa, qb, np.ascontiguousarray(
+            query.edge_labels, dtype=np.int32))
         edges = np.zeros((query.num_vertices, query.num_vertices))
         for a, b, count in zip(qa.tolist(), qb.tolist(), counts.tolist(), strict=True):
             edges[a, b] = edges[b, a] = float(count)
@@ -728,13 +733,15 @@ class Engine:
         """Assert every incrementally maintained structure equals a rebuild (tests)."""
         self.flush()
         self.graph.check()
-        self.signatures.check(self.graph)
+        lists = self.graph.host_lists()     # the graph itself, or made from the device's
+        lists.check()
+        self.signatures.check(lists)
         for qid, standing in self._queries.items():
-            standing.leaves.check(self.graph, self.signatures.cand[qid])
+            standing.leaves.check(lists, self.signatures.cand[qid])
         if self._device is None:
             self._upkeep.check(self._arrays_key(), self._upkeep_parts())
         else:
-            self._device.check(self.graph)
+            self._device.check(lists)
 
     def to_labeled(self) -> LabeledGraph:
         """The current graph with external ids (snapshots, tests)."""

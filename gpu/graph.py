@@ -18,6 +18,7 @@ import numpy as np
 
 from gpu.config import EngineConfig
 from gpu.idmap import find_slot
+from gpu.signature import candidate_edge_counts
 from gpu.vertices import VertexTable
 
 
@@ -271,16 +272,8 @@ class DynamicGraph(VertexTable):
     def from_labeled(cls, graph, config: EngineConfig | None = None) -> "DynamicGraph":
         """Bulk-load a `LabeledGraph` (one CSR build; later batches update in place)."""
         g = cls(config)
-        slots = g.add_vertices(graph.vertex_ids, graph.vertex_labels)
-        del slots
-        us = g.ids.lookup(graph.edge_src)
-        vs = g.ids.lookup(graph.edge_dst)
-        if (us < 0).any() or (vs < 0).any():
-            raise ValueError("edge endpoint is not a vertex of the graph")
-        labels = np.asarray(graph.edge_labels, dtype=np.int32)
-        if len(labels) and int(labels.min()) < 0:
-            raise ValueError(f"edge label {int(labels.min())}: edge labels must be >= 0")
-        g.insert_edges(us, vs, labels)
+        g.add_vertices(graph.vertex_ids, graph.vertex_labels)
+        g.insert_edges(*g.edge_slots(graph))
         return g
 
     # ---- queries ------------------------------------------------------
@@ -432,6 +425,17 @@ class DynamicGraph(VertexTable):
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every undirected edge once as (u, v, label) slots with u < v."""
         return all_edges(self.start, self.deg, self.nbr, self.elab, self.num_slots)
+
+    def candidate_edge_counts(self, cand: np.ndarray, qa: np.ndarray, qb: np.ndarray,
+                              ql: np.ndarray) -> np.ndarray:
+        """For each query edge qa[j] - qb[j] with label ql[j], the data edges with that label
+        between candidates of its ends, once per orientation (the planner's statistics)."""
+        return candidate_edge_counts(self.start, self.deg, self.nbr, self.elab,
+                                     self.num_slots, cand, qa, qb, ql)
+
+    def host_lists(self) -> "DynamicGraph":
+        """The graph as host neighbour lists (this one; tests check structures against it)."""
+        return self
 
     def check(self) -> None:
         """Assert the structural invariants (tests call this after every batch)."""

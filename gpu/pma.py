@@ -208,6 +208,17 @@ class PackedMemoryArray:
         real = self.real_mask()
         return self.keys[real], self.vals[real]
 
+    def out_edges(self, vertices):
+        """(sources, keys, values) of every stored out-edge of `vertices` (distinct),
+        each vertex's in key order."""
+        xp = self.xp
+        vertices = xp.asarray(vertices, dtype=np.int64)
+        lo = self.row[vertices]
+        slots, owner = _ranges(xp, lo, self.row[vertices + 1] - lo)
+        real = (slots % self.S) < self.cnt[slots // self.S]
+        slots, owner = slots[real], owner[real]
+        return vertices[owner], self.keys[slots], self.vals[slots]
+
     def neighbours(self, u: int):
         """(dst, values) of u's out-edges, in order (tests, debugging)."""
         lo, hi = int(self.row[u]), int(self.row[u + 1])

@@ -36,6 +36,18 @@ class VertexTable:
         """An upper bound on every degree (kept per insert, so no graph-wide scan)."""
         return self._max_degree
 
+    def edge_slots(self, graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A `LabeledGraph`'s edges as (u, v, label) slots of this table's vertices (a bulk
+        load); ValueError for an unknown endpoint or a negative edge label."""
+        us = self.ids.lookup(graph.edge_src)
+        vs = self.ids.lookup(graph.edge_dst)
+        if (us < 0).any() or (vs < 0).any():
+            raise ValueError("edge endpoint is not a vertex of the graph")
+        labels = np.asarray(graph.edge_labels, dtype=np.int32)
+        if len(labels) and int(labels.min()) < 0:
+            raise ValueError(f"edge label {int(labels.min())}: edge labels must be >= 0")
+        return us, vs, labels
+
     def reserve_slots(self, count: int) -> np.ndarray:
         """The slots the next `add_vertices` of `count` vertices will use (no change)."""
         reuse = self._free[len(self._free) - min(count, len(self._free)):][::-1]

@@ -15,8 +15,8 @@ import pytest
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, LabeledGraph,
-                         UpdateStream, split_stream)
+from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
+                         LabeledGraph, UpdateStream, split_stream)
 from gpu.query import QueryGraph
 from tests.graphs import skewed_graph
 
@@ -361,6 +361,48 @@ def test_pma_rekeyed_by_a_query_with_a_ninth_label():
     pair[1].check()
 
 
+def test_pma_rekeyed_inside_a_batch_that_also_changes_edges():
+    """On the PMA layout the engine keeps no host neighbour lists (a DeviceEdgeGraph): the
+    array is the only copy of the edges.  A batch that brings a ninth vertex label re-keys
+    it from its own edges as they were before the batch, then applies the batch's edge
+    inserts and deletes (of a deleted vertex's edges too): the counts, listings and every
+    structure equal the CPU engine's."""
+    from gpu.device_graph import DeviceEdgeGraph
+
+    full = skewed_graph(15, labels=8)
+    initial, stream = split_stream(full, 0.2, 15)
+    queries = [query("triangle", [0, 1, 2]), query("path4", [3, 4, 5, 6]),
+               query("edge", [7, 0])]
+    pair = engines(initial, queries, EngineConfig(device_graph="pma"))
+    assert isinstance(pair[1].graph, DeviceEdgeGraph) and not hasattr(pair[1].graph, "nbr")
+    assert pair[1]._device.graph.relayouts == 1
+    n = len(stream) // 2
+    # A vertex with edges that the batch's inserts do not touch goes with its edges.
+    busy = set(stream.a[:n].tolist()) | set(stream.b[:n].tolist())
+    ends = set(initial.edge_src.tolist()) | set(initial.edge_dst.tolist())
+    gone = next(v for v in initial.vertex_ids[6:].tolist() if v in ends and v not in busy)
+    kinds = [ADD_VERTEX, ADD_VERTEX, INSERT_EDGE, INSERT_EDGE, DELETE_VERTEX]
+    a = [10**6, 10**6 + 1, 10**6, int(initial.vertex_ids[5]), gone]
+    b = [0, 0, int(initial.vertex_ids[1]), 10**6 + 1, 0]
+    lab = [8, 8, 0, 0, NO_LABEL]
+    batch = UpdateStream(np.concatenate([stream.kind[:n], kinds]),
+                         np.concatenate([stream.a[:n], a]), np.concatenate([stream.b[:n], b]),
+                         np.concatenate([stream.label[:n], lab]),
+                         np.arange(1, n + len(kinds) + 1), "rekey")
+    results = [e.apply(batch, list_limit=100_000) for e in pair]
+    assert_same(results, 100_000)
+    assert pair[1]._device.graph.relayouts == 2
+    assert results[1].applied["vertices_deleted"] == 1
+    pair[1].check()
+    keep = np.flatnonzero((stream.a != gone) & (stream.b != gone))
+    keep = keep[keep >= n]
+    rest = UpdateStream(stream.kind[keep], stream.a[keep], stream.b[keep], stream.label[keep],
+                        stream.line[keep], "rest")
+    assert_same([e.apply(rest) for e in pair], 0)
+    pair[1].check()
+    assert pair[0].to_labeled().num_edges == pair[1].to_labeled().num_edges
+
+
 @pytest.mark.parametrize("layout", ["lists", "pma"])
 def test_largest_vertex_label(layout):
     """Label 2^31 - 1 is valid: the list kernel's label segment must not compute want + 1."""
@@ -405,8 +447,8 @@ def test_pma_refuses_what_its_keys_cannot_hold_and_changes_nothing():
     assert engine.graph.num_vertices == n and engine.query_ids() == [qid]
     # The engine goes on: an edge between the vertices labelled 0 and 1 is one new match.
     slots = engine.graph.ids.lookup(np.array([0, 1]))
-    present = engine.graph.edge_positions(slots[:1].astype(np.int32),
-                                          slots[1:].astype(np.int32))[0] >= 0
+    present = engine.graph.edge_labels(slots[:1].astype(np.int32),
+                                       slots[1:].astype(np.int32))[0] >= 0
     op = DELETE_EDGE if present else INSERT_EDGE
     edge = UpdateStream(np.array([op]), np.array([0]), np.array([1]), np.zeros(1, np.int32),
                         np.array([1]), "edge")
