@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
-                         UpdateStream)
+from gpu.formats import ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL, UpdateStream
 
 COUNT_KEYS = ("vertices_added", "vertices_deleted", "edges_inserted", "edges_deleted")
 
@@ -162,10 +161,11 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
         reject(i, f"edge ({a[i]}, {b[i]}) is inserted twice with different labels")
     dels = np.flatnonzero(~is_insert & ~dying)
     ignored["edges_deleted"] += int(dying.sum())
-    cancelled = np.intersect1d(key[ins], key[dels])
-    if len(cancelled):
-        drop_i = np.isin(key[ins], cancelled)
-        drop_d = np.isin(key[dels], cancelled)
+    # Inserts and deletes of one edge cancel.  (np.isin sorts; np.intersect1d's unique
+    # hashes, 0.9 s for a million keys, and most batches only insert or only delete.)
+    drop_i = np.isin(key[ins], key[dels]) if len(ins) and len(dels) else None
+    if drop_i is not None and drop_i.any():
+        drop_d = np.isin(key[dels], key[ins])
         ignored["edges_inserted"] += int(drop_i.sum())
         ignored["edges_deleted"] += int(drop_d.sum())
         ins, dels = ins[~drop_i], dels[~drop_d]

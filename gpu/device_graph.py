@@ -28,6 +28,7 @@ from gpu.label_index import LabelIndex, label_keys
 from gpu.pma import PackedMemoryArray, PMAConfig
 from gpu.vertices import VertexTable
 
+
 def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size):
     if layout == "pma":
         return PmaGraph(PMAConfig(segment_size=segment_size))

@@ -33,6 +33,7 @@ from gpu.leafcount import LeafCounts, UpdateIndex
 from gpu.plan import PlanStats, QueryPlan, TaskTypes, build_plan
 from gpu.query import QueryGraph
 from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
+from gpu.sets import sorted_unique
 from gpu.signature import SignatureTable
 
 __all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
@@ -708,9 +709,9 @@ class Engine:
             g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
         if self._device is not None:
             # The device graph, signatures and candidate bits follow on the device.
-            touched = np.unique(np.concatenate([batch.delete_u, batch.delete_v, batch.insert_u,
-                                                batch.insert_v, batch.delete_slots,
-                                                batch.add_slots])).astype(np.int32)
+            touched = sorted_unique(np.concatenate([
+                batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
+                batch.delete_slots, batch.add_slots])).astype(np.int32)
             t0 = time.perf_counter()
             self._device.sync(g, touched, batch)
             self._device_seconds = time.perf_counter() - t0

@@ -32,6 +32,8 @@ from typing import Iterable, Iterator, NamedTuple
 import numba as nb
 import numpy as np
 
+from gpu.sets import sorted_unique
+
 ADD_VERTEX = np.int8(0)
 DELETE_VERTEX = np.int8(1)
 INSERT_EDGE = np.int8(2)
@@ -617,7 +619,7 @@ def _edge_list(data: bytes, source: str, labels_path, num_labels, seed) -> Label
     keep[_first_repeat(np.minimum(src, dst), np.maximum(src, dst))] = False
     keep &= src != dst
     src, dst = src[keep], dst[keep]
-    edge_ids = np.unique(np.concatenate((src, dst)))
+    edge_ids = sorted_unique(np.concatenate((src, dst)))
     if labels_path is None:
         vertex_ids, labels = edge_ids, random_labels(edge_ids, num_labels, seed)
     else:

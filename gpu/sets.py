@@ -1,0 +1,20 @@
+"""Sorted unique values of an integer array, by sorting.
+
+NumPy 2.4's `np.unique` without return arrays hashes: 2.3 s for four million int32
+values, against 0.17 s for a sort and a mask (the engine's touched vertices of a
+million-edge batch, a bulk load's vertex ids).  Results equal `np.unique`'s.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def sorted_unique(values) -> np.ndarray:
+    """np.unique(values) for an integer array: its distinct values, ascending."""
+    ordered = np.sort(np.asarray(values).ravel())
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
