@@ -55,14 +55,16 @@ def test_only_the_server_process_freezes_what_start_up_left(tmp_path):
     from service.main import create_app
     from tests.service.conftest import running, wait_ready
 
-    assert gc.get_freeze_count() == 0
+    # Relative to what was frozen before: not by this code, but 375 objects were in the
+    # device host's run of the service tests on CUDA (2026-11-23).
+    before = gc.get_freeze_count()
     with running(tmp_path / "plain"):
-        assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() == before
     settings = Settings(data_dir=tmp_path / "frozen", synchronous="normal", backend="cpu")
     try:
         with TestClient(create_app(settings, freeze_gc_when_ready=True)) as client:
             wait_ready(client)
-            assert gc.get_freeze_count() > 10_000
+            assert gc.get_freeze_count() > before + 10_000
             assert client.post("/v1/batches", json={"insert_vertices": [[1, 0], [2, 0]],
                                                     "insert_edges": [[1, 2]]}).status_code == 200
     finally:
