@@ -133,6 +133,14 @@ def test_load_then_update_and_read_neighbours(xp):
         want = sorted(k for k in ref.edges if k >> 32 == u)
         assert got.tolist() == [k & 0xFFFFFFFF for k in want]
         assert got_vals.tolist() == [ref.edges[k] for k in want]
+    # out_edges of several vertices at once (a vertex's edges in key order, gaps skipped).
+    vertices = [499, 0, 17, 250]
+    src, keys, vals = (a.get() if hasattr(a, "get") else a
+                       for a in pma.out_edges(xp.asarray(vertices)))
+    want = [k for u in vertices for k in sorted(k for k in ref.edges if k >> 32 == u)]
+    assert keys.tolist() == want
+    assert src.tolist() == [k >> 32 for k in want]
+    assert vals.tolist() == [ref.edges[k] for k in want]
 
 
 def test_found_slots_and_missing_keys(xp):
