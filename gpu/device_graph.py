@@ -124,11 +124,8 @@ class PmaGraph:
         self._host = graph
         self.max_degree = graph.max_degree
         if batch is None:
-            if self._holds(graph):
-                return      # its edges were loaded here (load_edges)
-            alive = np.flatnonzero(graph.alive[: graph.num_slots])
-            self.labels.of(graph.label[alive])
-            self._relayout(graph)
+            if not self._holds(graph):     # a DeviceEdgeGraph's came through load_edges
+                self._load_whole(graph)
             return
         self.labels.of(batch.add_labels)
         if not self._fits(graph.num_slots):
@@ -157,9 +154,13 @@ class PmaGraph:
         after which batches follow through sync."""
         self._host = graph
         self.max_degree = graph.max_degree
+        self._load_whole(graph, (us, vs, elab))
+
+    def _load_whole(self, graph, edges=None) -> None:
+        """Register the live vertices' labels and load the graph's edges (or `edges`)."""
         alive = np.flatnonzero(graph.alive[: graph.num_slots])
         self.labels.of(graph.label[alive])
-        self._relayout(graph, (us, vs, elab))
+        self._relayout(graph, edges)
 
     def stored_labels(self, graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
         """The stored label of each edge u - v of `graph`'s vertices (int32, on the host),
