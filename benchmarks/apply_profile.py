@@ -32,12 +32,14 @@ import numpy as np
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from benchmarks.service_bench import REPO
 from gpu import engine as engine_module
-from gpu import executor, graph, leafcount, signature, upkeep
+from gpu.cpu import executor
+from gpu.graph import lists
+from gpu.plan import leaf_counts, signatures, upkeep
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.formats import (DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream, load_graph,
+from gpu.io.formats import (DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream, load_graph,
                          read_query, split_stream)
-from gpu.query import QueryGraph
+from gpu.plan.query import QueryGraph
 
 
 def batches(held_out: UpdateStream, size: int, count: int, position: int = 0):
@@ -95,19 +97,19 @@ def instrument(sections: Sections) -> None:
     wrap(engine_module, "count_phase_cpu", "count_phase_cpu (search, parallel)")
     wrap(engine_module, "execute_cpu", "execute_cpu (a query handed back or listed)")
     wrap(engine_module, "small_query", "executor.small_query")
-    wrap(executor.cpu_executor, "count_small", "cpu_executor.count_small (compiled)")
+    wrap(executor.search, "count_small", "search.count_small (compiled)")
     wrap(upkeep.QueryArrays, "get", "QueryArrays.get")
     wrap(upkeep, "leaf_edges", "upkeep.leaf_edges (compiled)")
     wrap(upkeep, "refresh_candidates", "upkeep.refresh_candidates (compiled)")
-    wrap(graph.DynamicGraph, "set_ranks", "DynamicGraph.set_ranks")
-    wrap(graph.DynamicGraph, "insert_edges", "DynamicGraph.insert_edges")
-    wrap(graph.DynamicGraph, "delete_edges", "DynamicGraph.delete_edges")
-    wrap(graph.DynamicGraph, "delete_vertices", "DynamicGraph.delete_vertices")
-    wrap(graph.DynamicGraph, "edge_positions", "DynamicGraph.edge_positions")
-    wrap(leafcount.UpdateIndex, "fill", "UpdateIndex.fill")
-    wrap(leafcount.UpdateIndex, "clear", "UpdateIndex.clear")
-    wrap(signature.SignatureTable, "encode", "SignatureTable.encode")
-    wrap(signature.SignatureTable, "edges_changed", "SignatureTable.edges_changed")
+    wrap(lists.DynamicGraph, "set_ranks", "DynamicGraph.set_ranks")
+    wrap(lists.DynamicGraph, "insert_edges", "DynamicGraph.insert_edges")
+    wrap(lists.DynamicGraph, "delete_edges", "DynamicGraph.delete_edges")
+    wrap(lists.DynamicGraph, "delete_vertices", "DynamicGraph.delete_vertices")
+    wrap(lists.DynamicGraph, "edge_positions", "DynamicGraph.edge_positions")
+    wrap(leaf_counts.UpdateIndex, "fill", "UpdateIndex.fill")
+    wrap(leaf_counts.UpdateIndex, "clear", "UpdateIndex.clear")
+    wrap(signatures.SignatureTable, "encode", "SignatureTable.encode")
+    wrap(signatures.SignatureTable, "edges_changed", "SignatureTable.edges_changed")
 
 
 def add_setup_args(p: argparse.ArgumentParser, size: int) -> None:

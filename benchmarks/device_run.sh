@@ -6,7 +6,7 @@
 # Stages (default: tests gh-dense):
 #   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
 #   gpu-tests    only the gpu-marked tests (GPU_TESTS_ARGS adds pytest flags, e.g.
-#                "--ignore tests/gpu/test_pma.py" when the packed memory array is unchanged)
+#                "--ignore tests/gpu/graph/test_pma.py" when the packed memory array is unchanged)
 #   service-tests  the service and storage tests with the service on the cuda executor
 #                (MOTIFSTREAM_TEST_DEVICE_GRAPH=pma: on the packed-memory-array layout)
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags;
@@ -87,7 +87,7 @@ for stage in "${stages[@]}"; do
                     ${GH_ARGS:-} 2>&1 | tee -a "$OUT/gh-$backend.txt" | tail -12
             done ;;
         pma)
-            python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_pma.py 2>&1 \
+            python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/graph/test_pma.py 2>&1 \
                 | tee "$OUT/pma-tests.txt" | tail -5
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
             timeout "${PMA_TIMEOUT:-400}" python3 -m benchmarks.pma_bench --check \

@@ -24,9 +24,9 @@ import numpy as np
 
 from benchmarks.querygen import KINDS, QueryGenerator, write_query_set
 from gpu.config import DEVICE_GRAPHS, EngineConfig
-from gpu.device import resolve_backend
+from gpu.cuda.device import resolve_backend
 from gpu.engine import Engine
-from gpu.formats import (
+from gpu.io.formats import (
     DELETE_EDGE,
     LabeledGraph,
     UpdateStream,
@@ -34,7 +34,7 @@ from gpu.formats import (
     read_query,
     split_stream,
 )
-from gpu.query import QueryGraph
+from gpu.plan.query import QueryGraph
 from gpu.results import BatchResult, QueryDelta
 
 REPO = Path(__file__).resolve().parents[1]
@@ -262,7 +262,7 @@ def _kernel_clock(args, backend: str):
     """With --gpu-busy on cuda: the executor's kernel clock, reset and running."""
     if not args.gpu_busy or backend != "cuda":
         return None
-    from gpu.cuda_executor import KERNEL_CLOCK
+    from gpu.cuda.executor import KERNEL_CLOCK
     KERNEL_CLOCK.enabled = True
     KERNEL_CLOCK.reset()
     return KERNEL_CLOCK

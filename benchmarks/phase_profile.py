@@ -18,8 +18,8 @@ from pathlib import Path
 
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from gpu.engine import Engine
-from gpu.formats import DELETE_EDGE, UpdateStream, load_graph, read_query, split_stream
-from gpu.query import QueryGraph
+from gpu.io.formats import DELETE_EDGE, UpdateStream, load_graph, read_query, split_stream
+from gpu.plan.query import QueryGraph
 
 
 def main(argv=None) -> None:

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from gpu.pma import PackedMemoryArray, PMAConfig, edge_keys, key_dst, key_src
+from gpu.graph.pma import PackedMemoryArray, PMAConfig, edge_keys, key_dst, key_src
 
 
 def _xp(name: str):

@@ -26,7 +26,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from gpu.formats import LabeledGraph, load_graph, write_graph
+from gpu.io.formats import LabeledGraph, load_graph, write_graph
 
 KINDS = ("dense", "sparse", "tree")
 MIN_SIZE = 2

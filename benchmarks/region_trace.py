@@ -35,10 +35,10 @@ import numpy as np
 
 from benchmarks.apply_profile import Sections, add_setup_args, batches, gh_engine, instrument
 from benchmarks.gh_table import INSERT_FRACTION
-from gpu import cpu_executor
+from gpu.cpu import search
 from gpu.config import EngineConfig
-from gpu.cycles import cycles_per_second
-from gpu.formats import load_graph, split_stream
+from gpu.cpu.cycles import cycles_per_second
+from gpu.io.formats import load_graph, split_stream
 
 FIELDS = ("wall", "outside", "setup", "span", "work", "busiest", "task")
 # Rows of the trace buffer: a phase with more pieces than this is timed but not traced.
@@ -46,13 +46,13 @@ TRACE_ROWS = 400_000
 
 
 class Recorder:
-    """Wraps cpu_executor.count_phase to pass a trace and keep each call's rows."""
+    """Wraps search.count_phase to pass a trace and keep each call's rows."""
 
     def __init__(self) -> None:
         self.buffer = np.zeros((TRACE_ROWS, 6), dtype=np.int64)
         self.calls: list[tuple[float, np.ndarray | None]] = []
         self.untraced = 0
-        real = cpu_executor.count_phase
+        real = search.count_phase
 
         def traced(*args):
             self.buffer[0] = 0
@@ -66,7 +66,7 @@ class Recorder:
                 self.untraced += 1
             self.calls.append((seconds, rows))
             return out
-        cpu_executor.count_phase = traced
+        search.count_phase = traced
 
 
 def measure(wall: float, calls, hz: float) -> tuple[dict, dict]:

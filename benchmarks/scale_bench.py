@@ -31,11 +31,11 @@ from benchmarks.gh_table import run_header
 from benchmarks.pma_bench import _Rng, canonical, rmat_pairs
 from benchmarks.querygen import generate_queries
 from gpu.config import DEVICE_GRAPHS, EngineConfig
-from gpu.device import cuda_available, device_memory_bytes, resolve_backend
+from gpu.cuda.device import cuda_available, device_memory_bytes, resolve_backend
 from gpu.engine import Engine
-from gpu.formats import DELETE_EDGE, INSERT_EDGE, LabeledGraph, UpdateStream
-from gpu.pma import key_dst, key_src
-from gpu.query import QueryGraph
+from gpu.io.formats import DELETE_EDGE, INSERT_EDGE, LabeledGraph, UpdateStream
+from gpu.graph.pma import key_dst, key_src
+from gpu.plan.query import QueryGraph
 
 
 def rmat_graph(scale: int, edges: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
 
 
 def _signature_bytes(engine, graph) -> dict:
-    """The device signature table's and candidate bits' memory (gpu/device_signatures.py),
+    """The device signature table's and candidate bits' memory (gpu/cuda/signatures.py),
     in all and per stored directed edge."""
     used = engine.signatures.nbytes
     return {"signature_bytes": used,

@@ -38,7 +38,7 @@ import numpy as np
 
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from benchmarks.querygen import QueryGenerator, write_query_set
-from gpu.formats import load_graph, split_stream, write_graph
+from gpu.io.formats import load_graph, split_stream, write_graph
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -58,9 +58,9 @@ from benchmarks.gh_table import (
     warm_up,
 )
 from gpu.config import DEVICE_GRAPHS, EngineConfig
-from gpu.device import resolve_backend
+from gpu.cuda.device import resolve_backend
 from gpu.engine import Engine
-from gpu.formats import (
+from gpu.io.formats import (
     DELETE_EDGE,
     INSERT_EDGE,
     LabeledGraph,
@@ -68,7 +68,7 @@ from gpu.formats import (
     load_graph,
     split_stream,
 )
-from gpu.query import QueryGraph
+from gpu.plan.query import QueryGraph
 
 EXPERIMENTS = ("rate", "mixed", "latency", "pipeline")
 TIMING_KEYS = ("validate", "match", "update")

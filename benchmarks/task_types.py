@@ -17,8 +17,8 @@ from pathlib import Path
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.formats import DELETE_EDGE, UpdateStream, load_graph, read_query, split_stream
-from gpu.query import QueryGraph
+from gpu.io.formats import DELETE_EDGE, UpdateStream, load_graph, read_query, split_stream
+from gpu.plan.query import QueryGraph
 
 
 def _one_type(types, t: int):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Layouts of the CUDA executor's data graph (gpu/device_graph.py), the default first.
+# Layouts of the CUDA executor's data graph (gpu/cuda/device_graph.py), the default first.
 DEVICE_GRAPHS = ("lists", "pma")
 
 
@@ -59,7 +59,7 @@ class EngineConfig:
     share_capacity: int = 1 << 20
     # CUDA executor: advance steps between a busy warp's looks at the idle warps.
     share_every: int = 128
-    # CUDA executor: the data graph's layout on the device (gpu/device_graph.py): "lists",
+    # CUDA executor: the data graph's layout on the device (gpu/cuda/device_graph.py): "lists",
     # the host's pools mirrored per touched vertex (faster matching and one-edge batches
     # on GH-sized graphs), or "pma", the packed memory array the kernel reads directly
     # (about a quarter of the device memory, and faster updates and large batches on

@@ -22,19 +22,19 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from gpu import upkeep
+from gpu.plan import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
-from gpu.device import resolve_backend
-from gpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
-from gpu.formats import LabeledGraph, UpdateStream
-from gpu.graph import DynamicGraph
-from gpu.leafcount import LeafCounts, UpdateIndex
-from gpu.plan import PlanStats, QueryPlan, TaskTypes, build_plan
-from gpu.query import QueryGraph
+from gpu.cuda.device import resolve_backend
+from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
+from gpu.io.formats import LabeledGraph, UpdateStream
+from gpu.graph.lists import DynamicGraph
+from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
+from gpu.plan.planner import PlanStats, QueryPlan, TaskTypes, build_plan
+from gpu.plan.query import QueryGraph
 from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
-from gpu.sets import sorted_unique
-from gpu.signature import SignatureTable
+from gpu.graph.sets import sorted_unique
+from gpu.plan.signatures import SignatureTable
 
 __all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
 
@@ -65,7 +65,7 @@ class _Standing:
 
 class _Deferred:
     """One query's result still on the device: its count (and listed rows) in queued
-    shared launches (gpu.cuda_executor.PendingMatches), with the query's index there."""
+    shared launches (gpu.cuda.executor.PendingMatches), with the query's index there."""
 
     def __init__(self, pending, index: int) -> None:
         self.pending, self.index = pending, index
@@ -201,12 +201,12 @@ class Engine:
                                  np.empty(0, np.int32))
         self._device = None
         if self.backend == "cuda":
-            from gpu.cuda_executor import DeviceMirror
+            from gpu.cuda.executor import DeviceMirror
             self._device = DeviceMirror(self.config.device_graph,
                                         self.config.pma_segment_size)
         if self._device is not None and self.config.device_graph == "pma":
             # The edges live only in the device's packed memory array: no host lists.
-            from gpu.device_graph import DeviceEdgeGraph
+            from gpu.cuda.device_graph import DeviceEdgeGraph
             self.graph = DeviceEdgeGraph.from_labeled(graph, self.config, self._device.graph)
         else:
             self.graph = DynamicGraph.from_labeled(graph, self.config)
@@ -221,7 +221,7 @@ class Engine:
         self._group: _BatchGroup | None = None      # open batch group (CPU executor)
         if self._device is not None:
             self._device.sync(self.graph)
-            # Signatures and candidate bits live on the device (gpu/device_signatures.py).
+            # Signatures and candidate bits live on the device (gpu/cuda/signatures.py).
             self.signatures = self._device.signatures
         else:
             self.signatures = SignatureTable()
@@ -313,7 +313,7 @@ class Engine:
         """One query's matches of the tasks of edges us-vs; with `parallel` (a phase in
         parallel regions, _region_phase), in a region however few the tasks."""
         if self._device is not None:
-            from gpu.cuda_executor import execute_cuda
+            from gpu.cuda.executor import execute_cuda
             return execute_cuda(self._device, qid, types, us, vs, labels, ranks, limit,
                                 self.config.work_sharing, self.config.share_capacity,
                                 self.config.share_every, self.config.launch_pairs)
@@ -327,7 +327,7 @@ class Engine:
         """Incremental counts of several standing queries in one CUDA launch per size,
         from the phase's uploaded update edges, queued (a PendingMatches: resolve() gives
         one MatchSet per query)."""
-        from gpu.cuda_executor import launch_cuda_counts
+        from gpu.cuda.executor import launch_cuda_counts
         jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
         return launch_cuda_counts(self._device, jobs, edges, self.config.work_sharing,
                                   self.config.share_capacity, self.config.share_every,
@@ -338,7 +338,7 @@ class Engine:
         its limit, as external ids) in one launch pair per size, from the phase's
         uploaded update edges, queued (a PendingMatches: resolve() gives one MatchSet per
         query)."""
-        from gpu.cuda_executor import launch_cuda_lists
+        from gpu.cuda.executor import launch_cuda_lists
         jobs = [(qid, self._queries[qid].plan.incremental, list_limit[qid]) for qid in qids]
         return launch_cuda_lists(self._device, jobs, edges, True, self.config.work_sharing,
                                  self.config.share_capacity, self.config.share_every,
@@ -484,7 +484,7 @@ class Engine:
         """A validated batch's three steps (module docstring); t0 is when it came."""
         self._device_seconds = 0.0
         t1 = time.perf_counter()
-        # Leaf counts leave out each phase's update edges (see gpu/leafcount.py).  The
+        # Leaf counts leave out each phase's update edges (see gpu/plan/leaf_counts.py).  The
         # deleted edges' contributions go for good: the edges leave the graph next.
         self._leaf_edges(batch.delete_u, batch.delete_v, batch.delete_labels, -1)
         negative, neg_seconds = self._incremental(batch.delete_u, batch.delete_v,
@@ -607,7 +607,7 @@ class Engine:
                               np.ascontiguousarray(labels, dtype=np.int32), np.int32(sign))
 
     def _query_arrays(self):
-        """Every standing query's upkeep arrays as a typed list (gpu/upkeep.py), or None."""
+        """Every standing query's upkeep arrays as a typed list (gpu/plan/upkeep.py), or None."""
         return self._upkeep.get(self._arrays_key(), self._upkeep_parts)
 
     def _upkeep_parts(self) -> list[tuple]:

@@ -13,9 +13,9 @@ import numpy as np
 
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.formats import (DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, ADD_VERTEX, NO_LABEL,
+from gpu.io.formats import (DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, ADD_VERTEX, NO_LABEL,
                          LabeledGraph, UpdateStream)
-from gpu.query import QueryGraph
+from gpu.plan.query import QueryGraph
 
 _VERTICES = 80
 

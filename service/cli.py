@@ -19,10 +19,10 @@ import time
 from importlib import metadata, resources
 
 from gpu.config import DEVICE_GRAPHS, EngineConfig
-from gpu.device import BACKENDS, NoCudaDevice, resolve_backend
+from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
 from gpu.engine import BatchRejected, Engine
-from gpu.formats import FormatError, LabeledGraph, load_graph, read_query, read_updates
-from gpu.query import QueryGraph
+from gpu.io.formats import FormatError, LabeledGraph, load_graph, read_query, read_updates
+from gpu.plan.query import QueryGraph
 from service.progress import Progress
 
 PROG = "motifstream"

@@ -27,10 +27,10 @@ import orjson
 
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
-from gpu.device import device_memory_bytes
+from gpu.cuda.device import device_memory_bytes
 from gpu.engine import Engine
-from gpu.formats import LabeledGraph, UpdateStream, load_graph
-from gpu.query import MAX_QUERY_VERTICES, QueryGraph
+from gpu.io.formats import LabeledGraph, UpdateStream, load_graph
+from gpu.plan.query import MAX_QUERY_VERTICES, QueryGraph
 from gpu.warm_up import warm_up
 from service.ingest import BatchInput, InputError
 from service.labels import LabelDictionary, StagedLabels

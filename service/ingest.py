@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-from gpu.formats import (
+from gpu.io.formats import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,

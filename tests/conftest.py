@@ -13,7 +13,7 @@ def _cuda_available() -> bool:
     # Imported lazily so collecting CPU-only tests never touches the device
     # module; a missing or half-written module simply means "no device".
     try:
-        from gpu.device import cuda_available
+        from gpu.cuda.device import cuda_available
     except ImportError:
         return False
     return bool(cuda_available())

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from gpu.formats import (
+from gpu.io.formats import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,
@@ -15,7 +15,7 @@ from gpu.formats import (
     LabeledGraph,
     UpdateStream,
 )
-from gpu.query import QueryGraph
+from gpu.plan.query import QueryGraph
 
 
 class Data:

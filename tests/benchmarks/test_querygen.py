@@ -12,7 +12,7 @@ from benchmarks.querygen import (
     generate_queries,
     main,
 )
-from gpu.formats import LabeledGraph, read_query
+from gpu.io.formats import LabeledGraph, read_query
 
 
 def _labeled(g: nx.Graph, num_labels: int, seed: int, id_offset: int = 100) -> LabeledGraph:
@@ -159,7 +159,7 @@ def test_rejects_impossible_requests(generator, kind, size):
 
 
 def test_cli_writes_readable_query_files(tmp_path, capsys, data):
-    from gpu.formats import write_graph
+    from gpu.io.formats import write_graph
 
     graph_path = tmp_path / "data.graph"
     write_graph(data, graph_path)

@@ -9,8 +9,8 @@ import pytest
 
 from benchmarks.stream_bench import main, mixed_batches
 from gpu.engine import Engine
-from gpu.formats import INSERT_EDGE, LabeledGraph, load_graph, read_query, split_stream
-from gpu.query import QueryGraph
+from gpu.io.formats import INSERT_EDGE, LabeledGraph, load_graph, read_query, split_stream
+from gpu.plan.query import QueryGraph
 
 SEED = 3
 NUM_LABELS = 2

@@ -13,10 +13,10 @@ import pytest
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, UpdateStream,
+from gpu.io.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, UpdateStream,
                          split_stream)
 from tests.graphs import skewed_graph
-from tests.gpu.test_cuda_executor import QUERIES
+from tests.gpu.cuda.test_executor import QUERIES
 
 
 def mixed_batches(full, seed: int, count: int, size: int) -> tuple:
@@ -178,7 +178,7 @@ def test_listed_rows_keep_their_vertices_when_slots_are_reused(config, queued_ro
     order, not when they are read.  Also with the rows cut at the limit, with the edges
     in slices, and with each slice's count read back first (a limit above
     QUEUED_LIST_ROWS)."""
-    from gpu import cuda_executor
+    from gpu.cuda import executor as cuda_executor
     if queued_rows is not None:
         monkeypatch.setattr(cuda_executor, "QUEUED_LIST_ROWS", queued_rows)
     initial, batches = vertex_churn_batches(skewed_graph(25), 25, count=8)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import gpu.batch
 from gpu.batch import COUNT_KEYS, BatchRejected, normalize
 from gpu.config import EngineConfig
-from gpu.formats import (
+from gpu.io.formats import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,
@@ -25,7 +25,7 @@ from gpu.formats import (
     LabeledGraph,
     UpdateStream,
 )
-from gpu.graph import DynamicGraph
+from gpu.graph.lists import DynamicGraph
 from tests import reference as ref
 from tests.reference import RefGraph, Rejected
 

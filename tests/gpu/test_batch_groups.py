@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 import gpu.engine
-import gpu.executor
+import gpu.cpu.executor
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.formats import ADD_VERTEX, DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
+from gpu.io.formats import ADD_VERTEX, DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
 from tests.graphs import Data, embeddings, random_data
-from tests.gpu.test_small_batch_queries import _patterns
+from tests.gpu.cpu.test_small_batch_queries import _patterns
 
 UNGROUPED = EngineConfig(batch_group_edges=0, shared_region_threads=0)
 
@@ -140,11 +140,11 @@ def _counts(result) -> dict[int, tuple[int, int]]:
 def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, monkeypatch, mode,
                                                          seed):
     if mode == "region_split":
-        monkeypatch.setattr(gpu.executor, "HEAVY_TASK_WEIGHT", 0)
-        monkeypatch.setattr(gpu.executor, "PIECES_PER_THREAD", 50)
+        monkeypatch.setattr(gpu.cpu.executor, "HEAVY_TASK_WEIGHT", 0)
+        monkeypatch.setattr(gpu.cpu.executor, "PIECES_PER_THREAD", 50)
     if mode == "region_give":
-        monkeypatch.setattr(gpu.executor, "SHARE_ALWAYS", True)
-        monkeypatch.setattr(gpu.executor, "SHARE_EVERY", 1)
+        monkeypatch.setattr(gpu.cpu.executor, "SHARE_ALWAYS", True)
+        monkeypatch.setattr(gpu.cpu.executor, "SHARE_EVERY", 1)
     rng = random.Random(seed)
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2
     d = random_data(rng, 13, nlabels, nelabels, 0.3)

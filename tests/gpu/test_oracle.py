@@ -35,10 +35,10 @@ from tests.reference import RefGraph, RefQuery, Rejected
 if importlib.util.find_spec("gpu.engine") is None:
     pytest.skip("gpu.engine is not written yet", allow_module_level=True)
 
-from gpu import formats  # noqa: E402
+from gpu.io import formats  # noqa: E402
 from gpu.engine import BatchRejected, Engine  # noqa: E402
-from gpu.formats import LabeledGraph, UpdateStream  # noqa: E402
-from gpu.query import QueryGraph  # noqa: E402
+from gpu.io.formats import LabeledGraph, UpdateStream  # noqa: E402
+from gpu.plan.query import QueryGraph  # noqa: E402
 
 try:
     from gpu.engine import EngineConfig  # noqa: E402

@@ -39,8 +39,8 @@ SCRIPT = textwrap.dedent('''
     before = signatures()
 
     from gpu.engine import Engine
-    from gpu.formats import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
-    from tests.gpu.test_cpu_groups import PATTERNS, hub_batch, hub_data
+    from gpu.io.formats import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
+    from tests.gpu.cpu.test_leaf_groups import PATTERNS, hub_batch, hub_data
     from tests.graphs import random_batch
 
     rng = random.Random(5)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import gpu.device
+import gpu.cuda.device
 from service.cli import main
 from service.progress import Progress
 
@@ -293,7 +293,7 @@ def test_unknown_device_graph_is_refused(capsys, files):
 
 
 def test_cuda_without_device(capsys, monkeypatch, files):
-    monkeypatch.setattr(gpu.device, "cuda_available", lambda: False)
+    monkeypatch.setattr(gpu.cuda.device, "cuda_available", lambda: False)
     status, _, err = run(capsys, "count", "--graph", files["graph"], "--query", files["tri"],
                          "--backend", "cuda")
     assert status == 2
@@ -413,8 +413,8 @@ def test_embedded_demo_runs_without_inputs(capsys):
     from importlib import resources
 
     from gpu.engine import Engine
-    from gpu.formats import read_graph, read_query, read_updates
-    from gpu.query import QueryGraph
+    from gpu.io.formats import read_graph, read_query, read_updates
+    from gpu.plan.query import QueryGraph
 
     assert main(["match", "--quiet"]) == 0
     lines = [_json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -1,0 +1,430 @@
+"""The CUDA executor's data graph on the device, in one of two layouts behind one interface.
+
+- `ListMirror` (the default, `lists`): the host graph's pools as they are (lists with
+  gaps between them, sorted by (label, id)), following each batch by copying the lists of
+  the vertices the batch touched; a pool the host grew or compacted is copied whole.
+- `PmaGraph` (`pma`): the packed memory array of gpu/graph/pma.py, keyed so that each vertex's
+  neighbours of one label are one sorted run, updated on the device from each batch's
+  effective edge changes (both directions of every edge), so per-batch work and traffic
+  follow the batch and memory stays near 19 bytes per directed edge.  The matching
+  kernel reads neighbour ranges from it directly.  During a phase the value slots of its
+  update edges point at their total-order ranks and saved edge labels (edge labels are
+  never negative).
+
+Both give the kernel launcher their arrays (`arrays()`), the buffer width
+(`max_degree`), ranks for a phase (`set_ranks` / `clear_ranks`) and a check against
+the host graph (tests).  Importing this module needs CuPy; `gpu.cuda.device` decides whether to.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import cupy as cp
+import numpy as np
+
+from gpu.cuda import launchers
+from gpu.config import DEVICE_GRAPHS
+from gpu.graph.label_index import LabelIndex, label_keys
+from gpu.graph.pma import PackedMemoryArray, PMAConfig
+from gpu.graph.vertices import VertexTable
+
+
+def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size):
+    if layout == "pma":
+        return PmaGraph(PMAConfig(segment_size=segment_size))
+    if layout == "lists":
+        return ListMirror()
+    raise ValueError(f"device graph layout must be one of {DEVICE_GRAPHS}, got {layout!r}")
+
+
+# Label bits reserved in a key's low word even when fewer labels are known, so that the
+# first few new labels do not re-key the whole array (vertex ids below 2^29).
+MIN_LABEL_BITS = 3
+
+
+class PmaGraph:
+    """The data graph as a packed memory array on the device.
+
+    A key is ``src << 32 | label(dst) << vertex_bits | dst`` with the label as a dense
+    index (`LabelIndex`), so each vertex's neighbours of one label are one sorted run, as
+    in the host lists: the kernel finds a label segment by binary search instead of
+    scanning the whole list.  The label bits grow when more labels appear, which re-keys
+    the array from the host graph (rare: at 9, 17, 33, ... labels)."""
+
+    def __init__(self, config: PMAConfig) -> None:
+        self.config = config
+        self.labels = LabelIndex()
+        self.vertex_bits = 32 - MIN_LABEL_BITS
+        self.pma = PackedMemoryArray(cp, 0, dataclasses.replace(config,
+                                                                vertex_bits=self.vertex_bits))
+        self.max_degree = 0
+        self.relayouts = 0
+        self._host = None                   # the host graph this follows
+        self._ranked: tuple | None = None   # a phase's (ranks, saved labels, slots)
+        self._no_ranks = cp.zeros(1, dtype=np.int32)
+
+    def _fits(self, slots: int) -> bool:
+        """Whether the label bits and `slots` vertex ids fit the current layout."""
+        return (self.labels.bits() <= 32 - self.vertex_bits
+                and slots <= (1 << self.vertex_bits))
+
+    def admit(self, labels, slots: int) -> str | None:
+        """Why the keys cannot hold these vertex labels besides the known ones and `slots`
+        vertex slots (None when they can); nothing changes.  The engine asks before it
+        changes anything, so a batch or query that does not fit is refused whole."""
+        count = self.labels.count_with(labels)
+        need = max(0, count - 1).bit_length()
+        if slots > 1 << (32 - need):
+            return (f"the packed memory array cannot key {count} vertex labels and {slots} "
+                    f"vertex slots in 32 bits; use EngineConfig(device_graph='lists')")
+        return None
+
+    def register_labels(self, labels) -> None:
+        """Give these labels indices now (a query's, at registration), re-keying the array
+        when they need another label bit, so that no phase has to."""
+        self.labels.of(labels)
+        if self._host is not None and not self._fits(self._host.num_slots):
+            self._relayout(self._host)
+
+    def _relayout(self, graph, edges=None) -> None:
+        """Choose the label bits again and load the graph's edges (or `edges`, (u, v,
+        label) host arrays) under them."""
+        slots = graph.num_slots
+        problem = self.admit([], slots)     # the engine asked before: a defence only
+        if problem is not None:
+            raise ValueError(problem)
+        need = self.labels.bits()
+        bits = max(need, MIN_LABEL_BITS)
+        if slots > 1 << (32 - bits):
+            bits = need
+        # Built aside and swapped in whole, so a failed load leaves the old array.
+        pma = PackedMemoryArray(cp, 0, dataclasses.replace(self.config, vertex_bits=32 - bits))
+        # Only between phases (a batch's sync, a query's registration): no ranks are set.
+        assert self._ranked is None, "re-keyed with a phase's ranks set"
+        self._load(graph, pma, 32 - bits, edges)
+        self.pma, self.vertex_bits = pma, 32 - bits
+        self.relayouts += 1
+
+    def _load(self, graph, pma: PackedMemoryArray, vertex_bits: int, edges=None) -> None:
+        us, vs, elab = graph.edges() if edges is None else edges
+        both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
+        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), vertex_bits)
+        pma.ensure_vertices(graph.num_slots)
+        vals = np.concatenate([elab, elab]).astype(np.int32)
+        pma.load(cp.asarray(keys), cp.asarray(vals))
+
+    def _holds(self, graph) -> bool:
+        """Whether `graph` keeps its edges in this array (a DeviceEdgeGraph) rather than
+        in host lists this array follows."""
+        return getattr(graph, "device", None) is self
+
+    def sync(self, graph, touched=None, batch=None) -> None:
+        """Follow the host graph: load it whole (no batch), or apply the batch's edge
+        changes (an EffectiveBatch, already applied to the host graph)."""
+        self._host = graph
+        self.max_degree = graph.max_degree
+        if batch is None:
+            if not self._holds(graph):     # a DeviceEdgeGraph's came through load_edges
+                self._load_whole(graph)
+            return
+        self.labels.of(batch.add_labels)
+        if not self._fits(graph.num_slots):
+            # Host lists hold the batch already; a DeviceEdgeGraph's edges are this
+            # array's, re-keyed as they were before the batch, which then follows.
+            self._relayout(graph)
+            if not self._holds(graph):
+                return
+        self.pma.ensure_vertices(graph.num_slots)
+        if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
+            return
+        label = graph.label
+        iu = np.concatenate([batch.insert_u, batch.insert_v])
+        iv = np.concatenate([batch.insert_v, batch.insert_u])
+        du = np.concatenate([batch.delete_u, batch.delete_v])
+        dv = np.concatenate([batch.delete_v, batch.delete_u])
+        inserted = label_keys(iu, iv, self.labels.of(label[iv]), self.vertex_bits)
+        # A deleted vertex's slot keeps its label until the slot is reused.
+        deleted = label_keys(du, dv, self.labels.of(label[dv]), self.vertex_bits)
+        vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.int32)
+        self.pma.apply(cp.asarray(inserted), cp.asarray(vals), cp.asarray(deleted))
+
+    # ---- the edge store of a DeviceEdgeGraph --------------------------------
+    def load_edges(self, graph, us: np.ndarray, vs: np.ndarray, elab: np.ndarray) -> None:
+        """Load `graph`'s edges u - v (host arrays) whole: a DeviceEdgeGraph's bulk load,
+        after which batches follow through sync."""
+        self._host = graph
+        self.max_degree = graph.max_degree
+        self._load_whole(graph, (us, vs, elab))
+
+    def _load_whole(self, graph, edges=None) -> None:
+        """Register the live vertices' labels and load the graph's edges (or `edges`)."""
+        alive = np.flatnonzero(graph.alive[: graph.num_slots])
+        self.labels.of(graph.label[alive])
+        self._relayout(graph, edges)
+
+    def stored_labels(self, graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """The stored label of each edge u - v of `graph`'s vertices (int32, on the host),
+        -1 where absent: one lookup on the device, one read back."""
+        if len(us) == 0:
+            return np.empty(0, dtype=np.int32)
+        # The labels of born slots are registered (load_edges, sync): nothing changes.
+        keys = label_keys(us, vs, self.labels.of(graph.label[vs]), self.vertex_bits)
+        pos = self.pma.find(cp.asarray(keys))
+        found = cp.where(pos >= 0, self.pma.vals[cp.maximum(pos, 0)], -1)
+        return found.astype(np.int32).get()
+
+    def undirected_edges(self) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
+        """Every stored edge once as (u, v, label) with u < v, int32 on the device."""
+        keys, vals = self.pma.edges()
+        src = (keys >> np.uint64(32)).astype(np.int32)
+        dst = (keys & self.pma.vertex_mask).astype(np.int32)
+        keep = src < dst
+        return src[keep], dst[keep], vals[keep]
+
+    def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every edge touching `slots`, once, as (u, v, label) with u < v (host arrays)."""
+        vertices = np.unique(np.asarray(slots, dtype=np.int64))
+        src, keys, vals = self.pma.out_edges(cp.asarray(vertices))
+        dst = (keys & self.pma.vertex_mask).astype(np.int64)
+        lo, hi = cp.minimum(src, dst), cp.maximum(src, dst)
+        _, first = cp.unique(lo << 32 | hi, return_index=True)
+        return (lo[first].astype(np.int32).get(), hi[first].astype(np.int32).get(),
+                vals[first].astype(np.int32).get())
+
+    def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
+        """Query vertex labels as the kernel compares them: label indices (registered with
+        the query, so never new here: a new one could re-key the array inside a phase)."""
+        assert self.labels.count_with(labels) == self.labels.count, "unregistered label"
+        return self.labels.of(labels).astype(np.int32).reshape(np.shape(labels))
+
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray,
+                  edges: launchers.UpdateEdges) -> None:
+        """Rank the edges us-vs (both directions, all stored) until clear_ranks: the value
+        slot of the j-th directed edge holds -(j + 1), its label and rank go to side
+        arrays, so the kernel reads a slot's rank beside it as in the lists.  (`edges`,
+        their upload, holds the ranks; the keys are made on the host from us-vs.)"""
+        src = np.concatenate([us, vs])
+        dst = np.concatenate([vs, us])
+        keys = label_keys(src, dst, self.labels.of(self._host.label[dst]), self.vertex_bits)
+        pos = self.pma.find(cp.asarray(keys))
+        saved = self.pma.vals[pos]
+        ranked = cp.concatenate([edges.ranks, edges.ranks])
+        # Recorded before the slots change, so clear_ranks restores them after any failure.
+        self._ranked = (ranked, saved, pos)
+        self.pma.vals[pos] = -cp.arange(1, len(keys) + 1, dtype=np.int32)
+
+    def clear_ranks(self) -> None:
+        if self._ranked is not None:
+            _, saved, pos = self._ranked
+            self.pma.vals[pos] = saved
+            self._ranked = None
+
+    def arrays(self) -> launchers.PmaGraphArrays:
+        pma = self.pma
+        ranked, saved = (self._ranked[:2] if self._ranked is not None
+                         else (self._no_ranks, self._no_ranks))
+        return launchers.PmaGraphArrays(pma.keys, pma.vals, pma.cnt, pma.row,
+                                           pma.S.bit_length() - 1, self.vertex_bits,
+                                           ranked, saved)
+
+    def check(self, graph) -> None:
+        """Assert the PMA holds exactly the host graph's edges, both directions, keyed
+        by the labels of their destinations (tests)."""
+        us, vs, elab = graph.edges()
+        both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
+        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
+        assert self._ranked is None, "ranks left set"
+        self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
+
+
+class DeviceEdgeGraph(VertexTable):
+    """The CUDA engine's data graph on the `pma` layout: the vertex table on the host and
+    the edges only in the device's packed memory array (a PmaGraph), so that no batch
+    merges host neighbour lists (what bounded the engine's ingest on large graphs).
+
+    It answers what the engine and batch validation ask of a graph: the stored label of
+    an edge (one lookup on the device per batch), the edges of deleted vertices, every
+    edge (static matching, snapshots), the planner's edge statistics.  A batch's edges
+    change only the host degrees here; PmaGraph.sync applies them to the array."""
+
+    def __init__(self, config, device: PmaGraph) -> None:
+        super().__init__(config)
+        self.device = device
+
+    @classmethod
+    def from_labeled(cls, graph, config, device: PmaGraph) -> "DeviceEdgeGraph":
+        """Bulk-load a `LabeledGraph`: vertices on the host, edges into `device`."""
+        g = cls(config, device)
+        g.add_vertices(graph.vertex_ids, graph.vertex_labels)
+        us, vs, labels = g.edge_slots(graph)
+        g.insert_edges(us, vs, labels)
+        device.load_edges(g, us, vs, labels)
+        return g
+
+    # ---- edges: host degrees here, the array in PmaGraph.sync -------------
+    def insert_edges(self, us: np.ndarray, vs: np.ndarray, labels: np.ndarray) -> None:
+        self._count(us, vs, 1)
+
+    def delete_edges(self, us: np.ndarray, vs: np.ndarray) -> None:
+        self._count(us, vs, -1)
+
+    def _count(self, us: np.ndarray, vs: np.ndarray, sign: int) -> None:
+        if len(us) == 0:
+            return
+        ends, times = np.unique(np.concatenate([us, vs]), return_counts=True)
+        self.deg[ends] += (sign * times).astype(np.int32)
+        self.num_edges += sign * len(us)
+        if sign > 0:
+            self._max_degree = max(self._max_degree, int(self.deg[ends].max()))
+
+    # ---- reads from the device ------------------------------------------
+    def edge_labels(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """The stored label of each edge u - v (int32), -1 where absent."""
+        return self.device.stored_labels(self, us, vs)
+
+    def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
+        """DynamicGraph.find_edge: the slots of external ids a and b (u < v) and the
+        stored label of the edge u - v, -1 when absent."""
+        su, sv = self.ids.lookup(np.array([a, b], dtype=np.int64)).tolist()
+        if su < 0 or sv < 0 or su == sv:
+            return su, sv, -1
+        u, v = min(su, sv), max(su, sv)
+        found = self.edge_labels(np.array([u], dtype=np.int32), np.array([v], dtype=np.int32))
+        return u, v, int(found[0])
+
+    def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All edges touching `slots`, each once, as (u, v, label) with u < v."""
+        return self.device.incident_edges(slots)
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every undirected edge once as (u, v, label) slots with u < v."""
+        return tuple(a.get() for a in self.device.undirected_edges())
+
+    def device_edges(self) -> tuple[cp.ndarray, cp.ndarray]:
+        """Every undirected edge once as (u, v), int32 on the device."""
+        return self.device.undirected_edges()[:2]
+
+    def candidate_edge_counts(self, cand: np.ndarray, qa: np.ndarray, qb: np.ndarray,
+                              ql: np.ndarray) -> np.ndarray:
+        """DynamicGraph.candidate_edge_counts, over the array on the device."""
+        us, vs, elab = self.device.undirected_edges()
+        bits = cp.asarray(cand)
+        cu, cv = bits[us].astype(np.int64), bits[vs].astype(np.int64)
+        out = np.zeros(len(qa), dtype=np.int64)
+        for j, (a, b, label) in enumerate(zip(qa.tolist(), qb.tolist(), ql.tolist(),
+                                              strict=True)):
+            both = (((cu >> a) & (cv >> b) & 1) + ((cv >> a) & (cu >> b) & 1))
+            out[j] = int((both * (elab == label)).sum())
+        return out
+
+    # ---- tests ------------------------------------------------------------
+    def host_lists(self):
+        """The graph as host neighbour lists with the same slots (a DynamicGraph), for
+        the checks that compare structures against one."""
+        from gpu.graph.lists import DynamicGraph
+        host = DynamicGraph(self.config)
+        host._grow_vertices(self.label.shape[0])
+        n = self.num_slots
+        for name in ("label", "alive", "ext"):
+            getattr(host, name)[:n] = getattr(self, name)[:n]
+        host.ids = self.ids
+        host.num_slots, host.num_vertices = n, self.num_vertices
+        host._free = list(self._free)
+        host.insert_edges(*self.edges())
+        return host
+
+    def check(self) -> None:
+        """Assert the vertex table's invariants and that the host degrees are the
+        array's (tests)."""
+        self._check_vertices()
+        n = self.num_slots
+        assert np.array_equal(self.device.pma.deg[:n].get(), self.deg[:n]), "degrees"
+        assert self.device.pma.num_edges == 2 * self.num_edges, "edge count"
+
+
+def _list_positions(start: np.ndarray, deg: np.ndarray, vertices: np.ndarray) -> np.ndarray:
+    """Pool positions of the lists of `vertices`, concatenated."""
+    s = start[vertices].astype(np.int64)
+    d = deg[vertices].astype(np.int64)
+    total = int(d.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    first = np.repeat(s - (np.cumsum(d) - d), d)
+    return first + np.arange(total, dtype=np.int64)
+
+
+class ListMirror:
+    """Device copies of a DynamicGraph's pools and vertex arrays."""
+
+    POOLS = ("nbr", "nlab", "elab", "rank")
+    VERTEX = ("start", "deg", "label")
+
+    def __init__(self) -> None:
+        self._copies: dict[str, cp.ndarray] = {}
+        self._host: dict[str, np.ndarray] = {}     # the host array each copy was made from
+        self._ranked: tuple | None = None       # (us, vs, ranks) on the device
+        self.max_degree = 0
+
+    def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
+        """Query vertex labels as the kernel compares them: the labels themselves."""
+        return np.asarray(labels, dtype=np.int32)
+
+    def admit(self, labels, slots: int) -> str | None:
+        return None     # any labels and vertex slots
+
+    def register_labels(self, labels) -> None:
+        pass
+
+    def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
+        """Bring the copies up to date after a batch that touched `touched` (None: all)."""
+        self.max_degree = graph.max_degree
+        for name in self.VERTEX + self.POOLS:
+            host = getattr(graph, name)
+            if touched is None or self._host.get(name) is not host:
+                self._copies[name] = cp.asarray(host)
+                self._host[name] = host
+        if touched is None or len(touched) == 0:
+            return
+        touched = np.asarray(touched, dtype=np.int64)
+        dev_touched = cp.asarray(touched)
+        for name in self.VERTEX:
+            self._copies[name][dev_touched] = cp.asarray(getattr(graph, name)[touched])
+        positions = _list_positions(graph.start, graph.deg, touched)
+        if len(positions):
+            dev_positions = cp.asarray(positions)
+            for name in self.POOLS:
+                self._copies[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
+
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray,
+                  edges: launchers.UpdateEdges) -> None:
+        """DynamicGraph.set_ranks on the device copy (found there, by a kernel, from the
+        uploaded `edges`, which are kept for clear_ranks)."""
+        self._ranked = (edges.us, edges.vs, edges.ranks)
+        self._rank_kernel(clear=False)
+
+    def clear_ranks(self) -> None:
+        """Zero the ranks set_ranks wrote."""
+        if self._ranked is not None:
+            self._rank_kernel(clear=True)
+            self._ranked = None
+
+    def _rank_kernel(self, clear: bool) -> None:
+        a = self._copies
+        launchers.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
+                                    a["rank"], *self._ranked, clear=clear)
+
+    def arrays(self) -> launchers.ListGraphArrays:
+        a = self._copies
+        return launchers.ListGraphArrays(a["start"], a["deg"], a["nbr"], a["nlab"],
+                                            a["elab"], a["rank"])
+
+    def check(self, graph) -> None:
+        """Assert the device copies equal the host structures where they are read (tests)."""
+        n = graph.num_slots
+        for name in self.VERTEX:
+            assert np.array_equal(self._copies[name][:n].get(), getattr(graph, name)[:n]), name
+        alive = np.flatnonzero(graph.alive[:n])
+        positions = _list_positions(graph.start, graph.deg, alive)
+        for name in self.POOLS:
+            device = self._copies[name][cp.asarray(positions)].get()
+            assert np.array_equal(device, getattr(graph, name)[positions]), name

@@ -1,0 +1,688 @@
+// Warp-centric incremental matching (GAMMA Algorithm 1): one warp per update-edge task.
+//
+// A task is (update edge u-v, its rank, a task type of the plan).  The warp runs the
+// type's matching order depth-first.  A level's candidates are the neighbour range of
+// its smallest backward neighbour, filtered lane-parallel (candidate bit, edge label,
+// total-order rule) and checked against the other backward neighbours by binary
+// search, then compacted into the level's buffer with ballot/popc, so buffers stay
+// sorted by id.  Injectivity is checked when a candidate is used, so a buffer stays
+// valid (and is reused) while the level's backward vertices do not change.  The last
+// level is counted (popc), never stored; the last two levels are counted together as
+// |A||B| - |A & B| when they are not adjacent (the plan's tail_free).
+//
+// Tasks are made on the device (gpu/cuda/kernels/tasks.cu) from the update edges and the
+// candidate bits there.  Warps are persistent and take tasks from a global counter, so
+// skewed tasks do not leave whole blocks idle.  Counts are exact 64-bit: per warp and
+// query when counting (summed after the launch), per (edge, type) pair before listing.
+// In listing mode a task writes its rows from its own offset (a prefix sum of the
+// counting pass, per query) up to its query's end, for every member of its
+// coalesced-search orbit.
+//
+// Two layouts of the data graph, one search (templated on the layout):
+// - ListGraph: the host's pooled lists, sorted by (neighbour label, id), mirrored; a
+//   level scans one label segment; update ranks sit beside the neighbours.
+// - PmaGraph: the packed memory array (gpu/graph/pma.py) of keys src << 32 | label(dst) <<
+//   label_shift | dst, sorted, with gaps that copy the last real key before them: a
+//   label segment is found by two binary searches in [row[x], row[x + 1]) and scanned
+//   skipping gaps; during a phase the value slots of its update edges point at their
+//   ranks and labels, so the rank sits beside the neighbour as in the lists.
+// (No standard headers: NVRTC compiles this without the host include paths.)
+
+#define FULL_MASK 0xffffffffu
+#define MAX_QUERY 32
+
+// First position in [lo, hi) whose value is >= key (values sorted ascending there).
+template <class T>
+__device__ __forceinline__ long long lower_bound(const T* a, long long lo, long long hi, T key) {
+    while (lo < hi) {
+        long long mid = (lo + hi) >> 1;
+        if (a[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// First position in [lo, hi) whose value is > key (values sorted ascending there).
+template <class T>
+__device__ __forceinline__ long long upper_bound(const T* a, long long lo, long long hi, T key) {
+    while (lo < hi) {
+        long long mid = (lo + hi) >> 1;
+        if (a[mid] <= key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+struct ListGraph {
+    static constexpr bool keyed = false;    // find() and rank() ignore the source vertex
+    const long long* start;
+    const int* deg;
+    const int* nbr;
+    const int* nlab;
+    const int* elab_;
+    const int* rank_;
+
+    // x's neighbours with label `want`: [lo, hi).
+    __device__ __forceinline__ void range(int x, int want, long long& lo, long long& hi) const {
+        long long s = start[x], e = s + deg[x];
+        lo = lower_bound(nlab, s, e, want);
+        hi = upper_bound(nlab, lo, e, want);    // not want + 1: labels reach INT_MAX
+    }
+    __device__ __forceinline__ bool real(long long) const { return true; }
+    __device__ __forceinline__ int nbr_at(long long i) const { return nbr[i]; }
+    __device__ __forceinline__ int elab(long long i) const { return elab_[i]; }
+    __device__ __forceinline__ int rank(long long i, int, int) const { return rank_[i]; }
+    // Position of w in x's range [lo, hi) (w has label `want`), or -1.
+    __device__ __forceinline__ long long find(long long lo, long long hi, int, int w,
+                                              int) const {
+        long long pos = lower_bound(nbr, lo, hi, w);
+        return (pos < hi && nbr[pos] == w) ? pos : -1;
+    }
+};
+
+struct PmaGraph {
+    static constexpr bool keyed = true;
+    // Keys are src << 32 | label(dst) << label_shift | dst: a source's keys are grouped by
+    // neighbour label (a dense label index), then sorted by id, as in the lists.
+    const unsigned long long* keys;
+    // Edge labels (>= 0).  During a phase the slots of its update edges hold -(j + 1)
+    // instead, j indexing their ranks and saved labels.
+    const int* vals;
+    const int* cnt;               // real slots at the front of each segment
+    const long long* row;         // first slot of each vertex's keys
+    int seg_shift;                // log2(segment size)
+    int label_shift;              // bits of the vertex id in a key's low word
+    const int* ranked;            // [j] rank of the phase's j-th directed update edge
+    const int* saved;             // [j] its edge label
+
+    __device__ __forceinline__ unsigned long long prefix(int x, int label) const {
+        return ((unsigned long long)x << 32) + ((unsigned long long)label << label_shift);
+    }
+    // x's neighbours with label index `want`: [lo, hi).
+    __device__ __forceinline__ void range(int x, int want, long long& lo, long long& hi) const {
+        const long long s = row[x], e = row[x + 1];
+        lo = lower_bound(keys, s, e, prefix(x, want));
+        hi = lower_bound(keys, lo, e, prefix(x, want + 1));
+    }
+    __device__ __forceinline__ bool real(long long i) const {
+        return (int)(i & ((1LL << seg_shift) - 1)) < cnt[i >> seg_shift];
+    }
+    __device__ __forceinline__ int nbr_at(long long i) const {
+        return (int)(keys[i] & ((1ull << label_shift) - 1));
+    }
+    __device__ __forceinline__ int elab(long long i) const {
+        const int v = vals[i];
+        return v >= 0 ? v : saved[-v - 1];
+    }
+    __device__ __forceinline__ int rank(long long i, int, int) const {
+        const int v = vals[i];
+        return v >= 0 ? 0 : ranked[-v - 1];
+    }
+    // The first slot holding a key is real (gaps only copy keys before them).
+    __device__ __forceinline__ long long find(long long lo, long long hi, int x, int w,
+                                              int want) const {
+        const unsigned long long key = prefix(x, want) + (unsigned)w;
+        long long pos = lower_bound(keys, lo, hi, key);
+        return (pos < hi && keys[pos] == key) ? pos : -1;
+    }
+};
+
+struct Plan {
+    int n;                    // query vertices
+    int width;                // orbit members per type (perms' middle dimension)
+    const int* q_label;       // [T, n]     a type's query vertex labels
+    // Candidate bits of each query in the launch (one device array per query, by
+    // address), so one launch serves the tasks of several standing queries.
+    const unsigned long long* cand_ptrs;
+    const int* cand_row;      // [T]        which of cand_ptrs a type's query reads
+    const int* orders;        // [T, n]
+    const int* level_of;      // [T, n]     level of each query vertex
+    const int* bw_count;      // [T, n]
+    const int* bw_level;      // [T, n, n]
+    const int* bw_label;      // [T, n, n]
+    const unsigned char* tail_free;  // [T]
+    const int* perms;         // [T, width, n]
+    const long long* multiplicity;   // [T]
+};
+
+// A launch's tasks, made on the device (gpu/cuda/kernels/tasks.cu): pair[i] = e * types + t
+// for update edge e and task type t; their number is in ctl[TASKS].
+struct Tasks {
+    long long count;
+    const int* pair;
+    int types;
+    const int* u;             // [E] the update edges' ends
+    const int* v;
+    const int* rank;          // [E] their ranks (0: unranked)
+    __device__ __forceinline__ int type(long long task) const { return pair[task] % types; }
+};
+
+__device__ __forceinline__ bool blocked(int r, int cur) { return r != 0 && r < cur; }
+
+__device__ __forceinline__ bool used(const int* m, int level, int w) {
+    bool hit = false;
+    for (int k = 0; k < level; ++k) hit |= (m[k] == w);
+    return hit;
+}
+
+// Per-warp state in shared memory; arrays are indexed by level.  A level's buffer is
+// still valid while none of its backward levels got a new vertex since it was built:
+// set_at / built_at are readings of the warp's clock, which ticks on every change.
+struct WarpState {
+    int m[MAX_QUERY];         // data vertex per level
+    int cnt[MAX_QUERY];       // candidates in the level's buffer
+    int idx[MAX_QUERY];       // next candidate to try
+    int end[MAX_QUERY];       // candidates past this one were given to other warps
+    unsigned long long set_at[MAX_QUERY];    // when m[level] last changed
+    unsigned long long built_at[MAX_QUERY];  // when buf[level] was filled (0: never)
+    unsigned long long clock;
+};
+
+static_assert(sizeof(WarpState) == 1032, "gpu/cuda/launchers.py WARP_STATE_BYTES must match");
+
+__device__ __forceinline__ void assign(WarpState& s, int level, int w) {
+    if (s.m[level] != w) {
+        s.m[level] = w;
+        s.set_at[level] = ++s.clock;
+    }
+}
+
+// True when buf[level] holds the list for the current backward vertices.
+__device__ __forceinline__ bool cached(const Plan& p, const WarpState& s, int t, int level) {
+    const unsigned long long built = s.built_at[level];
+    if (built == 0) return false;
+    const int nbc = p.bw_count[t * p.n + level];
+    const int* bwl = p.bw_level + ((long long)t * p.n + level) * p.n;
+    for (int j = 0; j < nbc; ++j)
+        if (s.set_at[bwl[j]] > built) return false;
+    return true;
+}
+
+// Fill `out` (when non-null) with the candidates of `level`, or only count them.
+// With `count_unused`, candidates among m[:level] are left out (the last level).
+template <class G>
+__device__ long long scan_level(const G& g, const Plan& p, int t, int level, int cur,
+                                const int* m, int* out, bool count_unused, int lane) {
+    const int n = p.n;
+    const int q = p.orders[t * n + level];
+    const unsigned bit = 1u << q;
+    const int want = p.q_label[t * n + q];
+    const unsigned* cand = (const unsigned*)p.cand_ptrs[p.cand_row[t]];
+    const int nbc = p.bw_count[t * n + level];
+    const int* bwl = p.bw_level + ((long long)t * n + level) * n;
+    const int* bwlab = p.bw_label + ((long long)t * n + level) * n;
+
+    // Lane j < nbc finds backward neighbour j's label segment.
+    long long lo = 0, hi = 0;
+    int x = -1;
+    if (lane < nbc) {
+        x = m[bwl[lane]];
+        g.range(x, want, lo, hi);
+    }
+    // Pivot: the shortest segment.
+    long long best = (lane < nbc) ? (hi - lo) : (1LL << 62);
+    int pivot = lane;
+    for (int off = 16; off > 0; off >>= 1) {
+        long long ob = __shfl_down_sync(FULL_MASK, best, off);
+        int op = __shfl_down_sync(FULL_MASK, pivot, off);
+        if (ob < best || (ob == best && op < pivot)) { best = ob; pivot = op; }
+    }
+    pivot = __shfl_sync(FULL_MASK, pivot, 0);
+    const long long plo = __shfl_sync(FULL_MASK, lo, pivot);
+    const long long phi = __shfl_sync(FULL_MASK, hi, pivot);
+    const int px = G::keyed ? __shfl_sync(FULL_MASK, x, pivot) : 0;
+    const int plab = bwlab[pivot];
+    const unsigned lower_lanes = (1u << lane) - 1u;
+
+    long long found = 0;
+    for (long long base = plo; base < phi; base += 32) {
+        long long i = base + lane;
+        bool ok = i < phi && g.real(i);
+        int w = ok ? g.nbr_at(i) : -1;
+        if (ok) ok = (cand[w] & bit) && g.elab(i) == plab && !blocked(g.rank(i, px, w), cur);
+        for (int j = 0; j < nbc; ++j) {
+            long long lj = __shfl_sync(FULL_MASK, lo, j);
+            long long hj = __shfl_sync(FULL_MASK, hi, j);
+            int xj = G::keyed ? __shfl_sync(FULL_MASK, x, j) : 0;
+            if (j == pivot || !__any_sync(FULL_MASK, ok)) continue;
+            if (ok) {
+                long long pos = g.find(lj, hj, xj, w, want);
+                ok = pos >= 0 && g.elab(pos) == bwlab[j] && !blocked(g.rank(pos, xj, w), cur);
+            }
+        }
+        if (count_unused && ok) ok = !used(m, level, w);
+        unsigned mask = __ballot_sync(FULL_MASK, ok);
+        if (out != nullptr && ok) out[found + __popc(mask & lower_lanes)] = w;
+        found += __popc(mask);
+    }
+    return found;
+}
+
+// Make buf[level] hold the level's candidates (reusing it when its backward vertices
+// are unchanged).
+template <class G>
+__device__ void candidates(const G& g, const Plan& p, int t, int level, int cur,
+                           WarpState& s, int* buf, int lane) {
+    if (cached(p, s, t, level)) return;
+    long long c = scan_level(g, p, t, level, cur, s.m, buf, false, lane);
+    __syncwarp();
+    if (lane == 0) {
+        s.cnt[level] = (int)c;
+        s.built_at[level] = ++s.clock;
+    }
+    __syncwarp();
+}
+
+// Entries of buf[:count] that are not among m[:level] (buf is sorted by id).
+__device__ long long unused_size(const int* buf, int count, const int* m, int level, int lane) {
+    int hits = 0;
+    if (lane < level) {
+        long long pos = lower_bound(buf, 0, count, m[lane]);
+        hits = pos < count && buf[pos] == m[lane];
+    }
+    return count - __popc(__ballot_sync(FULL_MASK, hits));
+}
+
+// |A & B| of two id-sorted buffers, minus elements among m[:level].
+__device__ long long common_unused(const int* a, int na, const int* b, int nb,
+                                   const int* m, int level, int lane) {
+    if (na > nb) { const int* tp = a; a = b; b = tp; int tn = na; na = nb; nb = tn; }
+    long long common = 0;
+    for (int base = 0; base < na; base += 32) {
+        int i = base + lane;
+        bool ok = i < na;
+        if (ok) {
+            int w = a[i];
+            long long pos = lower_bound(b, 0, nb, w);
+            ok = pos < nb && b[pos] == w && !used(m, level, w);
+        }
+        common += __popc(__ballot_sync(FULL_MASK, ok));
+    }
+    return common;
+}
+
+// Write the match held in s.m (plus `last_w` at the last level) for every orbit member.
+__device__ void emit(const Plan& p, int t, const int* m, int last_w, int* out,
+                     long long pos, long long limit) {
+    const int n = p.n;
+    const long long members = p.multiplicity[t];
+    for (long long member = 0; member < members && pos < limit; ++member, ++pos) {
+        const int* perm = p.perms + ((long long)t * p.width + member) * n;
+        for (int q = 0; q < n; ++q) {
+            int lv = p.level_of[t * n + perm[q]];
+            out[pos * n + q] = (lv == n - 1) ? last_w : m[lv];
+        }
+    }
+}
+
+// Last level in listing mode: enumerate unused candidates in id order and emit them.
+template <class G>
+__device__ long long list_last(const G& g, const Plan& p, int t, int cur, WarpState& s,
+                               int* buf, int* out, long long pos, long long limit, int lane) {
+    const int last = p.n - 1;
+    candidates(g, p, t, last, cur, s, buf, lane);
+    const long long members = p.multiplicity[t];
+    const unsigned lower_lanes = (1u << lane) - 1u;
+    long long found = 0;
+    const int count = s.cnt[last];
+    for (int base = 0; base < count; base += 32) {
+        int i = base + lane;
+        bool ok = i < count;
+        int w = ok ? buf[i] : -1;
+        if (ok) ok = !used(s.m, last, w);
+        unsigned mask = __ballot_sync(FULL_MASK, ok);
+        if (ok) {
+            long long at = pos + (found + __popc(mask & lower_lanes)) * members;
+            if (at < limit) emit(p, t, s.m, w, out, at, limit);
+        }
+        found += __popc(mask);
+    }
+    return found;
+}
+
+// Work sharing (GAMMA §V-A, across the whole grid as in BUG's global queue): a busy
+// warp that sees idle warps hands over the upper half of the unexplored candidates at
+// its shallowest open level.  A record names the task, the level, the candidate range
+// and the vertices above it; the taker rebuilds that level's list (it is a function of
+// those vertices) and searches the range.  Records only ever append (no wrap-around),
+// so a slot is written once; `ready` publishes it.
+struct Share {
+    unsigned long long* ctl;  // [next_task, head, tail, active, waiting, tasks]
+    int* records;             // [capacity, 4 + MAX_QUERY]: task, level, lo, hi, m[0..level)
+    int* ready;               // [capacity]
+    long long capacity;
+    int enabled;
+    int every;                // advance steps between looks at the waiting warps
+};
+enum { NEXT_TASK = 0, HEAD = 1, TAIL = 2, ACTIVE = 3, WAITING = 4, TASKS = 5 };
+#define RECORD_INTS (4 + MAX_QUERY)
+#define FEW_TASKS 64
+
+__device__ __forceinline__ unsigned long long peek(unsigned long long* x) {
+    return *(volatile unsigned long long*)x;
+}
+
+// Lane 0: give away half of the shallowest open level when warps are waiting for work.
+__device__ void share_work(const Share& sh, WarpState& s, long long task, int floor, int level) {
+    const unsigned long long waiting = peek(sh.ctl + WAITING);
+    if (waiting == 0) return;
+    const unsigned long long queued = peek(sh.ctl + TAIL) - peek(sh.ctl + HEAD);
+    if (queued >= waiting) return;
+    for (int l = floor; l <= level; ++l) {
+        const int left = s.end[l] - s.idx[l];
+        if (left < 1) continue;
+        if (peek(sh.ctl + TAIL) >= (unsigned long long)sh.capacity) return;
+        const unsigned long long slot = atomicAdd(sh.ctl + TAIL, 1ULL);
+        if (slot >= (unsigned long long)sh.capacity) return;
+        const int mid = s.idx[l] + left / 2;     // left == 1: give the one away
+        int* r = sh.records + slot * RECORD_INTS;
+        r[0] = (int)task;
+        r[1] = l;
+        r[2] = mid;
+        r[3] = s.end[l];
+        for (int k = 0; k < l; ++k) r[4 + k] = s.m[k];
+        s.end[l] = mid;
+        __threadfence();
+        atomicExch(sh.ready + slot, 1);
+        return;
+    }
+}
+
+// Matches of one task, or of the part of it a share record names (`record` non-null):
+// the search starts at the record's level with its candidate range and ends when it
+// backtracks above that level.  In listing mode rows go to out from `pos`.
+template <class G>
+__device__ long long search(const G& g, const Plan& p, const Tasks& tk, long long task,
+                            const volatile int* record, const Share& sh, WarpState& s,
+                            int* bufs,
+                            long long width, int* out, long long pos, long long limit,
+                            bool listing, int lane) {
+    const int n = p.n;
+    const int last = n - 1;
+    const unsigned pair = (unsigned)tk.pair[task];
+    const int e = (int)(pair / (unsigned)tk.types);
+    const int t = (int)(pair - (unsigned)e * (unsigned)tk.types);
+    const int cur = tk.rank[e];
+    const int floor = record ? record[1] : 2;
+    if (lane == 0) {
+        for (int l = 0; l < n; ++l) s.built_at[l] = 0;
+        assign(s, 0, tk.u[e]);
+        assign(s, 1, tk.v[e]);
+        for (int l = 2; l < floor; ++l) assign(s, l, record[4 + l]);
+    }
+    __syncwarp();
+    if (n == 2) {
+        if (listing && lane == 0) emit(p, t, s.m, s.m[1], out, pos, limit);
+        return 1;
+    }
+    const bool pair_tail = p.tail_free[t] && !listing;
+    long long total = 0;
+    int level = floor;
+    bool descend = true;
+    if (record) {
+        candidates(g, p, t, floor, cur, s, bufs + floor * width, lane);
+        if (lane == 0) {
+            s.idx[floor] = record[2];
+            s.end[floor] = min(record[3], s.cnt[floor]);
+        }
+        __syncwarp();
+        descend = false;
+    }
+    unsigned steps = 0;
+    while (true) {
+        int* buf = bufs + level * width;
+        if (descend) {
+            descend = false;
+            if (level == last) {
+                if (listing) {
+                    long long c = list_last(g, p, t, cur, s, buf, out, pos, limit, lane);
+                    pos += c * p.multiplicity[t];
+                    total += c;
+                    if (pos >= limit) return total;   // the counting pass has the total
+                } else if (cached(p, s, t, last)) {
+                    total += unused_size(buf, s.cnt[last], s.m, last, lane);
+                } else {
+                    // Count-only: nothing is stored, so nothing can be reused either.
+                    total += scan_level(g, p, t, last, cur, s.m, nullptr, true, lane);
+                }
+                if (--level < floor) return total;
+                continue;
+            }
+            if (level == last - 1 && pair_tail) {
+                // The last two vertices are not adjacent: with A, B their unused
+                // candidates, the pairs (a, b), a != b, number |A||B| - |A & B|.
+                int* next = bufs + last * width;
+                candidates(g, p, t, level, cur, s, buf, lane);
+                candidates(g, p, t, last, cur, s, next, lane);
+                long long na = unused_size(buf, s.cnt[level], s.m, level, lane);
+                if (na > 0) {
+                    long long nb = unused_size(next, s.cnt[last], s.m, level, lane);
+                    long long both = common_unused(buf, s.cnt[level], next, s.cnt[last],
+                                                   s.m, level, lane);
+                    total += na * nb - both;
+                }
+                if (--level < floor) return total;
+                continue;
+            }
+            candidates(g, p, t, level, cur, s, buf, lane);
+            if (lane == 0) {
+                s.idx[level] = 0;
+                s.end[level] = s.cnt[level];
+            }
+            __syncwarp();
+        }
+        if (sh.enabled && ++steps % sh.every == 0) {
+            if (lane == 0) share_work(sh, s, task, floor, level);
+            __syncwarp();
+        }
+        // Advance at `level` to its next unused candidate.
+        int idx = s.idx[level];
+        const int count = s.end[level];
+        int w = -1;
+        while (idx < count) {
+            int i = idx + lane;
+            bool ok = i < count;
+            int c = ok ? buf[i] : -1;
+            if (ok) ok = !used(s.m, level, c);
+            unsigned mask = __ballot_sync(FULL_MASK, ok);
+            if (mask) {
+                int first = __ffs(mask) - 1;
+                w = __shfl_sync(FULL_MASK, c, first);
+                idx += first + 1;
+                break;
+            }
+            idx += 32;
+        }
+        __syncwarp();
+        if (w < 0) {
+            if (lane == 0) s.idx[level] = count;
+            __syncwarp();
+            if (--level < floor) return total;
+            continue;
+        }
+        if (lane == 0) {
+            s.idx[level] = idx;
+            assign(s, level, w);
+        }
+        __syncwarp();
+        ++level;
+        descend = true;
+    }
+}
+
+// The kernel's parameters after the graph's (plan, tasks, scratch, work sharing and
+// results), shared by both layouts' entry points.
+#define MATCH_PARAMS \
+        const unsigned long long* cand_ptrs, \
+        int n, int width_members, const int* q_label, const int* cand_row, \
+        const int* orders, const int* level_of, \
+        const int* bw_count, const int* bw_level, const int* bw_label, \
+        const unsigned char* tail_free, const int* perms, const long long* multiplicity, \
+        const int* task_pair, int types, const int* edge_u, const int* edge_v, \
+        const int* edge_rank, \
+        int* bufs, long long width, unsigned long long* ctl, int* records, int* ready, \
+        long long capacity, int sharing, int share_every, unsigned long long* counts, \
+        int by_task, int queries, const long long* offsets, int* out, \
+        const long long* row_end, int listing
+#define MATCH_ARGS cand_ptrs, n, width_members, q_label, cand_row, orders, level_of, \
+        bw_count, bw_level, bw_label, tail_free, perms, multiplicity, task_pair, types, \
+        edge_u, edge_v, edge_rank, bufs, width, ctl, records, ready, capacity, sharing, \
+        share_every, counts, by_task, queries, offsets, out, row_end, listing
+
+// Matches found by a warp for a task (or a shared part of one): with `by_task`,
+// counts[pair] += c, indexed by the task's (edge, type) pair rather than by where
+// make_tasks put it, so that per-pair arrays have a fixed order (searched matches, before
+// orbit multiplicity; several warps may add to one task); otherwise the warp's own total of the task's query, counts[warp *
+// queries + cand_row[t]], grows by c times the orbit size, and when the warp is done it
+// adds its totals to the last row, counts[warps * queries + q] (flush_counts).  Counts
+// start at zero.
+__device__ __forceinline__ void add_count(const Plan& p, const Tasks& tk,
+                                          unsigned long long* counts, int by_task,
+                                          int queries, long long task, long long c) {
+    if (c == 0) return;
+    if (by_task) {
+        atomicAdd(counts + tk.pair[task], (unsigned long long)c);
+    } else {
+        // Read again here rather than kept live across the search (registers).
+        const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        const int t = tk.type(task);
+        counts[warp * queries + p.cand_row[t]] += (unsigned long long)(c * p.multiplicity[t]);
+    }
+}
+
+// Lane 0, when the warp is done: its per-query totals into the last row, and its own row
+// back to zero (a phase's edge slices run as launches over the same counts).
+// Not inlined: inlined at the kernel's two exits it made both kernels spill registers.
+__device__ __noinline__ void flush_counts(unsigned long long* counts, int by_task,
+                                             int queries) {
+    if (by_task) return;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    for (int q = 0; q < queries; ++q) {
+        const unsigned long long c = counts[warp * queries + q];
+        if (c) atomicAdd(counts + warps * queries + q, c);
+        counts[warp * queries + q] = 0;     // the next launch over these counts adds anew
+    }
+}
+
+// In listing mode the task of pair i writes rows from offsets[i] up to its query's
+// row_end[cand_row[t]] (tasks starting there or past it are skipped): the queries of a
+// launch list into one buffer, each into its own range of it.  Work sharing is off, so a
+// task's rows keep their order.
+template <class G>
+__device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
+    const Plan p{n, width_members, q_label, cand_ptrs, cand_row, orders, level_of, bw_count,
+                 bw_level, bw_label, tail_free, perms, multiplicity};
+    const Tasks tk{(long long)*(volatile unsigned long long*)(ctl + TASKS), task_pair, types,
+                   edge_u, edge_v, edge_rank};
+    const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
+    // The launch is sized for every (edge, type) pair, of which the candidate bits keep
+    // few.  With more than FEW_TASKS tasks, blocks past them leave at once (a warp per
+    // task: idle warps would share work the short tasks of dense queries do not need,
+    // 15% slower on GH dense 100-edge batches); with fewer, every warp stays to take
+    // shared parts of them (3x faster on GH sparse one-edge batches, docs/benchmarks.md).
+    const unsigned long long num_tasks = peek(ctl + TASKS);
+    if (num_tasks > FEW_TASKS &&
+        (unsigned long long)blockIdx.x * (blockDim.x >> 5) >= num_tasks) return;
+    extern __shared__ WarpState states[];
+    const int lane = threadIdx.x & 31;
+    const int warp_in_block = threadIdx.x >> 5;
+    const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + warp_in_block;
+    WarpState& s = states[warp_in_block];
+    if (lane == 0) {
+        s.clock = 0;
+        for (int l = 0; l < MAX_QUERY; ++l) { s.m[l] = -1; s.set_at[l] = 0; }
+    }
+    __syncwarp();
+    int* my_bufs = bufs + warp * p.n * width;
+    // Whole tasks first.  A warp counts as active from before it takes a task, so no
+    // warp can see "nothing active, nothing queued" while work is still being handed out.
+    while (true) {
+        unsigned long long task = 0;
+        if (lane == 0) {
+            atomicAdd(ctl + ACTIVE, 1ULL);
+            task = atomicAdd(ctl + NEXT_TASK, 1ULL);
+            if (task >= peek(ctl + TASKS)) task = ~0ULL;     // none left
+        }
+        task = __shfl_sync(FULL_MASK, task, 0);
+        if (task == ~0ULL) break;
+        long long pos = 0, end = 0;
+        if (listing) {
+            pos = offsets[tk.pair[task]];
+            end = row_end[p.cand_row[tk.type(task)]];
+        }
+        if (!listing || pos < end) {
+            long long c = search(g, p, tk, (long long)task, nullptr, sh, s, my_bufs, width,
+                                 out, pos, end, listing != 0, lane);
+            if (lane == 0) add_count(p, tk, counts, by_task, queries, task, c);
+        }
+        if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
+    }
+    if (lane == 0) {
+        atomicAdd(ctl + ACTIVE, ~0ULL);
+        atomicAdd(ctl + WAITING, 1ULL);
+    }
+    if (!sh.enabled) {
+        if (lane == 0) flush_counts(counts, by_task, queries);
+        return;
+    }
+    // Then shared parts, until nothing is queued and no warp is active (only active
+    // warps add records, and each checks the queue again before it can leave).
+    while (true) {
+        long long slot = -1;
+        bool done = false;
+        if (lane == 0) {
+            const unsigned long long head = peek(ctl + HEAD);
+            const unsigned long long tail = min(peek(ctl + TAIL), (unsigned long long)capacity);
+            if (head < tail) {
+                atomicAdd(ctl + ACTIVE, 1ULL);
+                if (atomicCAS(ctl + HEAD, head, head + 1) == head) {
+                    slot = (long long)head;
+                    atomicAdd(ctl + WAITING, ~0ULL);
+                } else {
+                    atomicAdd(ctl + ACTIVE, ~0ULL);
+                }
+            } else if (peek(ctl + ACTIVE) == 0 && peek(ctl + HEAD) >= min(peek(ctl + TAIL),
+                                                       (unsigned long long)capacity)) {
+                done = true;
+            } else {
+                __nanosleep(200);
+            }
+        }
+        done = __shfl_sync(FULL_MASK, done, 0);
+        slot = __shfl_sync(FULL_MASK, slot, 0);
+        if (done) break;
+        if (slot < 0) continue;
+        int* r = records + slot * RECORD_INTS;
+        if (lane == 0) {
+            while (atomicAdd(ready + slot, 0) == 0) __nanosleep(32);
+        }
+        __syncwarp();
+        __threadfence();
+        const long long task = *(volatile int*)r;   // volatile: never a stale L1 line
+        long long c = search(g, p, tk, task, r, sh, s, my_bufs, width, out, 0, 0, false,
+                             lane);
+        if (lane == 0) {
+            add_count(p, tk, counts, by_task, queries, task, c);
+            atomicAdd(ctl + ACTIVE, ~0ULL);
+            atomicAdd(ctl + WAITING, 1ULL);
+        }
+    }
+    if (lane == 0) {
+        atomicAdd(ctl + WAITING, ~0ULL);
+        flush_counts(counts, by_task, queries);
+    }
+}
+
+// 128 threads (4 warps) per block; at least 7 blocks per SM keeps both kernels at 72
+// registers (80 without the bound, no spills with it).
+extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
+        const long long* start, const int* deg, const int* nbr, const int* nlab,
+        const int* elab, const int* rank, MATCH_PARAMS) {
+    match_all(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_pma(
+        const unsigned long long* keys, const int* vals, const int* cnt, const long long* row,
+        int seg_shift, int label_shift, const int* ranked, const int* saved, MATCH_PARAMS) {
+    match_all(PmaGraph{keys, vals, cnt, row, seg_shift, label_shift, ranked, saved},
+              MATCH_ARGS);
+}

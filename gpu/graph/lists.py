@@ -1,0 +1,460 @@
+"""The CPU data graph: label-partitioned sorted neighbour lists with slack, updated in place.
+
+Every vertex owns a block of a shared pool (`nbr`, `nlab`, `elab`, `rank`):
+its neighbours sorted by (vertex label, internal id), so the neighbours of one
+label form a contiguous id-sorted segment that a matcher scans alone; the
+neighbours' labels (inline, so binary searches read contiguous memory); their
+edge labels, and the update rank the
+matcher reads for the total-order rule (0 = not an update edge).  A block has
+spare capacity; a list that outgrows it moves to a block twice the size at the
+pool's top.  The pool doubles when full and is compacted when more than half
+of it is garbage, so the cost of a batch is proportional to the batch and the
+touched lists (amortised), never to the graph.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from gpu.config import EngineConfig
+from gpu.graph.idmap import find_slot
+from gpu.plan.signatures import candidate_edge_counts
+from gpu.graph.vertices import VertexTable
+
+
+@nb.njit(cache=True, inline="always")
+def _before(label_a, a, label_b, b):
+    """Neighbour-list order: by vertex label, then by id."""
+    return label_a < label_b or (label_a == label_b and a < b)
+
+
+@nb.njit(cache=True)
+def find_position(nbr, nlab, start, deg, u, w, w_label):
+    """Position of w (whose label is w_label) in u's list, or -1."""
+    lo = start[u]
+    end = lo + deg[u]
+    hi = end
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _before(nlab[mid], nbr[mid], w_label, w):
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < end and nbr[lo] == w:
+        return lo
+    return -1
+
+
+@nb.njit(cache=True)
+def label_segment(nlab, lo, hi, wanted):
+    """[first, last) of the list positions in [lo, hi) whose neighbour label is `wanted`."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) >> 1
+        if nlab[mid] < wanted:
+            a = mid + 1
+        else:
+            b = mid
+    first = a
+    b = hi
+    while a < b:
+        mid = (a + b) >> 1
+        if nlab[mid] <= wanted:
+            a = mid + 1
+        else:
+            b = mid
+    return first, a
+
+
+@nb.njit(cache=True)
+def _find_many(nbr, nlab, label, start, deg, us, vs, out):
+    for i in range(us.shape[0]):
+        out[i] = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
+
+
+@nb.njit(cache=True)
+def _find_edge(keys, vals, a, b, nbr, nlab, label, start, deg, elab):
+    """DynamicGraph.find_edge in one compiled call."""
+    su = find_slot(keys, vals, a)
+    sv = find_slot(keys, vals, b)
+    if su < 0 or sv < 0 or su == sv:
+        return su, sv, np.int64(-1)
+    u, v = min(su, sv), max(su, sv)
+    pos = find_position(nbr, nlab, start, deg, u, v, label[v])
+    return u, v, np.int64(elab[pos] if pos >= 0 else -1)
+
+
+@nb.njit(cache=True)
+def _set_ranks(nbr, nlab, label, rank, start, deg, us, vs, ranks):
+    for i in range(us.shape[0]):
+        p = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
+        rank[p] = ranks[i]
+        q = find_position(nbr, nlab, start, deg, vs[i], us[i], label[us[i]])
+        rank[q] = ranks[i]
+
+
+@nb.njit(cache=True)
+def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab, top, min_cap):
+    """Merge directed entries (sorted by src, then list order) into their lists.
+
+    Returns the new pool top and the garbage produced by relocations.  The
+    caller has reserved room for every list to relocate.
+    """
+    garbage = 0
+    i = 0
+    n = src.shape[0]
+    while i < n:
+        u = src[i]
+        j = i
+        while j < n and src[j] == u:
+            j += 1
+        k = j - i
+        d = deg[u]
+        old = start[u]
+        if d + k <= cap[u]:
+            dest = old
+        else:
+            new_cap = max(2 * cap[u], d + k, min_cap)
+            dest = top
+            top += new_cap
+            garbage += cap[u]
+            cap[u] = new_cap
+        # Merge from the back so an in-place merge never overwrites unread entries.
+        a = d - 1
+        b = j - 1
+        out = d + k - 1
+        while b >= i:
+            if a >= 0 and _before(label[dst[b]], dst[b], nlab[old + a], nbr[old + a]):
+                nbr[dest + out] = nbr[old + a]
+                nlab[dest + out] = nlab[old + a]
+                elab[dest + out] = elab[old + a]
+                rank[dest + out] = rank[old + a]
+                a -= 1
+            else:
+                nbr[dest + out] = dst[b]
+                nlab[dest + out] = label[dst[b]]
+                elab[dest + out] = lab[b]
+                rank[dest + out] = 0
+                b -= 1
+            out -= 1
+        if dest != old:
+            while a >= 0:
+                nbr[dest + a] = nbr[old + a]
+                nlab[dest + a] = nlab[old + a]
+                elab[dest + a] = elab[old + a]
+                rank[dest + a] = rank[old + a]
+                a -= 1
+        start[u] = dest
+        deg[u] = d + k
+        i = j
+    return top, garbage
+
+
+@nb.njit(cache=True)
+def _insert_one(nbr, nlab, elab, rank, label, start, deg, cap, u, v, lab, top, min_cap):
+    """_insert_sorted of the one undirected edge u < v when the pool has room for both
+    lists to relocate: returns (top, garbage, the larger new degree), or top = -1 and
+    nothing changed when it has not (the caller reserves room the general way)."""
+    need = max(2 * cap[u], deg[u] + 1, min_cap) + max(2 * cap[v], deg[v] + 1, min_cap)
+    if top + need > nbr.shape[0]:
+        return np.int64(-1), np.int64(0), np.int64(0)
+    src = np.empty(2, dtype=np.int32)
+    dst = np.empty(2, dtype=np.int32)
+    labs = np.empty(2, dtype=np.int32)
+    src[0], src[1], dst[0], dst[1], labs[0], labs[1] = u, v, v, u, lab, lab
+    top, garbage = _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, labs,
+                                  top, min_cap)
+    return np.int64(top), np.int64(garbage), np.int64(max(deg[u], deg[v]))
+
+
+@nb.njit(cache=True)
+def _delete_sorted(nbr, nlab, elab, rank, start, deg, src, dst):
+    """Remove directed entries (sorted by src, then list order); all of them must exist."""
+    i = 0
+    n = src.shape[0]
+    while i < n:
+        u = src[i]
+        j = i
+        while j < n and src[j] == u:
+            j += 1
+        s = start[u]
+        d = deg[u]
+        write = 0
+        b = i
+        for read in range(d):
+            w = nbr[s + read]
+            if b < j and dst[b] == w:
+                b += 1
+                continue
+            nbr[s + write] = w
+            nlab[s + write] = nlab[s + read]
+            elab[s + write] = elab[s + read]
+            rank[s + write] = rank[s + read]
+            write += 1
+        deg[u] = write
+        i = j
+
+
+@nb.njit(cache=True)
+def _compact(nbr, nlab, elab, rank, start, deg, cap, alive, new_nbr, new_nlab, new_elab,
+             new_rank, min_cap):
+    top = 0
+    for u in range(start.shape[0]):
+        if not alive[u]:
+            cap[u] = 0
+            start[u] = top
+            continue
+        c = max(min_cap, deg[u] + (deg[u] >> 2))
+        s = start[u]
+        for i in range(deg[u]):
+            new_nbr[top + i] = nbr[s + i]
+            new_nlab[top + i] = nlab[s + i]
+            new_elab[top + i] = elab[s + i]
+            new_rank[top + i] = rank[s + i]
+        start[u] = top
+        cap[u] = c
+        top += c
+    return top
+
+
+@nb.njit(cache=True)
+def all_edges(start, deg, nbr, elab, num_slots):
+    """Every undirected edge once, u < v, with its label."""
+    total = 0
+    for u in range(num_slots):
+        for i in range(start[u], start[u] + deg[u]):
+            if u < nbr[i]:
+                total += 1
+    us = np.empty(total, dtype=np.int32)
+    vs = np.empty(total, dtype=np.int32)
+    ls = np.empty(total, dtype=np.int32)
+    k = 0
+    for u in range(num_slots):
+        for i in range(start[u], start[u] + deg[u]):
+            if u < nbr[i]:
+                us[k] = u
+                vs[k] = nbr[i]
+                ls[k] = elab[i]
+                k += 1
+    return us, vs, ls
+
+
+def _directed_sorted(us, vs, labels, vertex_label):
+    """Both directions of undirected edges, sorted by source, then neighbour-list order."""
+    if len(us) == 1:    # two entries with distinct sources: sorted by source alone
+        u, v = sorted((int(us[0]), int(vs[0])))
+        return (np.array([u, v], dtype=np.int32), np.array([v, u], dtype=np.int32),
+                np.full(2, labels[0], dtype=np.int32))
+    src = np.concatenate([us, vs]).astype(np.int32)
+    dst = np.concatenate([vs, us]).astype(np.int32)
+    lab = np.concatenate([labels, labels]).astype(np.int32)
+    order = np.lexsort((dst, vertex_label[dst], src))
+    return src[order], dst[order], lab[order]
+
+
+class DynamicGraph(VertexTable):
+    """Undirected simple labeled graph over dense internal vertex slots."""
+
+    ARRAYS = {**VertexTable.ARRAYS, "start": (np.int64, 0), "cap": (np.int32, 0)}
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        super().__init__(config)
+        ecap = self.config.initial_edge_capacity
+        self.nbr = np.zeros(ecap, dtype=np.int32)
+        self.nlab = np.zeros(ecap, dtype=np.int32)
+        self.elab = np.zeros(ecap, dtype=np.int32)
+        self.rank = np.zeros(ecap, dtype=np.int32)
+        self.top = 0
+        self.garbage = 0
+
+    # ---- construction -------------------------------------------------
+    @classmethod
+    def from_labeled(cls, graph, config: EngineConfig | None = None) -> "DynamicGraph":
+        """Bulk-load a `LabeledGraph` (one CSR build; later batches update in place)."""
+        g = cls(config)
+        g.add_vertices(graph.vertex_ids, graph.vertex_labels)
+        g.insert_edges(*g.edge_slots(graph))
+        return g
+
+    # ---- queries ------------------------------------------------------
+    def neighbors(self, u: int) -> np.ndarray:
+        s = self.start[u]
+        return self.nbr[s: s + self.deg[u]]
+
+    def edge_positions(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """Pool position of each edge (u -> v), -1 where absent."""
+        out = np.empty(len(us), dtype=np.int64)
+        _find_many(self.nbr, self.nlab, self.label, self.start, self.deg,
+                   np.ascontiguousarray(us, dtype=np.int32),
+                   np.ascontiguousarray(vs, dtype=np.int32), out)
+        return out
+
+    def edge_labels(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        """The stored label of each edge u - v (int32), -1 where absent."""
+        pos = self.edge_positions(us, vs)
+        return np.where(pos >= 0, self.elab[np.maximum(pos, 0)], -1).astype(np.int32)
+
+    def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
+        """For external ids a and b: their slots (u < v) and the stored label of the edge
+        u - v (-1 when absent); when a or b is unknown (-1) or a == b, their slots as they
+        are (u, v = a's, b's) and -1.  One call instead of a lookup and a search (the
+        one-edge batches of a stream)."""
+        keys, vals = self.ids.table
+        return _find_edge(keys, vals, a, b, self.nbr, self.nlab, self.label, self.start,
+                          self.deg, self.elab)
+
+    def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All edges touching `slots`, each once, as (u, v, label) with u < v."""
+        parts_u, parts_v, parts_l = [], [], []
+        for u in np.unique(slots).tolist():
+            s, d = self.start[u], self.deg[u]
+            parts_u.append(np.full(d, u, dtype=np.int32))
+            parts_v.append(self.nbr[s: s + d].copy())
+            parts_l.append(self.elab[s: s + d].copy())
+        if not parts_u:
+            empty = np.empty(0, dtype=np.int32)
+            return empty, empty.copy(), empty.copy()
+        u = np.concatenate(parts_u)
+        v = np.concatenate(parts_v)
+        lab = np.concatenate(parts_l)
+        lo, hi = np.minimum(u, v), np.maximum(u, v)
+        key = lo.astype(np.int64) << 32 | hi.astype(np.int64)
+        _, first = np.unique(key, return_index=True)
+        return lo[first], hi[first], lab[first]
+
+    def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
+        """Write the total-order rank of existing edges (both directions)."""
+        _set_ranks(self.nbr, self.nlab, self.label, self.rank, self.start, self.deg,
+                   np.ascontiguousarray(us, dtype=np.int32),
+                   np.ascontiguousarray(vs, dtype=np.int32),
+                   np.ascontiguousarray(ranks, dtype=np.int32))
+
+    # ---- vertex updates ---------------------------------------------
+    def _release(self, slots: np.ndarray) -> None:
+        self.garbage += int(self.cap[slots].sum())
+        self.cap[slots] = 0
+
+    # ---- edge updates -------------------------------------------------
+    def insert_edges(self, us: np.ndarray, vs: np.ndarray, labels: np.ndarray) -> None:
+        """Insert absent undirected edges (the engine has deduplicated them)."""
+        if len(us) == 0:
+            return
+        if len(us) == 1:    # one edge: one compiled call unless the pool must grow first
+            u, v = sorted((int(us[0]), int(vs[0])))
+            top, garbage, degree = _insert_one(self.nbr, self.nlab, self.elab, self.rank,
+                                               self.label, self.start, self.deg, self.cap, u,
+                                               v, int(labels[0]), self.top,
+                                               self.config.min_list_capacity)
+            if top >= 0:
+                self.top = int(top)
+                self.garbage += int(garbage)
+                self.num_edges += 1
+                self._max_degree = max(self._max_degree, int(degree))
+                return
+        src, dst, lab = _directed_sorted(us, vs, labels, self.label)
+        if len(us) == 1:    # one edge: two lists, one entry each (scalar code is faster)
+            touched = src.tolist()
+
+            def worst() -> int:
+                """Room for every touched list to relocate under the current capacities."""
+                return sum(max(2 * int(self.cap[t]), int(self.deg[t]) + 1,
+                               self.config.min_list_capacity) for t in touched)
+        else:
+            touched, counts = np.unique(src, return_counts=True)
+
+            def worst() -> int:
+                """Room for every touched list to relocate under the current capacities."""
+                return int(np.maximum(np.maximum(2 * self.cap[touched],
+                                                 self.deg[touched] + counts),
+                                      self.config.min_list_capacity).sum())
+        self._reserve_pool(worst)
+        self.top, garbage = _insert_sorted(self.nbr, self.nlab, self.elab, self.rank, self.label,
+                                           self.start, self.deg,
+                                           self.cap, src, dst, lab, self.top,
+                                           self.config.min_list_capacity)
+        self.garbage += garbage
+        self.num_edges += len(us)
+        self._max_degree = max(self._max_degree, int(self.deg[touched].max()))
+
+    def delete_edges(self, us: np.ndarray, vs: np.ndarray) -> None:
+        """Delete present undirected edges (the engine has checked they exist)."""
+        if len(us) == 0:
+            return
+        src, dst, _ = _directed_sorted(us, vs, np.zeros(len(us), dtype=np.int32), self.label)
+        _delete_sorted(self.nbr, self.nlab, self.elab, self.rank, self.start, self.deg, src, dst)
+        self.num_edges -= len(us)
+
+    def _reserve_pool(self, needed) -> None:
+        """Make room above `top` for `needed()` slots, compacting or doubling the pool.
+
+        `needed` is re-evaluated after a compaction, which gives every list a new capacity.
+        """
+        size = self.nbr.shape[0]
+        extra = needed()
+        if self.top + extra <= size:
+            return
+        live = self.top - self.garbage
+        if self.garbage > live:
+            self._compact(max(size, 2 * (live + extra)))
+            size = self.nbr.shape[0]
+            extra = needed()
+            if self.top + extra <= size:
+                return
+        while self.top + extra > size:
+            size *= 2
+        for name in ("nbr", "nlab", "elab", "rank"):
+            old = getattr(self, name)
+            new = np.zeros(size, dtype=old.dtype)
+            new[: self.top] = old[: self.top]
+            setattr(self, name, new)
+
+    def _compact(self, size: int) -> None:
+        n = self.num_slots
+        new = [np.zeros(size, dtype=np.int32) for _ in range(4)]
+        need = int(np.maximum(self.config.min_list_capacity,
+                              self.deg[:n] + (self.deg[:n] >> 2))[self.alive[:n]].sum())
+        if need > size:
+            new = [np.zeros(need, dtype=np.int32) for _ in range(4)]
+        self.top = _compact(self.nbr, self.nlab, self.elab, self.rank, self.start[:n],
+                            self.deg[:n], self.cap[:n], self.alive[:n], *new,
+                            self.config.min_list_capacity)
+        self.nbr, self.nlab, self.elab, self.rank = new
+        self.garbage = 0
+
+    # ---- export -------------------------------------------------------
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every undirected edge once as (u, v, label) slots with u < v."""
+        return all_edges(self.start, self.deg, self.nbr, self.elab, self.num_slots)
+
+    def candidate_edge_counts(self, cand: np.ndarray, qa: np.ndarray, qb: np.ndarray,
+                              ql: np.ndarray) -> np.ndarray:
+        """For each query edge qa[j] - qb[j] with label ql[j], the data edges with that label
+        between candidates of its ends, once per orientation (the planner's statistics)."""
+        return candidate_edge_counts(self.start, self.deg, self.nbr, self.elab,
+                                     self.num_slots, cand, qa, qb, ql)
+
+    def host_lists(self) -> "DynamicGraph":
+        """The graph as host neighbour lists (this one; tests check structures against it)."""
+        return self
+
+    def check(self) -> None:
+        """Assert the structural invariants (tests call this after every batch)."""
+        n = self.num_slots
+        total = 0
+        for u in range(n):
+            d = self.deg[u]
+            if not self.alive[u]:
+                assert d == 0
+                continue
+            assert d <= self.cap[u] and d <= self._max_degree
+            assert self.start[u] + self.cap[u] <= self.top <= self.nbr.shape[0]
+            lst = self.neighbors(u)
+            s = self.start[u]
+            assert np.array_equal(self.nlab[s: s + d], self.label[lst]), f"nlab of {u} stale"
+            key = self.label[lst].astype(np.int64) << 32 | lst
+            assert (np.diff(key) > 0).all(), f"list of {u} not strictly sorted"
+            assert not (lst == u).any()
+            assert self.alive[lst].all()
+            total += d
+        assert total == 2 * self.num_edges
+        self._check_vertices()
