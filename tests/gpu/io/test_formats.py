@@ -34,7 +34,7 @@ from gpu.io.formats import (
     write_updates,
 )
 
-GH_EDGES = Path(__file__).resolve().parents[3] / "shared/datasets/github/musae_git_edges.csv"
+GH_EDGES = Path(__file__).resolve().parents[4] / "shared/datasets/github/musae_git_edges.csv"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
