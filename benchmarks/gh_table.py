@@ -262,7 +262,7 @@ def _kernel_clock(args, backend: str):
     """With --gpu-busy on cuda: the executor's kernel clock, reset and running."""
     if not args.gpu_busy or backend != "cuda":
         return None
-    from gpu.cuda.executor import KERNEL_CLOCK
+    from gpu.cuda.shared_launch import KERNEL_CLOCK
     KERNEL_CLOCK.enabled = True
     KERNEL_CLOCK.reset()
     return KERNEL_CLOCK

@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from gpu.graph.pma import PackedMemoryArray, PMAConfig, edge_keys, key_dst, key_src
+from gpu.graph.pma.array import PackedMemoryArray
+from gpu.graph.pma.layout import PMAConfig, edge_keys, key_dst, key_src
 
 
 def _xp(name: str):

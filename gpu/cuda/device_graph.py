@@ -22,10 +22,11 @@ import dataclasses
 import cupy as cp
 import numpy as np
 
-from gpu.cuda import launchers
+from gpu.cuda import match_launchers
 from gpu.config import DEVICE_GRAPHS
 from gpu.graph.label_index import LabelIndex, label_keys
-from gpu.graph.pma import PackedMemoryArray, PMAConfig
+from gpu.graph.pma.array import PackedMemoryArray
+from gpu.graph.pma.layout import PMAConfig
 from gpu.graph.vertices import VertexTable
 
 
@@ -198,7 +199,7 @@ class PmaGraph:
         return self.labels.of(labels).astype(np.int32).reshape(np.shape(labels))
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray,
-                  edges: launchers.UpdateEdges) -> None:
+                  edges: match_launchers.UpdateEdges) -> None:
         """Rank the edges us-vs (both directions, all stored) until clear_ranks: the value
         slot of the j-th directed edge holds -(j + 1), its label and rank go to side
         arrays, so the kernel reads a slot's rank beside it as in the lists.  (`edges`,
@@ -219,13 +220,13 @@ class PmaGraph:
             self.pma.vals[pos] = saved
             self._ranked = None
 
-    def arrays(self) -> launchers.PmaGraphArrays:
+    def arrays(self) -> match_launchers.PmaGraphArrays:
         pma = self.pma
         ranked, saved = (self._ranked[:2] if self._ranked is not None
                          else (self._no_ranks, self._no_ranks))
-        return launchers.PmaGraphArrays(pma.keys, pma.vals, pma.cnt, pma.row,
-                                           pma.S.bit_length() - 1, self.vertex_bits,
-                                           ranked, saved)
+        return match_launchers.PmaGraphArrays(pma.keys, pma.vals, pma.cnt, pma.row,
+                                              pma.S.bit_length() - 1, self.vertex_bits,
+                                              ranked, saved)
 
     def check(self, graph) -> None:
         """Assert the PMA holds exactly the host graph's edges, both directions, keyed
@@ -396,7 +397,7 @@ class ListMirror:
                 self._copies[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray,
-                  edges: launchers.UpdateEdges) -> None:
+                  edges: match_launchers.UpdateEdges) -> None:
         """DynamicGraph.set_ranks on the device copy (found there, by a kernel, from the
         uploaded `edges`, which are kept for clear_ranks)."""
         self._ranked = (edges.us, edges.vs, edges.ranks)
@@ -410,13 +411,13 @@ class ListMirror:
 
     def _rank_kernel(self, clear: bool) -> None:
         a = self._copies
-        launchers.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
-                                    a["rank"], *self._ranked, clear=clear)
+        match_launchers.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
+                                       a["rank"], *self._ranked, clear=clear)
 
-    def arrays(self) -> launchers.ListGraphArrays:
+    def arrays(self) -> match_launchers.ListGraphArrays:
         a = self._copies
-        return launchers.ListGraphArrays(a["start"], a["deg"], a["nbr"], a["nlab"],
-                                            a["elab"], a["rank"])
+        return match_launchers.ListGraphArrays(a["start"], a["deg"], a["nbr"], a["nlab"],
+                                               a["elab"], a["rank"])
 
     def check(self, graph) -> None:
         """Assert the device copies equal the host structures where they are read (tests)."""

@@ -18,7 +18,8 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from gpu.cuda import launchers
+from gpu.cuda import signature_launchers
+from gpu.cuda.loader import MAX_QUERY
 from gpu.plan.signatures import SignatureTable, count_neighbour_labels, label_slots, query_codes
 
 
@@ -35,7 +36,7 @@ class DeviceSignatures:
         self.slot_of = cp.zeros(0, dtype=np.int32)
         self.counts = cp.zeros((0, 0), dtype=np.int32)
         self.codes = cp.zeros((0, 1), dtype=np.uint64)
-        self._tables: launchers.QueryTables | None = None   # rebuilt when stale
+        self._tables: signature_launchers.QueryTables | None = None   # rebuilt when stale
 
     @property
     def words(self) -> int:
@@ -82,8 +83,8 @@ class DeviceSignatures:
                                                      len(self.labels)))
         counts = cp.zeros((self.capacity, len(self.labels)), dtype=np.int32)
         us, vs = graph.device_edges()
-        launchers.count_edges(us, vs, 1, self.slot_of, counts,
-                                 cp.zeros(self.capacity, dtype=np.int32))
+        signature_launchers.count_edges(us, vs, 1, self.slot_of, counts,
+                                        cp.zeros(self.capacity, dtype=np.int32))
         return counts
 
     def resize(self, graph) -> None:
@@ -151,23 +152,23 @@ class DeviceSignatures:
             return
         both = cp.asarray(np.concatenate(parts).astype(np.int32, copy=False))
         du, dv, iu, iv, vertices = (both[a:b] for a, b in zip(sizes[:-1], sizes[1:],
-                                                               strict=True))
-        launchers.count_edges(du, dv, -1, self.slot_of, self.counts, self.deg)
+                                                              strict=True))
+        signature_launchers.count_edges(du, dv, -1, self.slot_of, self.counts, self.deg)
         if len(batch.delete_slots):
             self.alive[cp.asarray(batch.delete_slots.astype(np.int32))] = False
-        launchers.count_edges(iu, iv, +1, self.slot_of, self.counts, self.deg)
+        signature_launchers.count_edges(iu, iv, +1, self.slot_of, self.counts, self.deg)
         self._refresh(vertices)
 
     def _refresh(self, vertices: cp.ndarray) -> None:
         if not self._queries:
             return
-        launchers.refresh_candidates(vertices, self.counts, self.codes, self.label,
-                                        self.deg, self.alive, self._query_tables())
+        signature_launchers.refresh_candidates(vertices, self.counts, self.codes, self.label,
+                                               self.deg, self.alive, self._query_tables())
 
-    def _query_tables(self) -> launchers.QueryTables:
+    def _query_tables(self) -> signature_launchers.QueryTables:
         if self._tables is None:
             qids = list(self._queries)
-            size = (len(qids), launchers.MAX_QUERY)
+            size = (len(qids), MAX_QUERY)
             q_n = np.zeros(len(qids), dtype=np.int32)
             q_label, q_deg = np.zeros(size, dtype=np.int32), np.zeros(size, dtype=np.int32)
             q_codes = np.zeros(size + (self.words,), dtype=np.uint64)
@@ -177,7 +178,7 @@ class DeviceSignatures:
                 q_n[i] = n
                 q_label[i, :n], q_deg[i, :n], q_codes[i, :n] = query.labels, query.degrees, codes
             ptrs = np.array([self.cand[q].data.ptr for q in qids], dtype=np.uint64)
-            self._tables = launchers.QueryTables(*(cp.asarray(a) for a in (
+            self._tables = signature_launchers.QueryTables(*(cp.asarray(a) for a in (
                 ptrs, q_n, q_label, q_deg, q_codes)))
         return self._tables
 

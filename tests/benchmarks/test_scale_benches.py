@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import pma_bench, scale_bench
 from benchmarks.pma_bench import _Rng, canonical, rmat_pairs
-from gpu.graph.pma import key_dst, key_src
+from gpu.graph.pma.layout import key_dst, key_src
 from tests.graphs import Data, Pattern, embeddings
 
 

@@ -178,9 +178,9 @@ def test_listed_rows_keep_their_vertices_when_slots_are_reused(config, queued_ro
     order, not when they are read.  Also with the rows cut at the limit, with the edges
     in slices, and with each slice's count read back first (a limit above
     QUEUED_LIST_ROWS)."""
-    from gpu.cuda import executor as cuda_executor
+    from gpu.cuda import shared_launch
     if queued_rows is not None:
-        monkeypatch.setattr(cuda_executor, "QUEUED_LIST_ROWS", queued_rows)
+        monkeypatch.setattr(shared_launch, "QUEUED_LIST_ROWS", queued_rows)
     initial, batches = vertex_churn_batches(skewed_graph(25), 25, count=8)
     one = Engine(initial, backend="cpu")
     streamed = Engine(initial, backend="cuda", config=config)

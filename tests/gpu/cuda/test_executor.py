@@ -16,7 +16,7 @@ from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.io.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
-                         LabeledGraph, UpdateStream, split_stream)
+                            LabeledGraph, UpdateStream, split_stream)
 from gpu.plan.query import QueryGraph
 from tests.graphs import skewed_graph
 
@@ -136,13 +136,13 @@ def test_listed_queries_share_launches_each_with_its_own_limit(mode, monkeypatch
     in the same order.  Modes: everything queued; 40 pairs a launch (slices whose rows
     follow each other); limits over QUEUED_LIST_ROWS (each slice's counts read back, its
     rows sized by them); the PMA layout."""
-    import gpu.cuda.executor
+    import gpu.cuda.shared_launch
 
     config = EngineConfig(launch_pairs=40 if mode == "edge-slices" else
                           EngineConfig.launch_pairs,
                           device_graph="pma" if mode == "pma" else "lists")
     if mode == "read-back":
-        monkeypatch.setattr(gpu.cuda.executor, "QUEUED_LIST_ROWS", 3)
+        monkeypatch.setattr(gpu.cuda.shared_launch, "QUEUED_LIST_ROWS", 3)
     full = skewed_graph(5)
     initial, stream = split_stream(full, 0.2, 5)
     cpu = Engine(initial, backend="cpu")
@@ -236,26 +236,26 @@ def test_work_sharing_on_off_and_tiny_queue_equal_cpu():
 def test_launcher_rejects_wrong_dtypes():
     import cupy as cp
 
-    from gpu.cuda import launchers
+    from gpu.cuda import match_launchers
 
     ints = cp.zeros(4, dtype=np.int32)
-    plan = launchers.DevicePlan(*(cp.zeros(4, dtype=dtype)
-                                     for dtype in launchers.PLAN_DTYPES.values()))
-    edges = launchers.UpdateEdges(ints, ints, ints, ints)
+    plan = match_launchers.DevicePlan(*(cp.zeros(4, dtype=dtype)
+                                        for dtype in match_launchers.PLAN_DTYPES.values()))
+    edges = match_launchers.UpdateEdges(ints, ints, ints, ints)
 
     def launch(graph, plan=plan, edges=edges):
-        launchers.match_tasks(graph, cp.zeros(1, np.uint64), plan, 3, 1, ints, edges,
-                                 cp.zeros(launchers.CTL_WORDS, np.uint64), ints, 1, 4,
-                                 cp.zeros(0, np.int64), False, cp.zeros(0, np.int64),
-                                 cp.zeros((0, 3), np.int32), cp.zeros(0, np.int64), False)
+        match_launchers.match_tasks(graph, cp.zeros(1, np.uint64), plan, 3, 1, ints, edges,
+                                    cp.zeros(match_launchers.CTL_WORDS, np.uint64), ints, 1, 4,
+                                    cp.zeros(0, np.int64), False, cp.zeros(0, np.int64),
+                                    cp.zeros((0, 3), np.int32), cp.zeros(0, np.int64), False)
 
     floats = cp.zeros(4, dtype=np.float32)
-    lists = launchers.ListGraphArrays(cp.zeros(4, np.int64), *[ints] * 5)
+    lists = match_launchers.ListGraphArrays(cp.zeros(4, np.int64), *[ints] * 5)
     with pytest.raises(TypeError, match="start"):
-        launch(launchers.ListGraphArrays(*[floats] * 6))
+        launch(match_launchers.ListGraphArrays(*[floats] * 6))
     with pytest.raises(TypeError, match="keys"):
-        launch(launchers.PmaGraphArrays(cp.zeros(4, np.int64), floats, floats, floats, 5,
-                                           29, floats, floats))
+        launch(match_launchers.PmaGraphArrays(cp.zeros(4, np.int64), floats, floats, floats, 5,
+                                              29, floats, floats))
     with pytest.raises(TypeError, match="graph"):
         launch(tuple([floats] * 6))
     with pytest.raises(TypeError, match="multiplicity"):
@@ -263,13 +263,13 @@ def test_launcher_rejects_wrong_dtypes():
     with pytest.raises(TypeError, match="ranks"):
         launch(lists, edges=edges._replace(ranks=floats))
     with pytest.raises(TypeError, match="row_end"):
-        launchers.match_tasks(lists, cp.zeros(1, np.uint64), plan, 3, 1, ints, edges,
-                                 cp.zeros(launchers.CTL_WORDS, np.uint64), ints, 1, 4,
-                                 cp.zeros(0, np.int64), False, cp.zeros(0, np.int64),
-                                 cp.zeros((0, 3), np.int32), ints, False)
+        match_launchers.match_tasks(lists, cp.zeros(1, np.uint64), plan, 3, 1, ints, edges,
+                                    cp.zeros(match_launchers.CTL_WORDS, np.uint64), ints, 1, 4,
+                                    cp.zeros(0, np.int64), False, cp.zeros(0, np.int64),
+                                    cp.zeros((0, 3), np.int32), ints, False)
     with pytest.raises(TypeError, match="tasks"):
-        launchers.make_tasks(cp.zeros(1, np.uint64), plan, edges, floats,
-                                cp.zeros(launchers.CTL_WORDS, np.uint64))
+        match_launchers.make_tasks(cp.zeros(1, np.uint64), plan, edges, floats,
+                                   cp.zeros(match_launchers.CTL_WORDS, np.uint64))
 
 
 def test_launcher_checks_per_pair_arrays():
@@ -278,21 +278,21 @@ def test_launcher_checks_per_pair_arrays():
     listing without per-pair counts, before anything runs."""
     import cupy as cp
 
-    from gpu.cuda import launchers
+    from gpu.cuda import match_launchers
 
     ints = cp.zeros(4, dtype=np.int32)
-    plan = launchers.DevicePlan(*(cp.zeros(4, dtype=dtype)
-                                     for dtype in launchers.PLAN_DTYPES.values()))
-    edges = launchers.UpdateEdges(ints, ints, ints, ints)       # 4 edges x 4 types
-    lists = launchers.ListGraphArrays(cp.zeros(4, np.int64), *[ints] * 5)
-    ctl = cp.zeros(launchers.CTL_WORDS, np.uint64)
-    bufs = cp.zeros(launchers.WARPS_PER_BLOCK * 3, np.int32)
+    plan = match_launchers.DevicePlan(*(cp.zeros(4, dtype=dtype)
+                                        for dtype in match_launchers.PLAN_DTYPES.values()))
+    edges = match_launchers.UpdateEdges(ints, ints, ints, ints)       # 4 edges x 4 types
+    lists = match_launchers.ListGraphArrays(cp.zeros(4, np.int64), *[ints] * 5)
+    ctl = cp.zeros(match_launchers.CTL_WORDS, np.uint64)
+    bufs = cp.zeros(match_launchers.WARPS_PER_BLOCK * 3, np.int32)
 
     def launch(counts, offsets, row_end, listing, by_task=True, queries=2):
-        launchers.match_tasks(lists, cp.zeros(queries, np.uint64), plan, 3, 1,
-                                 cp.zeros(16, np.int32), edges, ctl, bufs, 1,
-                                 launchers.WARPS_PER_BLOCK, counts, by_task, offsets,
-                                 cp.zeros((0, 3), np.int32), row_end, listing)
+        match_launchers.match_tasks(lists, cp.zeros(queries, np.uint64), plan, 3, 1,
+                                    cp.zeros(16, np.int32), edges, ctl, bufs, 1,
+                                    match_launchers.WARPS_PER_BLOCK, counts, by_task, offsets,
+                                    cp.zeros((0, 3), np.int32), row_end, listing)
 
     pairs, two = cp.zeros(16, np.int64), cp.zeros(2, np.int64)
     with pytest.raises(ValueError, match="counts has 15 entries, 16 needed"):

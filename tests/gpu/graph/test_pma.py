@@ -4,8 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.graph import pma as pma_module
-from gpu.graph.pma import PackedMemoryArray, PMAConfig, PMAUpdateError, edge_keys
+from gpu.graph.pma import device_update
+from gpu.graph.pma.array import PackedMemoryArray
+from gpu.graph.pma.layout import PMAConfig, PMAUpdateError, edge_keys
 
 TINY = PMAConfig(segment_size=2, min_segments=1)
 SMALL = PMAConfig(segment_size=4, min_segments=2)
@@ -338,7 +339,7 @@ def test_kernels_through_growth_and_shrinking(segment_size, block_window, merge_
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("prefix_counts_above", [1, pma_module.PREFIX_COUNTS_ABOVE])
+@pytest.mark.parametrize("prefix_counts_above", [1, device_update.PREFIX_COUNTS_ABOVE])
 @pytest.mark.parametrize("segment_size, block_window, merge_chunk",
                          [(4, 16, 5), (32, 1024, 256), (32, 0, 256)])
 def test_kernels_on_skewed_batches_up_to_the_root(monkeypatch, prefix_counts_above,
@@ -346,7 +347,7 @@ def test_kernels_on_skewed_batches_up_to_the_root(monkeypatch, prefix_counts_abo
     """Batches into one vertex overflow windows up to the root (merged, not rebuilt, when
     the array as a whole has room), then deletes empty the region again; with the counts
     of large windows from a prefix sum or from loops."""
-    monkeypatch.setattr(pma_module, "PREFIX_COUNTS_ABOVE", prefix_counts_above)
+    monkeypatch.setattr(device_update, "PREFIX_COUNTS_ABOVE", prefix_counts_above)
     rng = np.random.default_rng(1)
     pmas = _kernels_and_array_path(3001, segment_size=segment_size, block_window=block_window,
                                    merge_chunk=merge_chunk, min_segments=2)

@@ -1,0 +1,50 @@
+"""The one loader of `gpu/cuda/kernels/*.cu`, and what every launcher shares: argument
+checks and the thread-per-item launch.
+
+Each source is compiled through CuPy's `RawModule` with fixed options, once per device;
+a `#line` directive makes compiler errors name the real file and line.  Launchers check
+the dtypes of their arrays and cast their scalars, so a wrong argument fails with a
+message instead of corrupting memory.  The launchers live beside this module, one module
+per kernel family: `match_launchers` (match.cu, tasks.cu, ranks.cu), `pma_launchers`
+(pma.cu), `signature_launchers` (signature.cu).  Only import this module where
+`gpu.cuda.device.cuda_available()` is true.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+OPTIONS = ("-std=c++17", "--generate-line-info")
+# The largest query the kernels hold (MAX_QUERY of match.cu and signature.cu).
+MAX_QUERY = 32
+
+
+@cp.memoize(for_each_device=True)
+def module(name: str) -> cp.RawModule:
+    """gpu/cuda/kernels/<name>.cu, compiled for the current device (once)."""
+    path = KERNEL_DIR / f"{name}.cu"
+    source = f'#line 1 "{path}"\n' + path.read_text()
+    return cp.RawModule(code=source, options=OPTIONS)
+
+
+def check_array(name: str, array, dtype, ndim: int | None = None) -> None:
+    """Raise unless `array` is a C-contiguous device array of `dtype` (and `ndim`)."""
+    if not isinstance(array, cp.ndarray):
+        raise TypeError(f"{name}: expected a device array, got {type(array).__name__}")
+    if array.dtype != np.dtype(dtype):
+        raise TypeError(f"{name}: expected {np.dtype(dtype)}, got {array.dtype}")
+    if ndim is not None and array.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got {array.ndim}")
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{name}: must be C-contiguous")
+
+
+def one_thread_each(source: str, kernel: str, items: int, args: tuple,
+                    threads: int = 256) -> None:
+    """Launch gpu/cuda/kernels/<source>.cu:<kernel> with a thread per item (none for none)."""
+    if items == 0:
+        return
+    module(source).get_function(kernel)((-(-items // threads),), (threads,), args)

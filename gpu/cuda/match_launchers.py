@@ -1,0 +1,271 @@
+"""Typed launchers of the matching kernels: gpu/cuda/kernels/match.cu (match_tasks),
+tasks.cu (make_tasks) and ranks.cu (set_edge_ranks), with the argument types a launch
+takes (the graph layouts, the plan, the update edges).
+
+Sources come from the one loader (gpu/cuda/loader.py); each launcher checks its arrays
+and casts its scalars there.  Only import this module where
+`gpu.cuda.device.cuda_available()` is true.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import cupy as cp
+import numpy as np
+
+from gpu.config import EngineConfig
+from gpu.cuda.loader import MAX_QUERY, check_array, module, one_thread_each
+
+# One WarpState (gpu/cuda/kernels/match.cu) per warp in shared memory: 4 int arrays and
+# 2 uint64 arrays of MAX_QUERY entries, and the clock.
+WARP_STATE_BYTES = 4 * 4 * MAX_QUERY + 2 * 8 * MAX_QUERY + 8
+WARPS_PER_BLOCK = 4
+# Work-sharing records (task, level, lo, hi, the vertices above) a launch can hand out.
+SHARE_RECORD_INTS = 4 + MAX_QUERY
+# The defaults of both tunables live in EngineConfig.
+SHARE_CAPACITY = EngineConfig.share_capacity
+SHARE_EVERY = EngineConfig.share_every
+
+
+class ListGraphArrays(NamedTuple):
+    """match_tasks' graph: the mirrored pooled lists (gpu/graph/lists.py's layout)."""
+    start: cp.ndarray
+    deg: cp.ndarray
+    nbr: cp.ndarray
+    nlab: cp.ndarray
+    elab: cp.ndarray
+    rank: cp.ndarray
+
+
+class PmaGraphArrays(NamedTuple):
+    """match_tasks_pma's graph: the packed memory array (gpu/graph/pma.py, keyed as
+    gpu/cuda/device_graph.py says; during a phase the value slots of its update edges hold
+    -(j + 1)) and the phase's ranks and saved edge labels by j."""
+    keys: cp.ndarray
+    vals: cp.ndarray
+    cnt: cp.ndarray
+    row: cp.ndarray
+    seg_shift: int
+    label_shift: int
+    ranked: cp.ndarray
+    saved: cp.ndarray
+
+
+# Per layout: the kernel, and each field's dtype (int: a scalar passed as int32).
+GRAPH_LAYOUTS = {
+    ListGraphArrays: ("match_tasks", {"start": np.int64, "deg": np.int32, "nbr": np.int32,
+                                      "nlab": np.int32, "elab": np.int32, "rank": np.int32}),
+    PmaGraphArrays: ("match_tasks_pma", {"keys": np.uint64, "vals": np.int32,
+                                         "cnt": np.int32, "row": np.int64, "seg_shift": int,
+                                         "label_shift": int, "ranked": np.int32,
+                                         "saved": np.int32}),
+}
+
+
+def _graph_args(graph) -> tuple[str, list]:
+    """The kernel for this graph layout and its checked, cast arguments."""
+    layout = GRAPH_LAYOUTS.get(type(graph))
+    if layout is None:
+        names = ", ".join(t.__name__ for t in GRAPH_LAYOUTS)
+        raise TypeError(f"graph: expected one of {names}, got {type(graph).__name__}")
+    kernel, dtypes = layout
+    args = []
+    for name, value in zip(graph._fields, graph, strict=True):
+        if dtypes[name] is int:
+            args.append(np.int32(value))
+        else:
+            check_array(name, value, dtypes[name])
+            args.append(value)
+    return kernel, args
+
+
+class DevicePlan(NamedTuple):
+    """The task types of one launch (one query's, or several stacked), on the device."""
+    q_label: cp.ndarray       # int32 [T, n]
+    cand_row: cp.ndarray      # int32 [T]     which of the launch's candidate tables
+    orders: cp.ndarray        # int32 [T, n]
+    level_of: cp.ndarray      # int32 [T, n]
+    bw_count: cp.ndarray      # int32 [T, n]
+    bw_level: cp.ndarray      # int32 [T, n, n]
+    bw_label: cp.ndarray      # int32 [T, n, n]
+    tail_free: cp.ndarray     # uint8 [T]
+    perms: cp.ndarray         # int32 [T, members, n]
+    multiplicity: cp.ndarray  # int64 [T]
+    roots: cp.ndarray         # int32 [T, 2]  (make_tasks only)
+    root_labels: cp.ndarray   # int32 [T]     (make_tasks only)
+
+
+PLAN_DTYPES = {"q_label": np.int32, "cand_row": np.int32, "orders": np.int32,
+               "level_of": np.int32, "bw_count": np.int32, "bw_level": np.int32,
+               "bw_label": np.int32, "tail_free": np.uint8, "perms": np.int32,
+               "multiplicity": np.int64, "roots": np.int32, "root_labels": np.int32}
+# The fields match_tasks reads, in its parameter order.
+MATCH_PLAN_FIELDS = DevicePlan._fields[:10]
+
+
+class UpdateEdges(NamedTuple):
+    """A phase's update edges on the device: ends, edge labels and ranks (int32 [E])."""
+    us: cp.ndarray
+    vs: cp.ndarray
+    labels: cp.ndarray
+    ranks: cp.ndarray
+
+
+# ctl words of a launch: match.cu's [next_task, head, tail, active, waiting] and the
+# number of tasks make_tasks wrote.
+CTL_WORDS = 6
+TASKS_WORD = 5
+
+
+def _check_plan_and_edges(plan: DevicePlan, edges: UpdateEdges) -> None:
+    if not isinstance(plan, DevicePlan):
+        raise TypeError(f"plan: expected a DevicePlan, got {type(plan).__name__}")
+    for name, array in zip(plan._fields, plan, strict=True):
+        check_array(name, array, PLAN_DTYPES[name])
+    if not isinstance(edges, UpdateEdges):
+        raise TypeError(f"edges: expected UpdateEdges, got {type(edges).__name__}")
+    for name, array in zip(edges._fields, edges, strict=True):
+        check_array(name, array, np.int32, 1)
+        if array.shape[0] != edges.us.shape[0]:
+            raise ValueError(f"edges.{name} has {array.shape[0]} entries, us "
+                             f"{edges.us.shape[0]}")
+
+
+def make_tasks(cand_ptrs: cp.ndarray, plan: DevicePlan, edges: UpdateEdges,
+               tasks: cp.ndarray, ctl: cp.ndarray) -> None:
+    """Launch gpu/cuda/kernels/tasks.cu:make_tasks: the (edge, type) pairs that can start a
+    match go to `tasks` (room for every pair) and their number to ctl[TASKS_WORD], which
+    must start at zero."""
+    _check_plan_and_edges(plan, edges)
+    check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
+    check_array("tasks", tasks, np.int32, 1)
+    check_array("ctl", ctl, np.uint64, 1)
+    types, count = plan.roots.shape[0], edges.us.shape[0]
+    if types * count >= 1 << 31:
+        raise ValueError(f"{count} edges x {types} task types exceed int32 task numbers")
+    if tasks.shape[0] < types * count or ctl.shape[0] != CTL_WORDS:
+        raise ValueError(f"tasks holds {tasks.shape[0]} of {types * count} pairs, or ctl "
+                         f"has {ctl.shape[0]} words instead of {CTL_WORDS}")
+    if types * count == 0:
+        return
+    threads = 256
+    blocks = min(-(-types * count // threads), 65535)
+    module("tasks").get_function("make_tasks")(
+        (blocks,), (threads,),
+        (cand_ptrs, plan.cand_row, plan.roots, plan.root_labels, np.int32(types), edges.us,
+         edges.vs, edges.labels, np.int32(count), tasks, ctl))
+
+
+@functools.cache
+def resident_warps(name: str = "match_tasks") -> int:
+    """Warps that fit on the device at once with the matching kernel's register use."""
+    kernel = module("match").get_function(name)
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    regs_per_warp = max(1, kernel.num_regs) * 32
+    per_sm = min(props["maxThreadsPerMultiProcessor"] // 32,
+                 props["regsPerMultiprocessor"] // regs_per_warp)
+    per_sm -= per_sm % WARPS_PER_BLOCK
+    return max(WARPS_PER_BLOCK, per_sm * props["multiProcessorCount"])
+
+
+def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
+                plan: DevicePlan, n: int, members: int, tasks: cp.ndarray,
+                edges: UpdateEdges, ctl: cp.ndarray, bufs: cp.ndarray, width: int, warps: int,
+                counts: cp.ndarray, by_task: bool, offsets: cp.ndarray, out: cp.ndarray,
+                row_end: cp.ndarray, listing: bool, sharing: bool = True,
+                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY
+                ) -> None:
+    """Launch gpu/cuda/kernels/match.cu:match_tasks (or match_tasks_pma, by the graph's layout)
+    over `warps` persistent warps, on the tasks make_tasks wrote (their number in ctl).
+
+    cand_ptrs holds the address of each query's candidate bits (the plan's cand_row
+    indexes it).  Counts must start at zero: with `by_task`, one per (edge, type) pair,
+    pair-major as make_tasks numbers them (parts of a task shared between warps add to
+    it); otherwise [warps + 1, queries], warp-major: each warp's totals, orbit sizes
+    included, then in the last row each query's total over the launch.  `sharing` hands
+    unexplored candidates to idle warps (never while listing).  Listing reads an offset
+    per pair, the first row of `out` its task writes, and row_end per query (as cand_row
+    numbers them), the row its query's tasks stop before."""
+    kernel_name, graph_args = _graph_args(graph)
+    check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
+    _check_plan_and_edges(plan, edges)
+    check_array("tasks", tasks, np.int32, 1)
+    check_array("ctl", ctl, np.uint64, 1)
+    check_array("bufs", bufs, np.int32)
+    check_array("counts", counts, np.int64, 1)
+    check_array("offsets", offsets, np.int64, 1)
+    check_array("out", out, np.int32, 2)
+    check_array("row_end", row_end, np.int64, 1)
+    if not 2 <= n <= MAX_QUERY:
+        raise ValueError(f"query size must be 2..{MAX_QUERY}, got {n}")
+    pairs = plan.roots.shape[0] * edges.us.shape[0]
+    queries = cand_ptrs.shape[0]
+    if tasks.shape[0] < pairs or ctl.shape[0] != CTL_WORDS:
+        raise ValueError(f"tasks holds {tasks.shape[0]} of {pairs} pairs, or ctl has "
+                         f"{ctl.shape[0]} words instead of {CTL_WORDS}")
+    need = pairs if by_task else (warps + 1) * queries
+    if listing:
+        if not by_task:
+            raise ValueError("listing reads its offsets per pair: it needs by_task")
+        if offsets.shape[0] < pairs:
+            raise ValueError(f"offsets has {offsets.shape[0]} entries, {pairs} needed")
+        if row_end.shape[0] < queries:
+            raise ValueError(f"row_end has {row_end.shape[0]} entries, {queries} needed")
+    if counts.shape[0] < need:
+        raise ValueError(f"counts has {counts.shape[0]} entries, {need} needed")
+    if warps % WARPS_PER_BLOCK or bufs.size < warps * n * width:
+        raise ValueError(f"bufs holds {bufs.size} ints, {warps} warps need {warps * n * width}")
+    if listing and out.shape[1] != n:
+        raise ValueError(f"listing needs {n} columns in out, got {out.shape[1]}")
+    if share_capacity < 1 or share_every < 1:
+        raise ValueError(f"share_capacity and share_every must be positive, got "
+                         f"{share_capacity} and {share_every}")
+    sharing = sharing and not listing
+    ctl[:TASKS_WORD] = 0        # the task count stays: make_tasks wrote it
+    capacity = share_capacity if sharing else 1
+    records = _scratch("records", capacity * SHARE_RECORD_INTS)
+    ready = _scratch("ready", capacity)
+    ready[:capacity] = 0
+    kernel = module("match").get_function(kernel_name)
+    blocks = warps // WARPS_PER_BLOCK
+    kernel((blocks,), (32 * WARPS_PER_BLOCK,),
+           (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
+            *(getattr(plan, name) for name in MATCH_PLAN_FIELDS),
+            tasks, np.int32(plan.roots.shape[0]), edges.us, edges.vs, edges.ranks,
+            bufs, np.int64(width), ctl, records, ready,
+            np.int64(capacity), np.int32(1 if sharing else 0), np.int32(share_every), counts,
+            np.int32(1 if by_task else 0), np.int32(queries),
+            offsets, out, row_end, np.int32(1 if listing else 0)),
+           shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
+
+
+def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp.ndarray,
+                   label: cp.ndarray, rank: cp.ndarray, us: cp.ndarray, vs: cp.ndarray,
+                   ranks: cp.ndarray, clear: bool) -> None:
+    """Launch gpu/cuda/kernels/ranks.cu:set_edge_ranks: rank (or 0) on both directions of each
+    edge us[i] - vs[i], all of which must be in the device graph."""
+    for name, dtype, array in (("start", np.int64, start), ("deg", np.int32, deg),
+                               ("nbr", np.int32, nbr), ("nlab", np.int32, nlab),
+                               ("label", np.int32, label), ("rank", np.int32, rank),
+                               ("us", np.int32, us), ("vs", np.int32, vs),
+                               ("ranks", np.int32, ranks)):
+        check_array(name, array, dtype, 1)
+    count = us.shape[0]
+    if vs.shape[0] != count or ranks.shape[0] != count:
+        raise ValueError(f"us, vs and ranks differ in length: {count}, {vs.shape[0]}, "
+                         f"{ranks.shape[0]}")
+    one_thread_each("ranks", "set_edge_ranks", 2 * count,
+                    (start, deg, nbr, nlab, label, rank, us, vs, ranks, np.int32(count),
+                     np.int32(1 if clear else 0)))
+
+
+_SCRATCH: dict[str, cp.ndarray] = {}
+
+
+def _scratch(name: str, size: int) -> cp.ndarray:
+    """A reusable int32 device buffer of at least `size` entries."""
+    buf = _SCRATCH.get(name)
+    if buf is None or buf.size < size:
+        buf = _SCRATCH[name] = cp.empty(size, dtype=np.int32)
+    return buf

@@ -1,0 +1,222 @@
+"""Typed launchers of the packed memory array's batch kernels (gpu/cuda/kernels/pma.cu),
+which gpu/graph/pma/device_update.py drives level by level.
+
+A level's plan is PLAN_ROWS int64 rows of one entry per window; a batch's record is
+uint64 counters, then (windows, slots) rewritten per level: both laid out as in pma.cu.
+Only import this module where `gpu.cuda.device.cuda_available()` is true.
+"""
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from gpu.cuda.loader import check_array, module
+
+PLAN_ROWS = 7
+PLAN_S0, PLAN_S1, PLAN_IB, PLAN_IE, PLAN_DB, PLAN_DE, PLAN_TOTAL = range(PLAN_ROWS)
+PLAN_RANGES, PLAN_DECIDE, PLAN_TOTALS = 0, 1, 2     # plan_windows modes
+RECORD_EMPTIED, RECORD_MISCOUNTED, RECORD_FOLLOWERS, RECORD_LEVELS = range(4)
+WINDOW_MAX = 1024       # slots of the largest window merge_windows takes (shared memory)
+LARGE_BLOCK = 256       # threads per block of the large-window kernels: the largest chunk
+
+
+def _check_all(arrays) -> None:
+    """check_array every (name, dtype, array), one-dimensional but for the plan."""
+    for name, dtype, array in arrays:
+        check_array(name, array, dtype, 2 if name == "plan" else 1)
+
+
+def _check_plan(plan: cp.ndarray, fit: cp.ndarray) -> int:
+    """The number of windows of a plan and its fit flags."""
+    _check_all((("plan", np.int64, plan), ("fit", np.bool_, fit)))
+    if plan.shape[0] != PLAN_ROWS or plan.shape[1] != fit.shape[0]:
+        raise ValueError(f"plan must be {PLAN_ROWS} rows of one entry per fit flag "
+                         f"({fit.shape[0]}), got shape {plan.shape}")
+    return fit.shape[0]
+
+
+def plan_windows(windows: cp.ndarray, level: int, segment_size: int, iseg: cp.ndarray,
+                 dseg: cp.ndarray, cnt: cp.ndarray, ins_pending: cp.ndarray,
+                 del_pending: cp.ndarray, prefixes: tuple | None, mode: int, lower: float,
+                 upper: float, record: cp.ndarray) -> tuple[cp.ndarray, cp.ndarray]:
+    """Launch gpu/cuda/kernels/pma.cu:plan_windows over one level's windows (sorted distinct
+    window ids; iseg and dseg: the sorted segment of each insert and delete); returns
+    (plan, fit).  `prefixes`: for windows too large to total in a loop, None or exclusive
+    prefix sums (int64) of (cnt or None: counted in a loop, ins_pending, del_pending).
+    A thread per window at level 0, a warp above."""
+    _check_all((("windows", np.int64, windows), ("iseg", np.int64, iseg),
+                ("dseg", np.int64, dseg), ("cnt", np.int32, cnt),
+                ("ins_pending", np.bool_, ins_pending), ("del_pending", np.bool_, del_pending),
+                ("record", np.uint64, record)))
+    if mode not in (PLAN_RANGES, PLAN_DECIDE, PLAN_TOTALS):
+        raise ValueError(f"plan_windows: unknown mode {mode}")
+    if record.shape[0] < RECORD_LEVELS + 2 * (level + 1):
+        raise ValueError(f"record holds {record.shape[0]} counters, level {level} needs "
+                         f"{RECORD_LEVELS + 2 * (level + 1)}")
+    if iseg.shape != ins_pending.shape or dseg.shape != del_pending.shape:
+        raise ValueError("iseg and dseg need one pending flag each")
+    count = windows.shape[0]
+    plan = cp.empty((PLAN_ROWS, count), dtype=np.int64)
+    fit = cp.zeros(count, dtype=np.bool_)
+    if count == 0:
+        return plan, fit
+    cnt_prefix, ins_prefix, del_prefix = prefixes if prefixes is not None else (None,) * 3
+    if (ins_prefix is None) != (del_prefix is None):
+        raise ValueError("plan_windows takes the prefix sums of both pending flags or neither")
+    for name, array, size in (("cnt_prefix", cnt_prefix, cnt.shape[0]),
+                              ("ins_prefix", ins_prefix, iseg.shape[0]),
+                              ("del_prefix", del_prefix, dseg.shape[0])):
+        if array is not None:
+            check_array(name, array, np.int64, 1)
+            if array.shape[0] != size + 1:
+                raise ValueError(f"{name} needs {size + 1} entries, got {array.shape[0]}")
+    # pma.cu's use_prefix: bit 0 the pending flags', bit 1 the counts'.
+    use_prefix = (1 if ins_prefix is not None else 0) + (2 if cnt_prefix is not None else 0)
+    unused = cp.empty(1, dtype=np.int64)
+    prefixes = tuple(unused if array is None else array
+                     for array in (cnt_prefix, ins_prefix, del_prefix))
+    group = 1 if level == 0 else 32
+    threads = 256
+    module("pma").get_function("plan_windows")(
+        (-(-count * group // threads),), (threads,),
+        (windows, np.int64(count), np.int32(level), np.int64(cnt.shape[0]),
+         np.int32(segment_size), iseg, np.int64(iseg.shape[0]), dseg, np.int64(dseg.shape[0]),
+         cnt, ins_pending, del_pending, np.int32(use_prefix), *prefixes, np.int32(mode),
+         np.int32(group), np.float64(lower), np.float64(upper), plan, fit, record))
+    return plan, fit
+
+
+def merge_leaves(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, plan: cp.ndarray,
+                 fit: cp.ndarray, batch_keys: cp.ndarray, batch_vals: cp.ndarray,
+                 ins_pending: cp.ndarray, del_pending: cp.ndarray, segment_size: int,
+                 upper_count: int, lower_count: int, record: cp.ndarray) -> None:
+    """Launch gpu/cuda/kernels/pma.cu:merge_leaves over a level-0 plan (one segment per window):
+    merges every leaf that stays within [lower_count, upper_count] elements in place and
+    sets its fit flag; counts emptied segments in `record`."""
+    count = _check_plan(plan, fit)
+    _check_all((("keys", np.uint64, keys), ("vals", np.int32, vals), ("cnt", np.int32, cnt),
+                ("batch_keys", np.uint64, batch_keys), ("batch_vals", np.int32, batch_vals),
+                ("ins_pending", np.bool_, ins_pending), ("del_pending", np.bool_, del_pending),
+                ("record", np.uint64, record)))
+    if segment_size not in (2, 4, 8, 16, 32):
+        raise ValueError(f"merge_leaves needs a segment size of 2..32, got {segment_size}")
+    if count == 0:
+        return
+    threads = 256
+    warps = -(-count // (32 // segment_size))
+    blocks = -(-warps * 32 // threads)
+    module("pma").get_function("merge_leaves")(
+        (blocks,), (threads,),
+        (keys, vals, cnt, plan, np.int64(count), batch_keys, batch_vals, ins_pending,
+         del_pending, fit, np.int32(segment_size), np.int32(upper_count),
+         np.int32(lower_count), record))
+
+
+def merge_windows(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, plan: cp.ndarray,
+                  fit: cp.ndarray, window_slots: int, batch_keys: cp.ndarray,
+                  batch_vals: cp.ndarray, ins_pending: cp.ndarray, segment_size: int,
+                  record: cp.ndarray) -> None:
+    """Launch gpu/cuda/kernels/pma.cu:merge_windows, one block per window of a plan whose
+    windows hold at most `window_slots` <= WINDOW_MAX slots; merges those that fit."""
+    count = _check_plan(plan, fit)
+    _check_all((("keys", np.uint64, keys), ("vals", np.int32, vals), ("cnt", np.int32, cnt),
+                ("batch_keys", np.uint64, batch_keys), ("batch_vals", np.int32, batch_vals),
+                ("ins_pending", np.bool_, ins_pending), ("record", np.uint64, record)))
+    if window_slots > WINDOW_MAX:
+        raise ValueError(f"merge_windows takes windows of at most {WINDOW_MAX} slots, "
+                         f"got {window_slots}")
+    if count:
+        module("pma").get_function("merge_windows")(
+            (count,), (256,),
+            (keys, vals, cnt, plan, np.int64(count), fit, batch_keys, batch_vals, ins_pending,
+             np.int32(segment_size), record))
+
+
+def merge_large(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, plan: cp.ndarray,
+                fit: cp.ndarray, window_slots: int, batch_keys: cp.ndarray,
+                batch_vals: cp.ndarray, ins_pending: cp.ndarray, ins_prefix: cp.ndarray,
+                segment_size: int, chunk: int, record: cp.ndarray) -> None:
+    """Merge the windows of a plan that fit, of up to `window_slots` slots each, with
+    several blocks per window (gpu/cuda/kernels/pma.cu large_*): their pending inserts and,
+    chunk by chunk of `chunk` slots, their live elements go to scratch, then each slot
+    takes its element of the merge.  ins_prefix: the exclusive prefix sum of ins_pending
+    before this level (int64).  Synchronises once (the scratch size)."""
+    count = _check_plan(plan, fit)
+    _check_all((("keys", np.uint64, keys), ("vals", np.int32, vals), ("cnt", np.int32, cnt),
+                ("batch_keys", np.uint64, batch_keys), ("batch_vals", np.int32, batch_vals),
+                ("ins_pending", np.bool_, ins_pending), ("ins_prefix", np.int64, ins_prefix),
+                ("record", np.uint64, record)))
+    n_ins = batch_keys.shape[0]
+    if ins_prefix.shape[0] != n_ins + 1 or ins_pending.shape[0] != n_ins:
+        raise ValueError(f"{n_ins} inserts need as many pending flags and {n_ins + 1} "
+                         f"prefix entries")
+    if not 1 <= chunk <= LARGE_BLOCK:
+        raise ValueError(f"merge_large: chunk must be 1..{LARGE_BLOCK} slots, got {chunk}")
+    if count == 0:
+        return
+    pma = module("pma")
+    new_keys = cp.empty(max(n_ins, 1), dtype=np.uint64)
+    new_vals = cp.empty(max(n_ins, 1), dtype=np.int32)
+    if n_ins:
+        pma.get_function("large_take_inserts")(
+            (-(-n_ins // 256),), (256,),
+            (plan, np.int64(count), fit, batch_keys, batch_vals, ins_pending, np.int64(n_ins),
+             ins_prefix, new_keys, new_vals))
+    chunks = -(-window_slots // chunk)
+    chunk_counts = cp.empty(count * chunks, dtype=np.int64)
+    pma.get_function("large_count")(
+        (count * chunks,), (LARGE_BLOCK,),
+        (cnt, vals, plan, np.int64(count), fit, np.int32(segment_size), np.int64(chunks),
+         np.int32(chunk), chunk_counts))
+    offsets = cp.zeros(count * chunks + 1, dtype=np.int64)
+    offsets[1:] = cp.cumsum(chunk_counts)
+    live = int(offsets[-1])
+    old_keys = cp.empty(max(live, 1), dtype=np.uint64)
+    old_vals = cp.empty(max(live, 1), dtype=np.int32)
+    pma.get_function("large_compact")(
+        (count * chunks,), (LARGE_BLOCK,),
+        (keys, vals, cnt, plan, np.int64(count), fit, np.int32(segment_size), np.int64(chunks),
+         np.int32(chunk), offsets, old_keys, old_vals))
+    blocks = -(-window_slots // LARGE_BLOCK)
+    pma.get_function("large_spread")(
+        (count * blocks,), (LARGE_BLOCK,),
+        (keys, vals, cnt, plan, np.int64(count), fit, np.int32(segment_size), np.int64(blocks),
+         np.int64(chunks), offsets, old_keys, old_vals, ins_prefix, new_keys, new_vals, record))
+
+
+def parent_windows(windows: cp.ndarray, plan: cp.ndarray, fit: cp.ndarray, cnt: cp.ndarray,
+                   record: cp.ndarray) -> cp.ndarray:
+    """Launch gpu/cuda/kernels/pma.cu:parent_windows after a level's merges: the parent of each
+    window that did not fit, once (its first such child), else -1 (int64 per window)."""
+    count = _check_plan(plan, fit)
+    _check_all((("windows", np.int64, windows), ("cnt", np.int32, cnt),
+                ("record", np.uint64, record)))
+    if windows.shape[0] != count:
+        raise ValueError(f"{windows.shape[0]} windows but a plan of {count}")
+    parents = cp.empty(count, dtype=np.int64)
+    if count:
+        module("pma").get_function("parent_windows")(
+            (-(-count // 256),), (256,),
+            (windows, np.int64(count), fit, plan, cnt, np.int64(cnt.shape[0]), parents,
+             record))
+    return parents
+
+
+def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, plan: cp.ndarray,
+             fit: cp.ndarray, window_slots: int, del_keys: cp.ndarray, num_vertices: int,
+             row: cp.ndarray) -> None:
+    """Launch gpu/cuda/kernels/pma.cu:set_rows over the windows of one level's plan that fit
+    (at most `window_slots` slots each; del_keys: the batch's sorted deletes): the row
+    offset of every vertex whose first edge is there, or whose edges there all went."""
+    count = _check_plan(plan, fit)
+    _check_all((("keys", np.uint64, keys), ("cnt", np.int32, cnt),
+                ("del_keys", np.uint64, del_keys), ("row", np.int64, row)))
+    if row.shape[0] <= num_vertices:
+        raise ValueError(f"row holds {row.shape[0]} offsets for {num_vertices} vertices")
+    if count == 0:
+        return
+    threads = 256
+    module("pma").get_function("set_rows")(
+        (-(-count * window_slots // threads),), (threads,),
+        (keys, cnt, np.int32(segment_size), np.int64(keys.shape[0]), plan, np.int64(count), fit,
+         np.int64(window_slots), del_keys, np.int64(num_vertices), row))

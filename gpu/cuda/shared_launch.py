@@ -1,0 +1,207 @@
+"""One shared launch: the tasks of one or more queries of one size, made from a phase's
+update edges and searched on the device, slice by slice, counted or listed.
+
+`SharedLaunch` sizes the launch (warps that fit, candidate buffers within a share of free
+device memory), cuts the update edges into slices of at most `max_pairs` (edge, task type)
+pairs, makes each slice's tasks on the device (make_tasks) and runs match_tasks over them:
+once to count, or twice to list (a counting pass, then the rows written at offsets from a
+prefix sum).  `KERNEL_CLOCK` times the matching kernels when a benchmark asks.
+
+Importing this module needs CuPy; `gpu.cuda.device` decides whether to.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import cupy as cp
+import numpy as np
+
+from gpu.config import EngineConfig
+from gpu.cuda import match_launchers
+from gpu.plan.planner import TaskTypes
+
+if TYPE_CHECKING:
+    from gpu.cuda.executor import DeviceMirror
+
+# Share of free device memory the per-warp candidate buffers may take.
+BUFFER_SHARE = 0.25
+# A listing of at most this many rows is queued whole (a device buffer of `limit` rows,
+# its count and rows read back when the batch is finished); a larger limit reads each
+# slice's count back first, to size its rows by what was found.
+QUEUED_LIST_ROWS = 1 << 20
+# Most (edge, task type) pairs one launch tests (its task buffer holds one int32 each); a
+# larger phase runs as several launches over slices of its edges.
+MAX_PAIRS = EngineConfig.launch_pairs
+
+
+class KernelClock:
+    """Device time of the matching kernels, from CUDA events around each launch (off by
+    default; benchmarks turn it on to report how busy the GPU was during a batch)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._events: list[tuple[cp.cuda.Event, cp.cuda.Event]] = []
+
+    def reset(self) -> None:
+        self._events.clear()
+
+    def launch(self, kernel, *args, **kwargs) -> None:
+        if not self.enabled:
+            kernel(*args, **kwargs)
+            return
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        kernel(*args, **kwargs)
+        end.record()
+        self._events.append((start, end))
+
+    def seconds(self) -> float:
+        """Kernel seconds since the last reset (waits for them)."""
+        total = 0.0
+        for start, end in self._events:
+            end.synchronize()
+            total += cp.cuda.get_elapsed_time(start, end) / 1000.0
+        return total
+
+
+KERNEL_CLOCK = KernelClock()
+
+
+def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
+                     kernel: str) -> tuple[int, int]:
+    width = mirror.max_degree + 1
+    per_warp = n * width * 4
+    free, _ = cp.cuda.runtime.memGetInfo()
+    budget = int(free * BUFFER_SHARE) // per_warp
+    step = match_launchers.WARPS_PER_BLOCK
+    warps = min(match_launchers.resident_warps(kernel), budget, -(-num_tasks // step) * step)
+    warps -= warps % step
+    if warps < match_launchers.WARPS_PER_BLOCK:
+        raise MemoryError(f"candidate buffers of {per_warp} bytes per warp do not fit in "
+                          f"{free} free bytes of device memory")
+    return warps, width
+
+
+class SharedLaunch:
+    """The tasks of one or more queries (of one size) started from a phase's update
+    edges: made on the device (make_tasks) and searched (match_tasks), in launches over
+    slices of the edges of at most MAX_PAIRS pairs each."""
+
+    def __init__(self, mirror: DeviceMirror, jobs: list[tuple[int, TaskTypes]],
+                 edges: match_launchers.UpdateEdges, max_pairs: int = MAX_PAIRS) -> None:
+        self.n = jobs[0][1].orders.shape[1]
+        self.queries = len(jobs)
+        # First task type of each query in the stacked plan, and the end of the last.
+        self.first_type = np.cumsum([0] + [types.count for _, types in jobs])
+        self.plan, self.members = mirror.stacked_plans(jobs)
+        self.types = self.plan.roots.shape[0]
+        self.edges = edges
+        self.step = max(1, max_pairs // self.types)
+        self.pairs = min(len(edges.us), self.step) * self.types   # per launch, at most
+        if self.pairs == 0:
+            return
+        self.graph = mirror.graph.arrays()
+        self.kernel = match_launchers.GRAPH_LAYOUTS[type(self.graph)][0]
+        self.cand_ptrs = mirror.cand_table([qid for qid, _ in jobs])
+        self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel)
+        self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
+        # Zeros: a listing reads the task type of every pair's slot, made or not (an
+        # unmade slot's count is zero, its type only has to be a valid index).
+        self.tasks = cp.zeros(self.pairs, dtype=np.int32)
+        self.ctl = cp.zeros(match_launchers.CTL_WORDS, dtype=np.uint64)
+
+    def slices(self):
+        """The edges in slices of at most `step`; each slice's tasks made on the device."""
+        count = len(self.edges.us)
+        for lo in range(0, count, self.step):
+            self.ctl[:] = 0
+            part = match_launchers.UpdateEdges(*(a[lo:lo + self.step] for a in self.edges))
+            match_launchers.make_tasks(self.cand_ptrs, self.plan, part, self.tasks, self.ctl)
+            yield part
+
+    def run(self, edges, counts, by_task: bool, offsets, out, row_end, listing: bool,
+            sharing: bool, share_capacity: int, share_every: int) -> None:
+        KERNEL_CLOCK.launch(match_launchers.match_tasks, self.graph, self.cand_ptrs, self.plan,
+                            self.n, self.members, self.tasks, edges, self.ctl, self.bufs,
+                            self.width, self.warps, counts, by_task, offsets, out, row_end,
+                            listing, sharing, share_capacity, share_every)
+
+    def totals(self, sharing: bool, share_capacity: int, share_every: int) -> cp.ndarray:
+        """Each query's number of matches (int64 [queries], on the device, queued)."""
+        if self.pairs == 0:
+            return cp.zeros(self.queries, dtype=np.int64)
+        # Per warp and query, and the launch's totals in the last row (match_tasks).
+        counts = cp.zeros((self.warps + 1) * self.queries, dtype=np.int64)
+        none = cp.zeros(0, dtype=np.int64)
+        rows = cp.zeros((0, self.n), dtype=np.int32)
+        for part in self.slices():
+            self.run(part, counts, False, none, rows, none, False, sharing, share_capacity,
+                     share_every)
+        return counts[self.warps * self.queries:]
+
+    def listing(self, limits: list[int], sharing: bool, share_capacity: int,
+                share_every: int) -> tuple[cp.ndarray, cp.ndarray, list[tuple[int, int]]]:
+        """Each query's number of matches (int64 [queries]) and its first limits[q] rows,
+        on the device: (totals, rows, spans), query q's rows being rows[lo:hi] for (lo, hi)
+        = spans[q], int32 [.., n], -1 past the matches found.
+
+        Slice by slice, a counting pass counts each (edge, type) pair's matches, and a
+        prefix sum over the pairs in type order (a query's types are consecutive) gives
+        each pair its first row in its query's range, after the rows of the slices
+        before; a listing pass then writes the rows there, each query up to its limit.
+        With every limit at most QUEUED_LIST_ROWS everything is queued: each query has
+        `limit` rows of one buffer.  Otherwise each slice's counts are read back and its
+        rows sized by them."""
+        totals = cp.zeros(self.queries, dtype=np.int64)
+        if self.pairs == 0:
+            return (totals, cp.zeros((0, self.n), dtype=np.int32),
+                    [(0, 0)] * self.queries)
+        queued = max(limits) <= QUEUED_LIST_ROWS
+        if queued:
+            lo = np.cumsum([0] + limits)
+            rows = cp.full((int(lo[-1]), self.n), -1, dtype=np.int32)
+            starts, row_end = cp.asarray(lo[:-1]), cp.asarray(lo[1:])
+        else:
+            pieces: list[list[cp.ndarray]] = [[] for _ in limits]
+            seen = np.zeros(self.queries, dtype=np.int64)
+        none = cp.zeros(0, dtype=np.int64)
+        query_of_type = self.plan.cand_row
+        first_type = cp.asarray(self.first_type)
+        for part in self.slices():
+            edges = len(part.us)
+            counts = cp.zeros(edges * self.types, dtype=np.int64)
+            self.run(part, counts, True, none, cp.zeros((0, self.n), dtype=np.int32), none,
+                     False, sharing, share_capacity, share_every)
+            # Type-major: the pairs of each query together, in order.
+            by_type = (counts.reshape(edges, self.types)
+                       * self.plan.multiplicity[None, :]).T.ravel()
+            prefix = cp.concatenate((cp.zeros(1, dtype=np.int64), cp.cumsum(by_type)))
+            bounds = prefix[first_type * edges]
+            found = bounds[1:] - bounds[:-1]
+            if queued:
+                shift = starts + totals
+                out = rows
+            else:
+                found_now = found.get()
+                room = np.minimum(found_now, np.maximum(np.array(limits) - seen, 0))
+                seen += found_now
+                first = np.cumsum(np.concatenate(([0], room)))
+                shift, row_end = cp.asarray(first[:-1]), cp.asarray(first[1:])
+                out = cp.full((int(first[-1]), self.n), -1, dtype=np.int32)
+                for q in range(self.queries):
+                    pieces[q].append(out[first[q]:first[q + 1]])
+            totals += found
+            if out.shape[0] == 0:
+                continue
+            query = cp.repeat(query_of_type, edges)
+            offsets = (prefix[:-1] - bounds[:-1][query] + shift[query]).reshape(
+                self.types, edges).T.ravel()
+            self.run(part, cp.zeros(edges * self.types, dtype=np.int64), True, offsets, out,
+                     row_end, True, False, share_capacity, share_every)
+        if queued:
+            return totals, rows, [(int(a), int(b)) for a, b in zip(lo[:-1], lo[1:])]
+        spans = np.cumsum([0] + [sum(p.shape[0] for p in ps) for ps in pieces])
+        every = [p for ps in pieces for p in ps]
+        rows = (cp.concatenate(every) if every else
+                cp.zeros((0, self.n), dtype=np.int32))
+        return totals, rows, [(int(a), int(b)) for a, b in zip(spans[:-1], spans[1:])]
