@@ -37,8 +37,9 @@ from gpu.graph import lists
 from gpu.plan import leaf_counts, signatures, upkeep
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import (DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream, load_graph,
-                         read_query, split_stream)
+from gpu.io.graphs import load_graph, read_query
+from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
+from gpu.io.streams import split_stream
 from gpu.plan.query import QueryGraph
 
 

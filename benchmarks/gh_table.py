@@ -26,14 +26,9 @@ from benchmarks.querygen import KINDS, QueryGenerator, write_query_set
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import resolve_backend
 from gpu.engine import Engine
-from gpu.io.formats import (
-    DELETE_EDGE,
-    LabeledGraph,
-    UpdateStream,
-    load_graph,
-    read_query,
-    split_stream,
-)
+from gpu.io.graphs import load_graph, read_query
+from gpu.io.records import DELETE_EDGE, LabeledGraph, UpdateStream
+from gpu.io.streams import split_stream
 from gpu.plan.query import QueryGraph
 from gpu.results import BatchResult, QueryDelta
 

@@ -28,7 +28,8 @@ from benchmarks.apply_profile import add_setup_args, batches, gh_engine
 from benchmarks.gh_table import INSERT_FRACTION
 from gpu.cpu import executor, search
 from gpu.config import EngineConfig
-from gpu.io.formats import load_graph, split_stream
+from gpu.io.graphs import load_graph
+from gpu.io.streams import split_stream
 
 
 def main(argv=None) -> None:

@@ -26,7 +26,8 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from gpu.io.formats import LabeledGraph, load_graph, write_graph
+from gpu.io.graphs import load_graph, write_graph
+from gpu.io.records import LabeledGraph
 
 KINDS = ("dense", "sparse", "tree")
 MIN_SIZE = 2

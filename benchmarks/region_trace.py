@@ -38,7 +38,8 @@ from benchmarks.gh_table import INSERT_FRACTION
 from gpu.cpu import search
 from gpu.config import EngineConfig
 from gpu.cpu.cycles import cycles_per_second
-from gpu.io.formats import load_graph, split_stream
+from gpu.io.graphs import load_graph
+from gpu.io.streams import split_stream
 
 FIELDS = ("wall", "outside", "setup", "span", "work", "busiest", "task")
 # Rows of the trace buffer: a phase with more pieces than this is timed but not traced.

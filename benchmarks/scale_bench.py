@@ -33,7 +33,7 @@ from benchmarks.querygen import generate_queries
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import cuda_available, device_memory_bytes, resolve_backend
 from gpu.engine import Engine
-from gpu.io.formats import DELETE_EDGE, INSERT_EDGE, LabeledGraph, UpdateStream
+from gpu.io.records import DELETE_EDGE, INSERT_EDGE, LabeledGraph, UpdateStream
 from gpu.graph.pma.layout import key_dst, key_src
 from gpu.plan.query import QueryGraph
 

@@ -38,7 +38,8 @@ import numpy as np
 
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from benchmarks.querygen import QueryGenerator, write_query_set
-from gpu.io.formats import load_graph, split_stream, write_graph
+from gpu.io.graphs import load_graph, write_graph
+from gpu.io.streams import split_stream
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -60,14 +60,9 @@ from benchmarks.gh_table import (
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import resolve_backend
 from gpu.engine import Engine
-from gpu.io.formats import (
-    DELETE_EDGE,
-    INSERT_EDGE,
-    LabeledGraph,
-    UpdateStream,
-    load_graph,
-    split_stream,
-)
+from gpu.io.graphs import load_graph
+from gpu.io.records import DELETE_EDGE, INSERT_EDGE, LabeledGraph, UpdateStream
+from gpu.io.streams import split_stream
 from gpu.plan.query import QueryGraph
 
 EXPERIMENTS = ("rate", "mixed", "latency", "pipeline")

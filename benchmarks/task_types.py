@@ -17,7 +17,9 @@ from pathlib import Path
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import DELETE_EDGE, UpdateStream, load_graph, read_query, split_stream
+from gpu.io.graphs import load_graph, read_query
+from gpu.io.records import DELETE_EDGE, UpdateStream
+from gpu.io.streams import split_stream
 from gpu.plan.query import QueryGraph
 
 

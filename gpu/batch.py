@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpu.io.formats import ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL, UpdateStream
+from gpu.io.records import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
+                            UpdateStream)
 
 COUNT_KEYS = ("vertices_added", "vertices_deleted", "edges_inserted", "edges_deleted")
 

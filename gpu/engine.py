@@ -27,7 +27,7 @@ from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
 from gpu.cuda.device import resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
-from gpu.io.formats import LabeledGraph, UpdateStream
+from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.graph.lists import DynamicGraph
 from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import PlanStats, QueryPlan, TaskTypes, build_plan

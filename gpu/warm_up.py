@@ -13,8 +13,8 @@ import numpy as np
 
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import (DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, ADD_VERTEX, NO_LABEL,
-                         LabeledGraph, UpdateStream)
+from gpu.io.records import (DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, ADD_VERTEX, NO_LABEL,
+                            LabeledGraph, UpdateStream)
 from gpu.plan.query import QueryGraph
 
 _VERTICES = 80

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu.formats import (DELETE_EDGE, NO_LABEL, LabeledGraph, UpdateStream, load_graph,
-                         split_stream, write_graph, write_updates)
+from gpu.io.graphs import load_graph, write_graph
+from gpu.io.records import DELETE_EDGE, NO_LABEL, LabeledGraph, UpdateStream
+from gpu.io.streams import split_stream, write_updates
 
 QUERIES = {
     "triangle.graph": "v 0 0\nv 1 1\nv 2 2\ne 0 1\ne 1 2\ne 0 2\n",

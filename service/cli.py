@@ -21,7 +21,9 @@ from importlib import metadata, resources
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
 from gpu.engine import BatchRejected, Engine
-from gpu.io.formats import FormatError, LabeledGraph, load_graph, read_query, read_updates
+from gpu.io.graphs import load_graph, read_query
+from gpu.io.records import FormatError, LabeledGraph
+from gpu.io.streams import read_updates
 from gpu.plan.query import QueryGraph
 from service.progress import Progress
 

@@ -29,7 +29,8 @@ from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.cuda.device import device_memory_bytes
 from gpu.engine import Engine
-from gpu.io.formats import LabeledGraph, UpdateStream, load_graph
+from gpu.io.graphs import load_graph
+from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.plan.query import MAX_QUERY_VERTICES, QueryGraph
 from gpu.warm_up import warm_up
 from service.ingest import BatchInput, InputError

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-from gpu.io.formats import (
+from gpu.io.graphs import parse_graph_text
+from gpu.io.records import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,
@@ -23,9 +24,8 @@ from gpu.io.formats import (
     FormatError,
     LabeledGraph,
     UpdateStream,
-    parse_graph_text,
-    parse_updates_text,
 )
+from gpu.io.streams import parse_updates_text
 from service.labels import STRING_LABEL_BASE, StagedLabels
 from service.schemas import BatchCreate, GraphLoad
 

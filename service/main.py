@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from gpu.config import EngineConfig
-from gpu.io.formats import FormatError
+from gpu.io.records import FormatError
 from gpu.plan.query import QueryError
 from service.deps import require_api_key
 from service.engine_service import Conflict, EngineService, QueryNotFound, ServiceUnavailable

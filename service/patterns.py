@@ -1,7 +1,7 @@
 """Owns standing-query patterns: JSON or query-file text in, the engine's QueryGraph out."""
 from __future__ import annotations
 
-from gpu.io.formats import parse_graph_text
+from gpu.io.graphs import parse_graph_text
 from gpu.plan.query import QueryError, QueryGraph
 from service.labels import StagedLabels
 from service.schemas import Pattern, PatternEdge, PatternVertex

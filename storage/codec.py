@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.io.formats import UpdateStream
+from gpu.io.records import UpdateStream
 from storage.errors import StorageError
 
 # "MSU" (Motifstream updates) + format version; a blob without it is not ours.

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # only for the annotation: the writer process imports no NumPy
-    from gpu.io.formats import UpdateStream
+    from gpu.io.records import UpdateStream
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu.io.formats import LabeledGraph
+from gpu.io.records import LabeledGraph
 from storage.errors import SnapshotCorrupt
 
 FIELDS = ("vertex_ids", "vertex_labels", "edge_src", "edge_dst", "edge_labels")

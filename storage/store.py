@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from gpu.io.formats import LabeledGraph, UpdateStream
+from gpu.io.records import LabeledGraph, UpdateStream
 from storage import snapshots, transactions
 from storage.codec import decode_updates, encode_updates
 from storage.errors import PersistFailed, ResultsPruned, StoreClosed

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from gpu.io.formats import (
+from gpu.io.records import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,

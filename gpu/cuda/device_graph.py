@@ -3,7 +3,7 @@
 - `ListMirror` (the default, `lists`): the host graph's pools as they are (lists with
   gaps between them, sorted by (label, id)), following each batch by copying the lists of
   the vertices the batch touched; a pool the host grew or compacted is copied whole.
-- `PmaGraph` (`pma`): the packed memory array of gpu/graph/pma.py, keyed so that each vertex's
+- `PmaGraph` (`pma`): the packed memory array of gpu/graph/pma/, keyed so that each vertex's
   neighbours of one label are one sorted run, updated on the device from each batch's
   effective edge changes (both directions of every edge), so per-batch work and traffic
   follow the batch and memory stays near 19 bytes per directed edge.  The matching

@@ -39,7 +39,7 @@ class ListGraphArrays(NamedTuple):
 
 
 class PmaGraphArrays(NamedTuple):
-    """match_tasks_pma's graph: the packed memory array (gpu/graph/pma.py, keyed as
+    """match_tasks_pma's graph: the packed memory array (gpu/graph/pma/, keyed as
     gpu/cuda/device_graph.py says; during a phase the value slots of its update edges hold
     -(j + 1)) and the phase's ranks and saved edge labels by j."""
     keys: cp.ndarray

@@ -12,7 +12,8 @@ from benchmarks.querygen import (
     generate_queries,
     main,
 )
-from gpu.io.formats import LabeledGraph, read_query
+from gpu.io.graphs import read_query
+from gpu.io.records import LabeledGraph
 
 
 def _labeled(g: nx.Graph, num_labels: int, seed: int, id_offset: int = 100) -> LabeledGraph:
@@ -159,7 +160,7 @@ def test_rejects_impossible_requests(generator, kind, size):
 
 
 def test_cli_writes_readable_query_files(tmp_path, capsys, data):
-    from gpu.io.formats import write_graph
+    from gpu.io.graphs import write_graph
 
     graph_path = tmp_path / "data.graph"
     write_graph(data, graph_path)

@@ -9,7 +9,9 @@ import pytest
 
 from benchmarks.stream_bench import main, mixed_batches
 from gpu.engine import Engine
-from gpu.io.formats import INSERT_EDGE, LabeledGraph, load_graph, read_query, split_stream
+from gpu.io.graphs import load_graph, read_query
+from gpu.io.records import INSERT_EDGE, LabeledGraph
+from gpu.io.streams import split_stream
 from gpu.plan.query import QueryGraph
 
 SEED = 3

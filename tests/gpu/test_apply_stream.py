@@ -13,8 +13,8 @@ import pytest
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, UpdateStream,
-                         split_stream)
+from gpu.io.records import ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, UpdateStream
+from gpu.io.streams import split_stream
 from tests.graphs import skewed_graph
 from tests.gpu.cuda.test_executor import QUERIES
 

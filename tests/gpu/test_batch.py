@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import gpu.batch
 from gpu.batch import COUNT_KEYS, BatchRejected, normalize
 from gpu.config import EngineConfig
-from gpu.io.formats import (
+from gpu.io.records import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,

@@ -19,7 +19,7 @@ import gpu.cpu.executor
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import ADD_VERTEX, DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
+from gpu.io.records import ADD_VERTEX, DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
 from tests.graphs import Data, embeddings, random_data
 from tests.gpu.cpu.test_small_batch_queries import _patterns
 

@@ -35,9 +35,9 @@ from tests.reference import RefGraph, RefQuery, Rejected
 if importlib.util.find_spec("gpu.engine") is None:
     pytest.skip("gpu.engine is not written yet", allow_module_level=True)
 
-from gpu.io import formats  # noqa: E402
+from gpu.io import records as io_records  # noqa: E402
 from gpu.engine import BatchRejected, Engine  # noqa: E402
-from gpu.io.formats import LabeledGraph, UpdateStream  # noqa: E402
+from gpu.io.records import LabeledGraph, UpdateStream  # noqa: E402
 from gpu.plan.query import QueryGraph  # noqa: E402
 
 try:
@@ -83,10 +83,10 @@ def engine_setup(request) -> EngineSetup:
 # conversions between the oracle's plain objects and the engine's formats
 
 _KIND = {
-    ref.ADD_VERTEX: formats.ADD_VERTEX,
-    ref.DELETE_VERTEX: formats.DELETE_VERTEX,
-    ref.INSERT_EDGE: formats.INSERT_EDGE,
-    ref.DELETE_EDGE: formats.DELETE_EDGE,
+    ref.ADD_VERTEX: io_records.ADD_VERTEX,
+    ref.DELETE_VERTEX: io_records.DELETE_VERTEX,
+    ref.INSERT_EDGE: io_records.INSERT_EDGE,
+    ref.DELETE_EDGE: io_records.DELETE_EDGE,
 }
 
 
@@ -98,7 +98,7 @@ def to_stream(records) -> UpdateStream:
             label = ref.DEFAULT_EDGE_LABEL
         if kind in (ref.ADD_VERTEX, ref.DELETE_VERTEX):
             b = 0
-        rows.append((_KIND[kind], a, b, formats.NO_LABEL if label == ref.NO_LABEL else label))
+        rows.append((_KIND[kind], a, b, io_records.NO_LABEL if label == ref.NO_LABEL else label))
     return UpdateStream.from_records(rows)
 
 

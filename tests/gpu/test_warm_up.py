@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent('''
     before = signatures()
 
     from gpu.engine import Engine
-    from gpu.io.formats import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
+    from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
     from tests.gpu.cpu.test_leaf_groups import PATTERNS, hub_batch, hub_data
     from tests.graphs import random_batch
 

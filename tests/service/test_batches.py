@@ -77,7 +77,7 @@ def test_text_npy_and_json_bodies_give_the_same_results(tmp_path):
                 if media == "json":
                     r = client.post("/v1/batches", json=batch_json(stream))
                 elif media == "text":
-                    from gpu.io.formats import _format_update
+                    from gpu.io.streams import _format_update
                     text = "".join(_format_update(*rec) for rec in zip(
                         stream.kind.tolist(), stream.a.tolist(), stream.b.tolist(),
                         stream.label.tolist()))

@@ -413,7 +413,8 @@ def test_embedded_demo_runs_without_inputs(capsys):
     from importlib import resources
 
     from gpu.engine import Engine
-    from gpu.io.formats import read_graph, read_query, read_updates
+    from gpu.io.graphs import read_graph, read_query
+    from gpu.io.streams import read_updates
     from gpu.plan.query import QueryGraph
 
     assert main(["match", "--quiet"]) == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpu.io.formats import read_updates
+from gpu.io.streams import read_updates
 from service.main import EXIT_WRITER_LOST
 from tests.service.conftest import BACKEND
 

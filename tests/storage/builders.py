@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.io.formats import DELETE_EDGE, DELETE_VERTEX, LabeledGraph, UpdateStream
+from gpu.io.records import DELETE_EDGE, DELETE_VERTEX, LabeledGraph, UpdateStream
 from storage import BatchRecord, EventRecord, QueryRecord
 
 CREATED_AT = "2026-01-01T00:00:00+00:00"

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from gpu.io.formats import INSERT_EDGE, UpdateStream
+from gpu.io.records import INSERT_EDGE, UpdateStream
 from storage.codec import MAGIC, decode_updates, encode_updates
 from storage.errors import StorageError
 from tests.storage.builders import assert_same_stream, updates_for

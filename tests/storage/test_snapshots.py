@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from gpu.io.formats import LabeledGraph
+from gpu.io.records import LabeledGraph
 from storage import snapshots
 from storage.errors import SnapshotCorrupt
 from storage.snapshots import read_snapshot, remove_snapshot, write_snapshot

@@ -21,7 +21,7 @@
 // Two layouts of the data graph, one search (templated on the layout):
 // - ListGraph: the host's pooled lists, sorted by (neighbour label, id), mirrored; a
 //   level scans one label segment; update ranks sit beside the neighbours.
-// - PmaGraph: the packed memory array (gpu/graph/pma.py) of keys src << 32 | label(dst) <<
+// - PmaGraph: the packed memory array (gpu/graph/pma/) of keys src << 32 | label(dst) <<
 //   label_shift | dst, sorted, with gaps that copy the last real key before them: a
 //   label segment is found by two binary searches in [row[x], row[x + 1]) and scanned
 //   skipping gaps; during a phase the value slots of its update edges point at their
@@ -176,7 +176,7 @@ struct WarpState {
     unsigned long long clock;
 };
 
-static_assert(sizeof(WarpState) == 1032, "gpu/cuda/launchers.py WARP_STATE_BYTES must match");
+static_assert(sizeof(WarpState) == 1032, "gpu/cuda/match_launchers.py WARP_STATE_BYTES must match");
 
 __device__ __forceinline__ void assign(WarpState& s, int level, int w) {
     if (s.m[level] != w) {

@@ -1,8 +1,8 @@
-// The packed-memory-array batch kernels of gpu/graph/pma.py (its generic array path is the
-// reference each is tested against on the device).
+// The packed-memory-array batch kernels of gpu/graph/pma/ (its generic array path,
+// update.py, is the reference each is tested against on the device).
 //
-// A batch climbs the implicit tree of windows one level at a time (pma.py,
-// `_update_device`); at each level the host launches, over every window of the level:
+// A batch climbs the implicit tree of windows one level at a time (device_update.py,
+// `update_on_device`); at each level the host launches, over every window of the level:
 //   plan_windows    each window's segments, insert range and delete range (binary search
 //                   in the batch's sorted segment ids) and, above the leaves, how many
 //                   elements it would hold and whether that stays within the level's
@@ -16,13 +16,13 @@
 // them and reads back one number per level (how many parents).  At the end set_rows
 // sets the row offsets from the rewritten windows' slots.
 //
-// The invariant every merge keeps (pma.py's docstring): a segment holds its `cnt`
+// The invariant every merge keeps (array.py's docstring): a segment holds its `cnt`
 // elements packed at its front, and its gaps copy the last real key before them, so the
 // keys are non-decreasing.  A merged window spreads its `total` elements evenly: segment
 // k of m gets total / m elements, one more for the first total % m.  A segment left empty
-// gets key 0 here and is counted; the host then repairs every gap (pma.py `_fill_gaps`).
+// gets key 0 here and is counted; the host then repairs every gap (update.py `fill_gaps`).
 //
-// Shared layouts (gpu/cuda/launchers.py names the same indices):
+// Shared layouts (gpu/cuda/pma_launchers.py names the same indices):
 //   plan[PLAN_ROWS][num_windows], int64: first and end segment, insert range, delete range
 //     (indices into the batch's sorted inserts and deletes) and the total;
 //   record[], uint64 counters the host reads once per batch: segments left empty, windows

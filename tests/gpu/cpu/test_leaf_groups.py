@@ -19,7 +19,8 @@ import pytest
 import gpu.cpu.executor
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream, split_stream
+from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
+from gpu.io.streams import split_stream
 from gpu.plan.planner import build_plan, group_leaf_tasks, make_tasks
 from tests.graphs import Data, Pattern, embeddings, random_data, skewed_graph
 

@@ -24,7 +24,7 @@ from gpu.config import EngineConfig
 from gpu.engine import Engine
 from tests.gpu.cpu.test_leaf_groups import PATTERNS, hub_batch, hub_data
 from tests.gpu.cpu.test_small_batches import _check_batch
-from gpu.io.formats import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
+from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
 from tests.graphs import Pattern, embeddings, random_batch, random_data
 
 SYMMETRIC = {

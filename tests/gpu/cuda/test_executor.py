@@ -15,8 +15,9 @@ import pytest
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
-                            LabeledGraph, UpdateStream, split_stream)
+from gpu.io.records import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
+                            LabeledGraph, UpdateStream)
+from gpu.io.streams import split_stream
 from gpu.plan.query import QueryGraph
 from tests.graphs import skewed_graph
 

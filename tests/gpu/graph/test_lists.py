@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from gpu.config import EngineConfig
-from gpu.io.formats import LabeledGraph
+from gpu.io.records import LabeledGraph
 from gpu.graph.lists import DynamicGraph
 
 CONFIGS = {"tiny": EngineConfig.tiny, "default": EngineConfig}

@@ -1,4 +1,4 @@
-"""Tests for gpu.io.formats: graph/query, update-stream, edge-list and label-file parsers."""
+"""Tests for gpu.io: graph/query, update-stream, edge-list and label-file parsers."""
 from __future__ import annotations
 
 import gzip
@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu.io import formats
-from gpu.io.formats import (
+from gpu.io import text as io_text
+from gpu.io.edge_lists import random_labels, read_edge_list, read_label_file
+from gpu.io.graphs import load_graph, parse_graph_text, read_graph, read_query, write_graph
+from gpu.io.records import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,
@@ -20,19 +22,8 @@ from gpu.io.formats import (
     FormatError,
     LabeledGraph,
     UpdateStream,
-    load_graph,
-    parse_graph_text,
-    parse_updates_text,
-    random_labels,
-    read_edge_list,
-    read_graph,
-    read_label_file,
-    read_query,
-    read_updates,
-    split_stream,
-    write_graph,
-    write_updates,
 )
+from gpu.io.streams import parse_updates_text, read_updates, split_stream, write_updates
 
 GH_EDGES = Path(__file__).resolve().parents[4] / "shared/datasets/github/musae_git_edges.csv"
 
@@ -153,7 +144,7 @@ def test_earliest_semantic_error_wins(tmp_path):
 
 def test_error_line_numbers_across_chunks(tmp_path, monkeypatch):
     # Small chunks make the bad line land in a later chunk than the first.
-    monkeypatch.setattr(formats, "_CHUNK_BYTES", 64)
+    monkeypatch.setattr(io_text, "_CHUNK_BYTES", 64)
     lines = [f"v {i} {i % 3}" for i in range(200)]
     lines[150] = "v 150 oops"
     path = write(tmp_path, "g.txt", "\n".join(lines) + "\n")
@@ -314,12 +305,12 @@ tokens = st.sampled_from(
 def test_fast_path_agrees_with_reference_parser(text):
     # Whenever the vectorised pass accepts a chunk, it must match the line parser.
     data = text.encode()
-    for grammar in (formats._GRAPH, formats._STREAM, formats._EDGE_LIST):
+    for grammar in (io_text.GRAPH_GRAMMAR, io_text.STREAM_GRAMMAR, io_text.EDGE_LIST_GRAMMAR):
         try:
-            fast = formats._parse_fast(data, grammar)
-        except formats._NeedsSlowPath:
+            fast = io_text._parse_fast(data, grammar)
+        except io_text._NeedsSlowPath:
             continue
-        slow = formats._parse_slow(data, grammar, "<t>", 0)
+        slow = io_text._parse_slow(data, grammar, "<t>", 0)
         for got, want in zip(fast, slow):
             np.testing.assert_array_equal(got, want)
 

@@ -16,7 +16,7 @@ import pytest
 
 from gpu.config import EngineConfig
 from gpu.engine import Engine
-from gpu.io.formats import (
+from gpu.io.records import (
     ADD_VERTEX,
     DELETE_EDGE,
     DELETE_VERTEX,
