@@ -8,21 +8,26 @@ results and idempotency key are committed in one store transaction, and only the
 it acknowledged and published to subscribers.  If the commit fails the engine is
 rebuilt from the durable state (latest snapshot + batch log), so nothing stays
 half-applied, and the client gets a 503.
+
+One module past 500 lines on purpose: every method runs on the engine thread and shares
+its state (the engine, the batch sequence, the labels, the batches applied but not yet
+finished or committed, the Idempotency-Keys in flight), and the invariants that tie them
+together (batches handed to the writer in order; after any failure memory is rebuilt to
+equal the store) read best in one place.  What a standing query tracks for itself (its
+totals, latencies, events and stored form) is service/standing.py.
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numba
-import numpy as np
 import orjson
 
 from gpu.batch import BatchRejected
@@ -31,26 +36,16 @@ from gpu.cuda.device import device_memory_bytes
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph
 from gpu.io.records import LabeledGraph, UpdateStream
-from gpu.plan.query import MAX_QUERY_VERTICES, QueryGraph
 from gpu.warm_up import warm_up
 from service.ingest import BatchInput, InputError
 from service.labels import LabelDictionary, StagedLabels
 from service.patterns import pattern_of, to_query
-from service.schemas import (
-    GraphPublic,
-    Pattern,
-    QueryCreate,
-    QueryPublic,
-    QueryStats,
-    QueryValidation,
-)
+from service.schemas import GraphPublic, QueryCreate, QueryPublic, QueryValidation
 from service.settings import Settings
-from storage import BatchRecord, EventRecord, QueryRecord, SnapshotCorrupt, SnapshotRecord
+from service.standing import Standing
+from storage import BatchRecord, QueryRecord, SnapshotCorrupt, SnapshotRecord
 
 log = logging.getLogger("motifstream.engine")
-
-# Per-query latencies kept for the p99 (since the server started).
-LATENCY_WINDOW = 1024
 
 
 class ServiceUnavailable(RuntimeError):
@@ -70,37 +65,6 @@ class QueryNotFound(KeyError):
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass
-class Standing:
-    """A registered query as the engine thread tracks it."""
-    id: int
-    name: str
-    pattern: Pattern
-    deliver: str
-    max_matches: int | None
-    backfill: bool
-    created_seq: int
-    created_at: str
-    engine_qid: int
-    query: QueryGraph
-    batches_seen: int = 0
-    total_positive: int = 0
-    total_negative: int = 0
-    last_seq: int = 0
-    latencies: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
-
-    def options_json(self) -> str:
-        return json.dumps({"deliver": self.deliver, "max_matches_per_batch": self.max_matches,
-                           "backfill": self.backfill})
-
-    def public(self, stats: QueryStats | None = None) -> QueryPublic:
-        return QueryPublic(id=self.id, name=self.name, pattern=self.pattern,
-                           deliver=self.deliver, max_matches_per_batch=self.max_matches,
-                           backfill=self.backfill, created_batch=self.created_seq,
-                           created_at=self.created_at, vertices=self.query.num_vertices,
-                           edges=self.query.num_edges, stats=stats)
 
 
 @dataclass
@@ -267,7 +231,7 @@ class EngineService:
         labels = LabelDictionary(store.labels())
         queries = {}
         for record in store.queries():
-            queries[record.id] = self._restore_query(engine, labels, record)
+            queries[record.id] = Standing.restore(engine, labels, record)
         self.engine, self.backend, self.labels, self.queries = engine, engine.backend, labels, \
             queries
         self.seq = seq
@@ -295,20 +259,6 @@ class EngineService:
             raise RuntimeError("no snapshot reads back intact; the batch log does not reach "
                                "back to an empty graph")
         return None, None
-
-    def _restore_query(self, engine: Engine, labels: LabelDictionary,
-                       record: QueryRecord) -> Standing:
-        pattern = Pattern.model_validate_json(record.pattern)
-        options = json.loads(record.options)
-        query = to_query(pattern, record.name, labels.stage(), MAX_QUERY_VERTICES)
-        return Standing(id=record.id, name=record.name, pattern=pattern,
-                        deliver=options["deliver"],
-                        max_matches=options["max_matches_per_batch"],
-                        backfill=options["backfill"], created_seq=record.created_seq,
-                        created_at=record.created_at, engine_qid=engine.add_query(query),
-                        query=query, batches_seen=record.batches_seen,
-                        total_positive=record.total_positive,
-                        total_negative=record.total_negative, last_seq=record.last_seq)
 
     def warm_up(self) -> None:
         """Compile (or load from cache) every kernel a batch can use, on a throw-away engine."""
@@ -420,16 +370,12 @@ class EngineService:
         events, stats, results, touched = [], {}, {}, []
         for standing in self.queries.values():
             delta = result.queries[standing.engine_qid]
-            positive, negative = delta.positive, delta.negative
-            stats[standing.id] = (positive, negative)
-            results[str(standing.id)] = {"positive": positive, "negative": negative}
-            standing.batches_seen += 1
-            standing.total_positive += positive
-            standing.total_negative += negative
+            stats[standing.id] = (delta.positive, delta.negative)
+            results[str(standing.id)] = {"positive": delta.positive, "negative": delta.negative}
             touched.append(standing)
-            if positive or negative:
-                standing.last_seq = seq
-                events.append(EventRecord(standing.id, seq, self._payload(standing, seq, delta)))
+            event = standing.count_batch(seq, delta)
+            if event is not None:
+                events.append(event)
         timings = {k: round(v, 6) for k, v in result.timings.items()}
         timings["engine"] = round(time.perf_counter() - started.t0, 6)
         response_json = orjson.dumps({"batch": seq, "applied": result.applied,
@@ -514,17 +460,6 @@ class EngineService:
             log.exception("after committing batch %d", done.seq)
         done.acknowledged.set_result(IngestResult(done.response_json, replayed=False))
 
-    @staticmethod
-    def _payload(standing: Standing, seq: int, delta) -> str:
-        event = {"batch": seq, "positive": delta.positive, "negative": delta.negative}
-        if standing.deliver == "matches":
-            limit = standing.max_matches
-            added, removed = delta.added[:limit], delta.removed[:limit]
-            event["added"] = added.tolist()
-            event["removed"] = removed.tolist()
-            event["truncated"] = len(added) < delta.positive or len(removed) < delta.negative
-        return orjson.dumps(event).decode()
-
     def _snapshot(self, seq: int, graph: LabeledGraph) -> None:
         try:
             t0 = time.perf_counter()
@@ -573,7 +508,7 @@ class EngineService:
                             created_seq=self.seq, created_at=utc_now(),
                             engine_qid=self.engine.add_query(query), query=query)
         try:
-            backfill = self._backfill(standing) if create.backfill else None
+            backfill = standing.backfill_event(self.engine, self.seq) if create.backfill else None
             record = QueryRecord(id=qid, name=name, pattern=pattern.model_dump_json(),
                                  options=standing.options_json(), created_seq=self.seq,
                                  created_at=standing.created_at)
@@ -588,16 +523,6 @@ class EngineService:
         log.info("registered query %d %r (%d vertices, %d edges)", qid, name,
                  query.num_vertices, query.num_edges)
         return standing.public()
-
-    def _backfill(self, standing: Standing) -> EventRecord:
-        event = {"batch": self.seq, "backfill": True}
-        if standing.deliver == "matches":
-            found = self.engine.matches(standing.engine_qid, limit=standing.max_matches)
-            event.update(positive=found.count, negative=0, added=found.rows.tolist(),
-                         removed=[], truncated=found.truncated)
-        else:
-            event.update(positive=self.engine.count(standing.engine_qid), negative=0)
-        return EventRecord(standing.id, self.seq, orjson.dumps(event).decode())
 
     def delete(self, qid: int) -> None:
         standing = self._standing(qid)
@@ -616,21 +541,10 @@ class EngineService:
 
     def describe(self, qid: int) -> QueryPublic:
         standing = self._standing(qid)
-        return standing.public(self._stats(standing))
+        return standing.public(standing.stats(self.hub))
 
     def list_queries(self) -> list[QueryPublic]:
-        return [s.public(self._stats(s)) for s in self.queries.values()]
-
-    def _stats(self, standing: Standing) -> QueryStats:
-        latencies = np.array(standing.latencies) * 1e3
-        subscribers = self.hub.stats(standing.id)
-        return QueryStats(batches_seen=standing.batches_seen,
-                          total_positive=standing.total_positive,
-                          total_negative=standing.total_negative, last_batch=standing.last_seq,
-                          last_latency_ms=float(latencies[-1]) if len(latencies) else None,
-                          p99_latency_ms=float(np.percentile(latencies, 99))
-                          if len(latencies) else None,
-                          subscribers=subscribers.subscribers, max_lag=subscribers.max_lag)
+        return [s.public(s.stats(self.hub)) for s in self.queries.values()]
 
     # ---- graph (engine thread) --------------------------------------------------------
     def graph_info(self) -> GraphPublic:
