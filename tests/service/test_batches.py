@@ -276,7 +276,7 @@ def test_curls_form_default_and_no_content_type_are_read_as_json(client):
     r = client.post("/v1/batches", content=b"{}", headers={"content-type": "multipart/form-data"})
     assert r.status_code == 415 and "multipart/form-data" in r.json()["detail"]
     assert graph_state(client) == graph
-    # One request, whichever of the two names it gives JSON: a retry replays it.
+    # No Content-Type and curl's form default name the same request: a retry replays it.
     body = json.dumps({"insert_vertices": [[604, 0]]})
     first = client.post("/v1/batches", content=body, headers={"idempotency-key": "k-form"})
     again = client.post("/v1/batches", content=body,
