@@ -123,8 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=BACKENDS, help="executor (default auto)")
     serve.add_argument("--device-graph", choices=DEVICE_GRAPHS,
                        help="cuda: the graph's layout on the device (default lists)")
-    serve.add_argument("--graph", metavar="FILE",
-                       help="bulk-load this graph when the store is empty")
+    serve_graph = serve.add_mutually_exclusive_group()
+    serve_graph.add_argument("--graph", metavar="FILE",
+                             help="bulk-load this graph when the store is empty")
+    serve_graph.add_argument("--demo", action="store_true", default=None,
+                             help="bulk-load the embedded demo graph (the one `match` "
+                                  "replays) when the store is empty")
     serve_labels = serve.add_mutually_exclusive_group()
     serve_labels.add_argument("--labels", metavar="FILE", help="labels for an edge-list --graph")
     serve_labels.add_argument("--num-labels", type=_positive_int, metavar="K",
@@ -286,9 +290,9 @@ def _match(args, progress: Progress) -> int:
     return 0
 
 
-_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "device_graph", "graph", "labels",
-                "num_labels", "label_seed", "synchronous", "snapshot_every", "log_level",
-                "access_log")
+_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "device_graph", "graph", "demo",
+                "labels", "num_labels", "label_seed", "synchronous", "snapshot_every",
+                "log_level", "access_log")
 
 
 def _serve(args, progress: Progress) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -9,6 +10,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1 << 20
+# The labeled GH slice shipped with the package (`motifstream match` without inputs).
+DEMO_GRAPH = Path(str(resources.files("service") / "demo" / "graph.txt"))
 
 
 class Settings(BaseSettings):
@@ -27,6 +30,10 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = None
     # Initial bulk load (only into an empty store): a graph file or an edge list.
     graph: Path | None = None
+    # Bulk-load the embedded demo graph (service/demo/graph.txt, the one `motifstream
+    # match` replays) instead: the README's tour.  An explicit flag, not what a bare
+    # `serve` does, since a server started without a graph is one waiting for PUT /v1/graph.
+    demo: bool = False
     labels: Path | None = None
     num_labels: int | None = Field(None, ge=1)
     label_seed: int = 0
@@ -85,4 +92,10 @@ class Settings(BaseSettings):
             raise ValueError("api_key must be at least 16 characters")
         if self.labels is not None and self.num_labels is not None:
             raise ValueError("give labels or num_labels, not both")
+        if self.demo:
+            if (self.graph not in (None, DEMO_GRAPH) or self.labels is not None
+                    or self.num_labels is not None):
+                raise ValueError("demo loads the embedded demo graph: give demo or graph "
+                                 "(with labels or num_labels), not both")
+            self.graph = DEMO_GRAPH
         return self

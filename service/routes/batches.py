@@ -10,7 +10,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.deps import StateDep, bearer_token, key_accepted, unauthorized
 from service.engine_service import IngestResult
-from service.ingest import JSON, NPY, TEXT, PayloadTooLarge, parse_batch
+from service.ingest import JSON, NPY, TEXT, PayloadTooLarge, parse_batch, read_media_type
 from service.schemas import BatchPublic
 from service.state import ServiceState
 
@@ -149,8 +149,7 @@ async def _ingest_raw(state: ServiceState, headers: dict[bytes, bytes], receive:
             break
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     content_type = headers.get(b"content-type")
-    media = JSON if not content_type else \
-        content_type.decode("latin-1").split(";", 1)[0].strip().lower()
+    media = read_media_type(None if content_type is None else content_type.decode("latin-1"))
     if len(body) > _INLINE_PARSE_BYTES:
         batch = await run_in_threadpool(parse_batch, body, media, settings.max_batch_updates)
     else:

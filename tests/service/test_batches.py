@@ -256,3 +256,30 @@ def test_fast_path_answers_exactly_as_the_route(tmp_path):
     statuses = {answer[0] for answer in fast[:-1]}
     assert {200, 401, 409, 413, 415, 422} <= statuses
     assert fast == route
+
+
+def test_curls_form_default_and_no_content_type_are_read_as_json(client):
+    """`curl -d '{...}'` sends application/x-www-form-urlencoded: the body is read as JSON,
+    as it is without a Content-Type.  A real form body is then a JSON error, other types
+    stay refused."""
+    _setup(client, seed=5)
+    form = "application/x-www-form-urlencoded"
+    for content_type, vertex in ((form, 600), (f"{form}; charset=utf-8", 601), (None, 602)):
+        headers = {} if content_type is None else {"content-type": content_type}
+        r = client.post("/v1/batches", content=json.dumps({"insert_vertices": [[vertex, 0]]}),
+                        headers=headers)
+        assert r.status_code == 200, (content_type, r.text)
+        assert r.json()["applied"]["vertices_added"] == 1
+    graph = graph_state(client)
+    r = client.post("/v1/batches", content="insert_vertices=603", headers={"content-type": form})
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid", r.text
+    r = client.post("/v1/batches", content=b"{}", headers={"content-type": "multipart/form-data"})
+    assert r.status_code == 415 and "multipart/form-data" in r.json()["detail"]
+    assert graph_state(client) == graph
+    # No Content-Type and curl's form default name the same request: a retry replays it.
+    body = json.dumps({"insert_vertices": [[604, 0]]})
+    first = client.post("/v1/batches", content=body, headers={"idempotency-key": "k-form"})
+    again = client.post("/v1/batches", content=body,
+                        headers={"idempotency-key": "k-form", "content-type": form})
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.json() == first.json()

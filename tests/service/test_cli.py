@@ -436,3 +436,13 @@ def test_embedded_demo_runs_without_inputs(capsys):
 def test_partial_inputs_are_refused(capsys):
     assert main(["match", "--graph", "g.txt"]) == 2
     assert "together" in capsys.readouterr().err
+
+
+def test_serve_demo_and_graph_are_exclusive(capsys, monkeypatch):
+    import service.main
+
+    monkeypatch.setattr(service.main, "serve", lambda settings: pytest.fail("served"))
+    assert main(["serve", "--demo", "--graph", "g.txt"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["serve", "--demo", "--num-labels", "3"]) == 2
+    assert "demo" in capsys.readouterr().err

@@ -104,3 +104,13 @@ def graph_json_from_clique(n: int) -> dict:
     data = Data({v: 0 for v in range(n)},
                 {frozenset((a, b)): 0 for a in range(n) for b in range(a + 1, n)})
     return graph_json(data.labeled())
+
+
+def test_curls_form_default_is_read_as_json(client):
+    """`curl -d '{"pattern": ...}'` (application/x-www-form-urlencoded) registers the query."""
+    import json
+
+    r = client.post("/v1/queries", content=json.dumps({"pattern": TRIANGLE, "name": "curl"}),
+                    headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 201, r.text
+    assert (r.json()["name"], r.json()["edges"]) == ("curl", 3)

@@ -7,7 +7,7 @@ import numba
 import pytest
 from pydantic import ValidationError
 
-from service.settings import Settings
+from service.settings import DEMO_GRAPH, Settings
 
 
 def test_engine_threads_default_to_three_quarters_of_the_cpus_within_numbas_pool():
@@ -69,3 +69,23 @@ def test_only_the_server_process_freezes_what_start_up_left(tmp_path):
                                                     "insert_edges": [[1, 2]]}).status_code == 200
     finally:
         gc.unfreeze()
+
+
+def test_demo_loads_the_embedded_demo_graph_and_nothing_else(monkeypatch):
+    assert Settings().graph is None
+    assert Settings(demo=True).graph == DEMO_GRAPH and DEMO_GRAPH.is_file()
+    for other in ({"graph": "g.txt"}, {"labels": "l.txt"}, {"num_labels": 3}):
+        with pytest.raises(ValidationError, match="demo"):
+            Settings(demo=True, **other)
+    monkeypatch.setenv("MOTIFSTREAM_DEMO", "true")
+    assert Settings().graph == DEMO_GRAPH
+
+
+def test_serve_demo_bulk_loads_the_demo_graph(tmp_path):
+    from gpu.io.formats import load_graph
+    from tests.service.conftest import running
+
+    demo = load_graph(DEMO_GRAPH)
+    with running(tmp_path / "data", demo=True) as client:
+        info = client.get("/v1/graph").json()
+        assert (info["vertices"], info["edges"]) == (demo.num_vertices, demo.num_edges)
