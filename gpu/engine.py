@@ -14,14 +14,13 @@ another, each only inserting or only deleting edges, share one search: see Batch
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
-from gpu import pipeline
+from gpu import clock, pipeline
 from gpu.plan import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
@@ -321,7 +320,7 @@ class Engine:
         totals may still be on the device when this returns."""
         if not isinstance(list_limit, Mapping):
             list_limit = dict.fromkeys(self._queries, list_limit)
-        t0 = time.perf_counter()
+        t0 = clock.now()
         batch = normalize(stream, self.graph)
         group = self._group
         if group is not None and not (pipeline.groupable(self, batch, list_limit)
@@ -344,21 +343,21 @@ class Engine:
                    t0: float) -> PendingBatch:
         """A validated batch's three steps (module docstring); t0 is when it came."""
         self._device_seconds = 0.0
-        t1 = time.perf_counter()
+        t1 = clock.now()
         # Leaf counts leave out each phase's update edges (see gpu/plan/leaf_counts.py).  The
         # deleted edges' contributions go for good: the edges leave the graph next.
         self._leaf_edges(batch.delete_u, batch.delete_v, batch.delete_labels, -1)
         negative, neg_seconds = self._incremental(batch.delete_u, batch.delete_v,
                                                   batch.delete_labels, list_limit, defer)
-        t2 = time.perf_counter()
+        t2 = clock.now()
         self._mutate(batch)
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, -1)
-        t3 = time.perf_counter()
+        t3 = clock.now()
         positive, pos_seconds = self._incremental(batch.insert_u, batch.insert_v,
                                                   batch.insert_labels, list_limit, defer)
-        t4 = time.perf_counter()
+        t4 = clock.now()
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
-        t5 = time.perf_counter()
+        t5 = clock.now()
         seconds = {qid: pos_seconds[qid] + neg_seconds[qid] for qid in self._queries}
         timings = {"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
                    "update": (t3 - t2) + (t5 - t4), "device_update": self._device_seconds}
@@ -399,14 +398,15 @@ class Engine:
             # The counted queries of a phase share one compiled call that ranks the edges
             # and fills the update index itself (and clears both); the queries it hands
             # back, and the listed ones, go one by one below.
-            t0 = time.perf_counter()
+            t0 = clock.now()
             found_shared = {qid: found for qid, found in
                            zip(counted, self._count_shared(counted, us, vs, labels, region),
                                strict=True)
                            if found is not None}
             results.update(found_shared)
-            for qid in found_shared:
-                seconds[qid] = (time.perf_counter() - t0) / len(found_shared)
+            if found_shared:
+                seconds.update(dict.fromkeys(found_shared,
+                                             (clock.now() - t0) / len(found_shared)))
             if len(results) == len(self._queries):
                 return results, seconds
             counted = []
@@ -436,23 +436,23 @@ class Engine:
                 for qids, launch in ((counted, self._count_on_device), (listed, list_them)):
                     if not qids:
                         continue
-                    t0 = time.perf_counter()
+                    t0 = clock.now()
                     pending = launch(qids, edges)
                     found = ([Deferred(pending, i) for i in range(len(qids))] if defer
                              else pending.resolve())
                     results.update(zip(qids, found, strict=True))
                     seconds.update(dict.fromkeys(qids,
-                                                 (time.perf_counter() - t0) / len(qids)))
+                                                 (clock.now() - t0) / len(qids)))
             for qid, standing in self._queries.items():
                 if qid in results:
                     continue
-                t0 = time.perf_counter()
+                t0 = clock.now()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
                                   list_limit.get(qid, 0), region)
                 # Converted now: slots of deleted vertices may be reused later.
                 results[qid] = MatchSet(found.count, self._external(found.rows),
                                         found.truncated)
-                seconds[qid] = time.perf_counter() - t0
+                seconds[qid] = clock.now() - t0
         finally:
             if ranked:
                 if self._device is not None:
@@ -478,9 +478,9 @@ class Engine:
             touched = sorted_unique(np.concatenate([
                 batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
                 batch.delete_slots, batch.add_slots])).astype(np.int32)
-            t0 = time.perf_counter()
+            t0 = clock.now()
             self._device.sync(g, touched, batch)
-            self._device_seconds = time.perf_counter() - t0
+            self._device_seconds = clock.now() - t0
             return
         if len(batch.add_ids):
             sig.vertices_added(g, batch.add_slots)

@@ -9,7 +9,6 @@ insert, or only delete, edges wait in a `BatchGroup` and share one search.
 """
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpu import clock
 from gpu.batch import EffectiveBatch
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu
 from gpu.results import BatchResult, MatchSet, QueryDelta
@@ -44,7 +44,11 @@ class Deferred:
 @dataclass
 class PendingBatch:
     """A batch applied to the graph whose counted totals may still be on the device, or
-    whose matching waits for the rest of its batch group."""
+    whose matching waits for the rest of its batch group.
+
+    Its times are gpu.clock readings, which leave Numba's compiling out: `started` when
+    the batch came, `host_done` when its host work ended (for a group member, when the
+    group's search did)."""
     batch: EffectiveBatch
     list_limit: Mapping[int, int]
     negative: dict
@@ -59,21 +63,49 @@ class PendingBatch:
     deltas: dict[int, QueryDelta] | None = None
 
     def finish(self) -> BatchResult:
+        """The batch's result.  Its seconds run from the batch's start to its result being
+        known: the end of its host work, or of the wait for its totals from the device.
+        (A pipelined batch is finished once the next one has started, so that wait
+        begins after the next batch's host work, which overlapped its kernels.)"""
         if self.group is not None:
             self.group.run()
-        deltas = self.deltas if self.deltas is not None else self._deltas()
-        # A deferred batch's seconds end when its host work did; its wait is the next's.
+        known = self.host_done
+        if self.deltas is not None:
+            deltas = self.deltas
+        else:
+            waited = self._resolve()
+            if waited:
+                known = clock.now()
+                self.timings["match"] += sum(waited.values())
+            deltas = self._deltas(waited)
         return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
-                           queries=deltas, seconds=self.host_done - self.started,
+                           queries=deltas, seconds=known - self.started,
                            timings=self.timings)
 
-    def _deltas(self) -> dict[int, QueryDelta]:
+    def _resolve(self) -> dict[int, float]:
+        """Wait for every result still on the device; each query's share of the wait (a
+        shared launch's wait split evenly among its queries), none when nothing waited."""
+        sharing: dict[int, tuple[object, set[int]]] = {}
+        for qid in self.seconds:
+            for found in (self.positive[qid], self.negative[qid]):
+                if isinstance(found, Deferred):
+                    sharing.setdefault(id(found.pending), (found.pending, set()))[1].add(qid)
+        waited: dict[int, float] = {}
+        for pending, qids in sharing.values():
+            t0 = clock.now()
+            pending.resolve()
+            share = (clock.now() - t0) / len(qids)
+            for qid in qids:
+                waited[qid] = waited.get(qid, 0.0) + share
+        return waited
+
+    def _deltas(self, waited: Mapping[int, float]) -> dict[int, QueryDelta]:
         deltas = {}
         for qid in self.seconds:
             pos, neg = (found.resolve() if isinstance(found, Deferred) else found
                         for found in (self.positive[qid], self.negative[qid]))
             delta = QueryDelta(positive=pos.count, negative=neg.count,
-                               seconds=self.seconds[qid])
+                               seconds=self.seconds[qid] + waited.get(qid, 0.0))
             if self.list_limit.get(qid, 0) > 0:
                 delta.added = pos.rows
                 delta.removed = neg.rows
@@ -197,18 +229,18 @@ class BatchGroup:
                                   **{f"{kind}_u": us, f"{kind}_v": vs, f"{kind}_labels": labels,
                                      f"{other}_u": none, f"{other}_v": none,
                                      f"{other}_labels": none})
-        t0 = time.perf_counter()
+        t0 = clock.now()
         if self.inserting:
             engine._mutate(combined)
         engine._leaf_edges(us, vs, labels, -1)
-        t1 = time.perf_counter()
+        t1 = clock.now()
         totals = self._count(us, vs, labels, edge_batch)
-        t2 = time.perf_counter()
+        t2 = clock.now()
         if self.inserting:
             engine._leaf_edges(us, vs, labels, +1)
         else:
             engine._mutate(combined)
-        t3 = time.perf_counter()
+        t3 = clock.now()
         qids = engine.query_ids()
         match, update = (t2 - t1) / n, ((t1 - t0) + (t3 - t2)) / n
         share = match / len(qids) if qids else 0.0
@@ -258,7 +290,7 @@ def join_group(engine: Engine, batch: EffectiveBatch, list_limit: Mapping[int, i
     group = engine._group
     if group is None:
         group = engine._group = BatchGroup(engine, inserting=len(batch.insert_u) > 0)
-    now = time.perf_counter()
+    now = clock.now()
     pending = PendingBatch(batch, list_limit, {}, {}, {}, t0, now,
                            {"validate": now - t0, "match": 0.0, "update": 0.0,
                             "device_update": 0.0})

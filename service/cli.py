@@ -18,6 +18,7 @@ import sys
 import time
 from importlib import metadata, resources
 
+from gpu import clock
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
 from gpu.engine import BatchRejected, Engine
@@ -245,14 +246,15 @@ def _count(args, progress: Progress) -> int:
     engine, names = _load(args, progress)
     for qid, name in names.items():
         progress.phase(f"counting {name}")
-        t0 = time.perf_counter()
+        t0 = clock.now()        # leaves Numba's compiling out
         matches = engine.count(qid)
-        _emit({"query": name, "matches": matches, "seconds": time.perf_counter() - t0})
+        _emit({"query": name, "matches": matches, "seconds": clock.now() - t0})
     return 0
 
 
 def _match(args, progress: Progress) -> int:
     t0 = time.perf_counter()
+    compiled_before = clock.compile_seconds()
     engine, names = _load(args, progress)
     progress.phase(f"reading updates {args.updates}")
     updates = read_updates(args.updates)
@@ -263,6 +265,7 @@ def _match(args, progress: Progress) -> int:
     truncated = 0
     progress.phase(f"applying {len(updates)} updates in {len(batches)} "
                    f"batch{'' if len(batches) == 1 else 'es'}")
+    stream_start = time.perf_counter()
     with _open_listing(args.list) as listing:
         # apply_stream: on CUDA a batch's host work overlaps the kernels of the one before.
         results = engine.apply_stream(batches, list_limit=args.list_limit if listing else 0)
@@ -275,8 +278,11 @@ def _match(args, progress: Progress) -> int:
                 if listing:
                     truncated += _write_matches(listing, i, name, delta)
             progress.update(i + 1, len(batches), totals.updates)
+    wall_seconds = time.perf_counter() - stream_start
     progress.close()
-    _emit(totals.summary(len(batches), load_seconds, engine.backend))
+    _emit(totals.summary(len(batches), engine.backend, wall_seconds=wall_seconds,
+                         load_seconds=load_seconds,
+                         compile_seconds=clock.compile_seconds() - compiled_before))
     if truncated:
         print(f"{PROG}: warning: {truncated} (batch, query) match lists in {args.list} were "
               f"truncated at --list-limit {args.list_limit}; the counts are exact",
@@ -320,7 +326,6 @@ class _Totals:
         self.applied: dict[str, int] = {}
         self.ignored: dict[str, int] = {}
         self.updates = 0
-        self.seconds = 0.0
 
     def add(self, res, size: int) -> None:
         self.updates += size
@@ -330,13 +335,17 @@ class _Totals:
         for total, part in ((self.applied, res.applied), (self.ignored, res.ignored)):
             for key, value in part.items():
                 total[key] = total.get(key, 0) + value
-        self.seconds += res.seconds
 
-    def summary(self, batches: int, load_seconds: float, backend: str) -> dict:
+    def summary(self, batches: int, backend: str, **seconds: float) -> dict:
+        """The summary line.  Its times, all wall clock: `wall_seconds` the stream's, from
+        its first batch's start to its last result (batches overlap when pipelined, so
+        it is not the sum of theirs), `load_seconds` reading and indexing the inputs,
+        `compile_seconds` the part of both that Numba spent compiling (or loading
+        compiled code), which no batch's own `seconds` includes."""
         return {"summary": True, "batches": batches, "updates": self.updates,
                 "queries": {self.names[qid]: c for qid, c in self.queries.items()},
-                "applied": self.applied, "ignored": self.ignored, "seconds": self.seconds,
-                "load_seconds": load_seconds, "backend": backend}
+                "applied": self.applied, "ignored": self.ignored, **seconds,
+                "backend": backend}
 
 
 @contextlib.contextmanager
