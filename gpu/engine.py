@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from gpu import clock, pipeline
+from gpu.cpu import interpreted
 from gpu.plan import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
@@ -260,10 +261,11 @@ class Engine:
             small_query(self.signatures.cand[qid], self._queries[qid].leaves,
                         self._queries[qid].plan.incremental) for qid in qids])
 
-    def _arrays_key(self) -> tuple[int, int]:
+    def _arrays_key(self) -> tuple[int, int, int]:
         """Names the state of the per-query arrays the QueryArrays lists hold: they are
-        replaced only when a query comes or goes, or when the vertex capacity grows."""
-        return self._arrays_generation, self.graph.label.shape[0]
+        replaced only when a query comes or goes, or when the vertex capacity grows; and
+        the kind of list the kernels take (a plain one while they are interpreted)."""
+        return self._arrays_generation, self.graph.label.shape[0], interpreted.epoch()
 
     def _external(self, rows: np.ndarray) -> np.ndarray:
         if rows.shape[0] == 0:

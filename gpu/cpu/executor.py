@@ -9,9 +9,9 @@ import weakref
 
 import numba
 import numpy as np
-from numba.typed import List
 
 from gpu.cpu import leaf_groups, phases, search
+from gpu.cpu.interpreted import kernel_list
 from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import LeafGroups, TaskTypes, group_leaf_tasks, make_tasks
 from gpu.results import MatchSet
@@ -119,8 +119,7 @@ def _shared_count(graph, cand, leaves: LeafCounts, updates: UpdateIndex, types: 
                   tu, tv, tr, tt) -> int:
     """The matches of one query's counted tasks, its workers sharing the work as in
     count_phase_cpu (a query count_phase hands back runs its tasks not grouped here)."""
-    queries = List()
-    queries.append(small_query(cand, leaves, types))
+    queries = kernel_list([small_query(cand, leaves, types)])
     tasks = (np.zeros(len(tu), dtype=np.int32), tu, tv, tr, tt)
     with numba.parallel_chunksize(1):
         found, _ = phases.share_tasks(
