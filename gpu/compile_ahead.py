@@ -16,7 +16,7 @@ does, with the kernels compiled so far.  MOTIFSTREAM_FIRST_RUN=compile turns the
 background off (the test suite sets it).
 
 The stamp, written by the background process when it has finished, names the code it
-compiled (Numba's version, the interpreter, every source file's size and time) and every
+compiled (Numba's and Python's versions, every source file's size and time) and every
 cache index it wrote: the cache counts as filled while the code is the same and the
 indexes are all there (deleting the `.nbi` files empties it).
 """
@@ -102,8 +102,8 @@ def cache_dir() -> Path:
 
 
 def code_key() -> str:
-    """Names the code Numba compiles: its version, the interpreter, every source file."""
-    digest = hashlib.sha256(f"{numba.__version__} {sys.version} {sys.executable}".encode())
+    """Names the code Numba compiles: its version, Python's, every source file."""
+    digest = hashlib.sha256(f"{numba.__version__} {sys.version}".encode())
     root = Path(gpu.__file__).parent
     for path in sorted(root.rglob("*.py")):
         info = path.stat()

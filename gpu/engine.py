@@ -9,7 +9,8 @@
      inserted edges.
 
 On the CPU executor, small batches that `start` (or `apply_stream`) takes one after
-another, each only inserting or only deleting edges, share one search: see BatchGroup.
+another, each only inserting or only deleting edges, share one search, and on CUDA a
+started batch's totals come back while the next one starts: see gpu/pipeline.py.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from gpu.pipeline import BatchGroup, Deferred, PendingBatch
 from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import PlanStats, QueryPlan, TaskTypes, build_plan
 from gpu.plan.query import QueryGraph
-from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
+from gpu.results import BatchResult, MatchList, MatchSet
 from gpu.graph.sets import sorted_unique
 from gpu.plan.signatures import SignatureTable
 

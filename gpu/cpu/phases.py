@@ -17,8 +17,16 @@ from gpu.cpu.atomics import atomic_add, atomic_cas, atomic_load
 from gpu.cpu.borrowed import borrowed, borrowed_graph, borrowed_plan
 from gpu.cpu.cycles import cycles
 from gpu.cpu.search import _search, _search_from, new_scratch
-from gpu.cpu.work_queue import HEAD, PENDING, REC_LEVEL, REC_MATCHED, REC_PIECE, TAIL, \
-    WAITING, new_queue
+from gpu.cpu.work_queue import (
+    HEAD,
+    PENDING,
+    REC_LEVEL,
+    REC_MATCHED,
+    REC_PIECE,
+    TAIL,
+    WAITING,
+    new_queue,
+)
 from gpu.graph.lists import find_position
 
 

@@ -370,11 +370,22 @@ def test_progress_on_a_terminal():
     assert "\rbatch 4/4, " in text and text.endswith("\n")
 
 
+def test_progress_status_redraws_the_meter_line():
+    screen = _Terminal()
+    progress = Progress(screen)
+    progress.phase("compiling the CPU executor (first run only)")
+    progress.status("compiled 12 kernels in 3 s")
+    progress.phase("applying 8 updates in 1 batch")
+    text = screen.getvalue()
+    assert "(first run only)\n\rcompiled 12 kernels in 3 s\n[" in text
+
+
 def test_progress_disabled_writes_nothing():
     screen = _Terminal()
     progress = Progress(screen, enabled=False)
     progress.phase("x")
     progress.update(1, 2, 3)
+    progress.status("y")
     progress.close()
     assert screen.getvalue() == ""
 
