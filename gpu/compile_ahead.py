@@ -163,7 +163,7 @@ class _Announce(event.Listener):
 def compile_everything() -> list[str]:
     """Compile (or load) every kernel a run of the CPU executor reaches; the cache index
     of each."""
-    from gpu.io import formats
+    from gpu import load_graph, read_query, read_updates  # the readers the CLI uses
     from gpu.warm_up import warm_up
 
     warm_up("cpu")
@@ -173,11 +173,11 @@ def compile_everything() -> list[str]:
         (tiny / "updates.txt").write_text("e 0 3 0\n-e 0 1\n")
         (tiny / "edges.csv").write_text("a,b\n0,1\n1,2\n")
         (tiny / "labels.txt").write_text("0 0\n1 1\n2 0\n")
-        formats.load_graph(tiny / "graph.txt")
-        formats.read_query(tiny / "graph.txt")
-        formats.read_updates(tiny / "updates.txt")
-        formats.load_graph(tiny / "edges.csv", num_labels=2)
-        formats.load_graph(tiny / "edges.csv", labels_path=tiny / "labels.txt")
+        load_graph(tiny / "graph.txt")
+        read_query(tiny / "graph.txt")
+        read_updates(tiny / "updates.txt")
+        load_graph(tiny / "edges.csv", num_labels=2)
+        load_graph(tiny / "edges.csv", labels_path=tiny / "labels.txt")
     return sorted({kernel._cache._cache_file._index_path for kernel in interpreted.kernels()
                    if kernel.overloads and getattr(kernel, "_cache", None) is not None
                    and os.path.exists(kernel._cache._cache_file._index_path)})
