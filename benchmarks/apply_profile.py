@@ -32,6 +32,7 @@ import numpy as np
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from benchmarks.service_bench import REPO
 from gpu import engine as engine_module
+from gpu import pipeline
 from gpu.cpu import executor
 from gpu.graph import lists
 from gpu.plan import leaf_counts, signatures, upkeep
@@ -93,12 +94,14 @@ def instrument(sections: Sections) -> None:
     for name in ("_start", "_leaf_edges", "_query_arrays", "_incremental", "_count_shared",
                  "_mutate"):
         wrap(Engine, name, f"Engine.{name}")
-    wrap(engine_module._PendingBatch, "finish", "_PendingBatch.finish")
+    wrap(pipeline.PendingBatch, "finish", "PendingBatch.finish")
     wrap(engine_module, "count_small_cpu", "count_small_cpu (search, compiled)")
     wrap(engine_module, "count_phase_cpu", "count_phase_cpu (search, parallel)")
+    wrap(pipeline, "count_small_cpu", "count_small_cpu (a batch group's search)")
+    wrap(pipeline, "count_phase_cpu", "count_phase_cpu (a batch group's region)")
     wrap(engine_module, "execute_cpu", "execute_cpu (a query handed back or listed)")
     wrap(engine_module, "small_query", "executor.small_query")
-    wrap(executor.search, "count_small", "search.count_small (compiled)")
+    wrap(executor.phases, "count_small", "phases.count_small (compiled)")
     wrap(upkeep.QueryArrays, "get", "QueryArrays.get")
     wrap(upkeep, "leaf_edges", "upkeep.leaf_edges (compiled)")
     wrap(upkeep, "refresh_candidates", "upkeep.refresh_candidates (compiled)")

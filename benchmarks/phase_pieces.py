@@ -5,7 +5,7 @@
 
 The service benchmark's setup (GH, 5 random labels, 10% of the edges held out and cycled,
 the 10 dense 6-vertex queries counted).  For each batch of inserted edges it makes every
-query's tasks as `search.count_phase` does (queries where a leaf group forms are
+query's tasks as `phases.count_phase` does (queries where a leaf group forms are
 left out: the general path runs them), splits them as count_phase would for `--threads`
 workers, times every piece with one call of the compiled search from Python, and then
 deals the pieces as count_phase's queue does before its workers give (heaviest task's
@@ -26,7 +26,7 @@ from numba.typed import List
 
 from benchmarks.apply_profile import add_setup_args, batches, gh_engine
 from benchmarks.gh_table import INSERT_FRACTION
-from gpu.cpu import executor, search
+from gpu.cpu import executor, phases, search
 from gpu.config import EngineConfig
 from gpu.io.graphs import load_graph
 from gpu.io.streams import split_stream
@@ -81,7 +81,7 @@ def main(argv=None) -> None:
 
 def _time_pieces(args, queries, arrays, updates, graph, us, vs, labels):
     """[(task weight, seconds)] for every piece, and [(weight, seconds)] of unsplit tasks."""
-    marks = search._mark_updates(us, vs, labels, arrays, updates.start, updates.count)
+    marks = phases._mark_updates(us, vs, labels, arrays, updates.start, updates.count)
     ranks, upd = marks[0], marks[3:]
     pieces, unsplit = [], []
     no_out = np.empty((0, 0), dtype=np.int32)
@@ -89,8 +89,8 @@ def _time_pieces(args, queries, arrays, updates, graph, us, vs, labels):
         tasks = []
         for q in range(len(queries)):
             roots, root_labels, cand, plan, column, nc = queries[q]
-            tu, tv, tr, tt, made = search._query_tasks(us, vs, labels, ranks, roots,
-                                                             root_labels, cand, plan[10], 2)
+            tu, tv, tr, tt, made = phases._query_tasks(us, vs, labels, ranks, roots,
+                                                       root_labels, cand, plan[10], 2)
             tasks += [(q, tu[t], tv[t], tr[t], tt[t]) for t in range(max(made, 0))]
         weights = [float(graph.deg[u]) * graph.deg[v] for _, u, v, _, _ in tasks]
         most = executor.PIECES_PER_THREAD * args.threads
@@ -115,7 +115,7 @@ def _time_pieces(args, queries, arrays, updates, graph, us, vs, labels):
                 if parts == 1:
                     unsplit.append((weight, seconds))
     finally:
-        search._unmark_updates(us, vs, marks[1], marks[2], arrays, updates.count)
+        phases._unmark_updates(us, vs, marks[1], marks[2], arrays, updates.count)
     return pieces, unsplit
 
 
@@ -133,7 +133,7 @@ def _split_cost(args, engine, queries, held_out) -> None:
 
     def run(i: int, pieces: int) -> tuple[float, list[int]]:
         t0 = time.perf_counter()
-        totals = search.count_phase(
+        totals = phases.count_phase(
             queries, us[i:i + 1], vs[i:i + 1], labels, np.zeros(1, dtype=np.int32),
             np.int64(1), 0, executor._graph_arrays(graph),
             engine._updates.start, engine._updates.count, graph.max_degree, 0.0,

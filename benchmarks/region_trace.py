@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks.apply_profile import Sections, add_setup_args, batches, gh_engine, instrument
 from benchmarks.gh_table import INSERT_FRACTION
-from gpu.cpu import search
+from gpu.cpu import phases
 from gpu.config import EngineConfig
 from gpu.cpu.cycles import cycles_per_second
 from gpu.io.graphs import load_graph
@@ -47,13 +47,13 @@ TRACE_ROWS = 400_000
 
 
 class Recorder:
-    """Wraps search.count_phase to pass a trace and keep each call's rows."""
+    """Wraps phases.count_phase to pass a trace and keep each call's rows."""
 
     def __init__(self) -> None:
         self.buffer = np.zeros((TRACE_ROWS, 6), dtype=np.int64)
         self.calls: list[tuple[float, np.ndarray | None]] = []
         self.untraced = 0
-        real = search.count_phase
+        real = phases.count_phase
 
         def traced(*args):
             self.buffer[0] = 0
@@ -67,7 +67,7 @@ class Recorder:
                 self.untraced += 1
             self.calls.append((seconds, rows))
             return out
-        search.count_phase = traced
+        phases.count_phase = traced
 
 
 def measure(wall: float, calls, hz: float) -> tuple[dict, dict]:

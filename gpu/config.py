@@ -43,7 +43,7 @@ class EngineConfig:
     # CPU executor: batches started one after another (Engine.start, apply_stream: the
     # service's queue) that each only insert, or only delete, edges share one search, a
     # batch group of at most this many edges, each batch's counts still its own (0: off;
-    # gpu/engine.py _BatchGroup).
+    # gpu/pipeline.py BatchGroup).
     batch_group_edges: int = 64
     # CPU executor: with shared_region_threads Numba threads or more, a batch group of at
     # least this many edges runs in one parallel region (count_phase); a smaller one, and

@@ -9,19 +9,20 @@
      inserted edges.
 
 On the CPU executor, small batches that `start` (or `apply_stream`) takes one after
-another, each only inserting or only deleting edges, share one search: see _BatchGroup.
+another, each only inserting or only deleting edges, share one search, and on CUDA a
+started batch's totals come back while the next one starts: see gpu/pipeline.py.
 """
 from __future__ import annotations
 
 import functools
-import time
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
+from gpu import clock, pipeline
+from gpu.cpu import interpreted
 from gpu.plan import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize
 from gpu.config import EngineConfig
@@ -29,10 +30,11 @@ from gpu.cuda.device import resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
 from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.graph.lists import DynamicGraph
+from gpu.pipeline import BatchGroup, Deferred, PendingBatch
 from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import PlanStats, QueryPlan, TaskTypes, build_plan
 from gpu.plan.query import QueryGraph
-from gpu.results import BatchResult, MatchList, MatchSet, QueryDelta
+from gpu.results import BatchResult, MatchList, MatchSet
 from gpu.graph.sets import sorted_unique
 from gpu.plan.signatures import SignatureTable
 
@@ -61,130 +63,6 @@ class UnknownQuery(KeyError):
 class _Standing:
     plan: QueryPlan
     leaves: LeafCounts
-
-
-class _Deferred:
-    """One query's result still on the device: its count (and listed rows) in queued
-    shared launches (gpu.cuda.executor.PendingMatches), with the query's index there."""
-
-    def __init__(self, pending, index: int) -> None:
-        self.pending, self.index = pending, index
-
-    def resolve(self) -> MatchSet:
-        return self.pending.resolve()[self.index]
-
-
-@dataclass
-class _PendingBatch:
-    """A batch applied to the graph whose counted totals may still be on the device, or
-    whose matching waits for the rest of its batch group."""
-    batch: EffectiveBatch
-    list_limit: Mapping[int, int]
-    negative: dict
-    positive: dict
-    seconds: dict[int, float]
-    started: float
-    host_done: float
-    timings: dict[str, float]
-    group: _BatchGroup | None = None
-    # A batch group member's results, made by the group's run (positive, negative and
-    # seconds stay empty).
-    deltas: dict[int, QueryDelta] | None = None
-
-    def finish(self) -> BatchResult:
-        if self.group is not None:
-            self.group.run()
-        deltas = self.deltas if self.deltas is not None else self._deltas()
-        # A deferred batch's seconds end when its host work did; its wait is the next's.
-        return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
-                           queries=deltas, seconds=self.host_done - self.started,
-                           timings=self.timings)
-
-    def _deltas(self) -> dict[int, QueryDelta]:
-        deltas = {}
-        for qid in self.seconds:
-            pos, neg = (found.resolve() if isinstance(found, _Deferred) else found
-                        for found in (self.positive[qid], self.negative[qid]))
-            delta = QueryDelta(positive=pos.count, negative=neg.count,
-                               seconds=self.seconds[qid])
-            if self.list_limit.get(qid, 0) > 0:
-                delta.added = pos.rows
-                delta.removed = neg.rows
-                delta.truncated = pos.truncated or neg.truncated
-            deltas[qid] = delta
-        return deltas
-
-
-class _BatchGroup:
-    """Consecutive batches that each only insert, or each only delete, distinct edges
-    between existing vertices, with every standing query counted: their updates and their
-    matching wait (Engine.start returns at once) until one of them is finished or the
-    engine is used otherwise, then run as one phase, one search for the whole group.
-
-    Exact per batch by the total-order rule (an update edge ranked below a task's own edge
-    is off limits, so each match is found from its lowest-ranked update edge), with the
-    batches' edges ranked so that each batch's tasks see the graph as it was after (when
-    inserting) or before (when deleting) that batch alone:
-      - deleted edges are ranked in batch order and searched in the graph before the
-        group, so batch j's tasks do not see the edges batches 1..j-1 deleted;
-      - inserted edges are ranked in reverse batch order and searched in the graph after
-        the group, so batch j's tasks do not see the edges batches j+1.. inserted.
-    Every task's count goes to its edge's batch.  The candidate bits and leaf counts are
-    those of the whole group's graph: only a superset of each batch's candidates (a vertex
-    gains candidacy by gaining edges), and candidacy is a necessary condition of a match,
-    never a sufficient one, so the counts do not change."""
-
-    def __init__(self, engine: "Engine", inserting: bool) -> None:
-        self.engine = engine
-        self.inserting = inserting
-        self.members: list[_PendingBatch] = []
-        self.keys: set[int] = set()
-        self.edges = 0
-        self.done = False
-        self.error: BaseException | None = None
-
-    def admits(self, batch: EffectiveBatch, limit: int) -> bool:
-        """Whether `batch` (normalized against the graph without this group's updates,
-        _groupable) can join: same kind, room left, and none of its edges in the group."""
-        us, vs, _ = _side(batch, self.inserting)
-        if len(us) == 0 or self.edges + len(us) > limit:
-            return False
-        keys = _edge_keys(us, vs)
-        return self.keys.isdisjoint(keys)
-
-    def add(self, pending: _PendingBatch) -> None:
-        us, vs, _ = _side(pending.batch, self.inserting)
-        self.keys.update(_edge_keys(us, vs))
-        self.edges += len(us)
-        self.members.append(pending)
-        pending.group = self
-
-    def run(self) -> None:
-        """Apply the group's updates and search it (once; the engine's open group).  If
-        that fails, every member's finish() fails."""
-        if not self.done:
-            try:
-                self.engine._run_group(self)
-            except BaseException as exc:
-                self.error = exc
-                raise
-        elif self.error is not None:
-            raise RuntimeError(f"the batch group of this batch failed: {self.error!r}") \
-                from self.error
-
-
-def _side(batch: EffectiveBatch, inserting: bool) -> tuple[np.ndarray, ...]:
-    """A batch's inserted or deleted edges: (u, v, labels)."""
-    return (batch.insert_u, batch.insert_v, batch.insert_labels) if inserting else \
-        (batch.delete_u, batch.delete_v, batch.delete_labels)
-
-
-def _edge_keys(us: np.ndarray, vs: np.ndarray) -> list[int]:
-    return ((us.astype(np.int64) << 32) | vs.astype(np.int64)).tolist()
-
-
-# count_small's task bound for a batch group: none (its tasks never go one query at a time).
-_NO_TASK_BOUND = 1 << 62
 
 
 class Engine:
@@ -218,7 +96,7 @@ class Engine:
         self._next_id = 1
         self.batches_applied = 0
         self._device_seconds = 0.0      # the last batch's device graph and candidate sync
-        self._group: _BatchGroup | None = None      # open batch group (CPU executor)
+        self._group: BatchGroup | None = None      # open batch group (CPU executor)
         if self._device is not None:
             self._device.sync(self.graph)
             # Signatures and candidate bits live on the device (gpu/cuda/signatures.py).
@@ -384,10 +262,11 @@ class Engine:
             small_query(self.signatures.cand[qid], self._queries[qid].leaves,
                         self._queries[qid].plan.incremental) for qid in qids])
 
-    def _arrays_key(self) -> tuple[int, int]:
+    def _arrays_key(self) -> tuple[int, int, int]:
         """Names the state of the per-query arrays the QueryArrays lists hold: they are
-        replaced only when a query comes or goes, or when the vertex capacity grows."""
-        return self._arrays_generation, self.graph.label.shape[0]
+        replaced only when a query comes or goes, or when the vertex capacity grows; and
+        the kind of list the kernels take (a plain one while they are interpreted)."""
+        return self._arrays_generation, self.graph.label.shape[0], interpreted.epoch()
 
     def _external(self, rows: np.ndarray) -> np.ndarray:
         if rows.shape[0] == 0:
@@ -407,12 +286,12 @@ class Engine:
         return self._start(stream, list_limit, defer=False).finish()
 
     def start(self, stream: UpdateStream, list_limit: int | Mapping[int, int] = 0
-              ) -> _PendingBatch:
+              ) -> PendingBatch:
         """Apply one batch atomically (as `apply`) and start its matching: the batch is
         applied when this returns, and `finish()` of what it returns gives its BatchResult.
         On the CUDA executor counted queries' totals may still be on the device until
         then, so the caller can start the next batch first (as apply_stream does).  On the
-        CPU executor a batch that can be part of a batch group (_BatchGroup) waits for the
+        CPU executor a batch that can be part of a batch group (BatchGroup) waits for the
         batches started after it: its updates and search run when any member of its group
         is finished, when a batch that cannot join is started, or at any other engine call
         that reads the graph or the queries (read `graph` itself only after one)."""
@@ -431,23 +310,7 @@ class Engine:
         raises BatchRejected (any error, its own) after the results of the batches before
         it.
         """
-        pending: deque[_PendingBatch] = deque()
-        for stream in streams:
-            try:
-                current = self._start(stream, list_limit, defer=True)
-            except Exception:
-                # The batches before were applied: their results first.
-                while pending:
-                    yield pending.popleft().finish()
-                raise
-            pending.append(current)
-            # The last batch stays (its kernels overlap the next one's host work), and so
-            # do the members of the open group (the next batch may join it).
-            while len(pending) > 1 and (pending[0].group is None
-                                        or pending[0].group is not self._group):
-                yield pending.popleft().finish()
-        while pending:
-            yield pending.popleft().finish()
+        return pipeline.stream(self, streams, list_limit)
 
     def flush(self) -> None:
         """Apply and search the open batch group, if any (every other engine call that
@@ -455,22 +318,22 @@ class Engine:
         if self._group is not None:
             self._group.run()
 
-    def _start(self, stream: UpdateStream, list_limit, defer: bool) -> _PendingBatch:
+    def _start(self, stream: UpdateStream, list_limit, defer: bool) -> PendingBatch:
         """Apply a batch to the graph and start its matching; with `defer`, counted queries'
         totals may still be on the device when this returns."""
         if not isinstance(list_limit, Mapping):
             list_limit = dict.fromkeys(self._queries, list_limit)
-        t0 = time.perf_counter()
+        t0 = clock.now()
         batch = normalize(stream, self.graph)
         group = self._group
-        if group is not None and not (self._groupable(batch, list_limit)
+        if group is not None and not (pipeline.groupable(self, batch, list_limit)
                                       and group.admits(batch, self.config.batch_group_edges)):
             # The batch comes after the group's updates: validated again once they are in.
             self.flush()
             batch = normalize(stream, self.graph)
-            group = None
-        if self._groupable(batch, list_limit):
-            return self._join_group(group, batch, list_limit, t0)
+        if pipeline.groupable(self, batch, list_limit):
+            self.batches_applied += 1
+            return pipeline.join_group(self, batch, list_limit, t0)
         if self._device is not None and len(batch.add_slots):
             slots = max(self.graph.num_slots, int(batch.add_slots.max()) + 1)
             problem = self._device.admit(batch.add_labels, slots)
@@ -480,123 +343,28 @@ class Engine:
         return self._run_batch(batch, list_limit, defer, t0)
 
     def _run_batch(self, batch: EffectiveBatch, list_limit: Mapping[int, int], defer: bool,
-                   t0: float) -> _PendingBatch:
+                   t0: float) -> PendingBatch:
         """A validated batch's three steps (module docstring); t0 is when it came."""
         self._device_seconds = 0.0
-        t1 = time.perf_counter()
+        t1 = clock.now()
         # Leaf counts leave out each phase's update edges (see gpu/plan/leaf_counts.py).  The
         # deleted edges' contributions go for good: the edges leave the graph next.
         self._leaf_edges(batch.delete_u, batch.delete_v, batch.delete_labels, -1)
         negative, neg_seconds = self._incremental(batch.delete_u, batch.delete_v,
                                                   batch.delete_labels, list_limit, defer)
-        t2 = time.perf_counter()
+        t2 = clock.now()
         self._mutate(batch)
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, -1)
-        t3 = time.perf_counter()
+        t3 = clock.now()
         positive, pos_seconds = self._incremental(batch.insert_u, batch.insert_v,
                                                   batch.insert_labels, list_limit, defer)
-        t4 = time.perf_counter()
+        t4 = clock.now()
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
-        t5 = time.perf_counter()
+        t5 = clock.now()
         seconds = {qid: pos_seconds[qid] + neg_seconds[qid] for qid in self._queries}
         timings = {"validate": t1 - t0, "match": (t2 - t1) + (t4 - t3),
                    "update": (t3 - t2) + (t5 - t4), "device_update": self._device_seconds}
-        return _PendingBatch(batch, list_limit, negative, positive, seconds, t0, t5, timings)
-
-    def _groupable(self, batch: EffectiveBatch, list_limit: Mapping[int, int]) -> bool:
-        """Whether `batch` can be part of a batch group: on the CPU executor, with every
-        query counted, a batch that only inserts or only deletes at most
-        `batch_group_edges` edges, with nothing ignored (an ignored record may be one the
-        group's updates would apply) and no vertex added or deleted."""
-        limit = self.config.batch_group_edges
-        if self._device is not None or limit == 0 or len(batch.add_ids) or \
-                len(batch.delete_slots) or any(batch.ignored.values()):
-            return False
-        inserts, deletes = len(batch.insert_u), len(batch.delete_u)
-        if (inserts == 0) == (deletes == 0) or inserts + deletes > limit:
-            return False
-        return all(list_limit.get(qid, 0) <= 0 for qid in self._queries)
-
-    def _join_group(self, group: _BatchGroup | None, batch: EffectiveBatch,
-                    list_limit: Mapping[int, int], t0: float) -> _PendingBatch:
-        """Add a _groupable batch to the open group (one it admits), or open one."""
-        if group is None:
-            group = self._group = _BatchGroup(self, inserting=len(batch.insert_u) > 0)
-        now = time.perf_counter()
-        pending = _PendingBatch(batch, list_limit, {}, {}, {}, t0, now,
-                                {"validate": now - t0, "match": 0.0, "update": 0.0,
-                                 "device_update": 0.0})
-        group.add(pending)
-        self.batches_applied += 1
-        return pending
-
-    def _run_group(self, group: _BatchGroup) -> None:
-        """A batch group's updates and one search for all of it (see _BatchGroup); each
-        member gets its own counts, and an even share of the time.  A group of one batch
-        runs as any batch does."""
-        assert group is self._group and not group.done
-        self._group = None
-        group.done = True
-        members = group.members
-        n = len(members)
-        if n == 1:
-            alone = members[0]
-            ran = self._run_batch(alone.batch, alone.list_limit, False, alone.started)
-            ran.timings["validate"] = alone.timings["validate"]
-            alone.positive, alone.negative, alone.seconds = ran.positive, ran.negative, \
-                ran.seconds
-            alone.timings, alone.host_done = ran.timings, ran.host_done
-            return
-        # Ranks follow the order of the edges: batch order when deleting, reversed when
-        # inserting.
-        order = range(n - 1, -1, -1) if group.inserting else range(n)
-        parts = [_side(members[i].batch, group.inserting) for i in order]
-        us, vs, labels = (np.concatenate([p[k] for p in parts]) for k in range(3))
-        edge_batch = np.concatenate([np.full(len(p[0]), i, dtype=np.int32)
-                                     for i, p in zip(order, parts, strict=True)])
-        none = _NO_VERTICES
-        kind, other = ("insert", "delete") if group.inserting else ("delete", "insert")
-        combined = EffectiveBatch(add_ids=np.empty(0, dtype=np.int64), add_labels=none,
-                                  add_slots=none, delete_slots=none,
-                                  **{f"{kind}_u": us, f"{kind}_v": vs, f"{kind}_labels": labels,
-                                     f"{other}_u": none, f"{other}_v": none,
-                                     f"{other}_labels": none})
-        t0 = time.perf_counter()
-        if group.inserting:
-            self._mutate(combined)
-        self._leaf_edges(us, vs, labels, -1)
-        t1 = time.perf_counter()
-        totals = self._count_group(us, vs, labels, edge_batch, n)
-        t2 = time.perf_counter()
-        if group.inserting:
-            self._leaf_edges(us, vs, labels, +1)
-        else:
-            self._mutate(combined)
-        t3 = time.perf_counter()
-        qids = list(self._queries)
-        match, update = (t2 - t1) / n, ((t1 - t0) + (t3 - t2)) / n
-        share = match / len(qids) if qids else 0.0
-        # Once per batch and query, so plain ints and the results' own type, no more.
-        for pending, counts in zip(members, totals.T.tolist(), strict=True):
-            pending.deltas = {qid: QueryDelta(count, 0, seconds=share) for qid, count in
-                              zip(qids, counts, strict=True)} if group.inserting else \
-                {qid: QueryDelta(0, count, seconds=share) for qid, count in
-                 zip(qids, counts, strict=True)}
-            pending.timings["match"], pending.timings["update"] = match, update
-            pending.host_done = t3
-
-    def _count_group(self, us, vs, labels, edge_batch, nbatch: int) -> np.ndarray:
-        """Every query's counts per batch of a group's edges: shape (queries, nbatch)."""
-        qids = list(self._queries)
-        if not qids:
-            return np.zeros((0, nbatch), dtype=np.int64)
-        queries = self._shared_queries(qids)
-        # Leaf groups off: a grouped search would mix the batches' tasks.
-        if self._region_phase(us, self.config.group_region_edges):
-            return count_phase_cpu(self.graph, queries, self._updates, us, vs, labels, 0,
-                                   edge_batch, nbatch)
-        return count_small_cpu(self.graph, queries, self._updates, us, vs, labels, 0,
-                               _NO_TASK_BOUND, edge_batch, nbatch)
+        return PendingBatch(batch, list_limit, negative, positive, seconds, t0, t5, timings)
 
     def _leaf_edges(self, us, vs, labels, sign: int) -> None:
         # Without a leaf (the dense queries, and every query on CUDA: LeafCounts(kept=False))
@@ -619,7 +387,7 @@ class Engine:
                      ) -> tuple[dict, dict[int, float]]:
         """Matches using at least one of the edges us-vs, each once (total-order rule),
         and each query's matching seconds; with `defer`, counted queries on the device get
-        a _Deferred (their totals still on the way) instead of a MatchSet."""
+        a Deferred (their totals still on the way) instead of a MatchSet."""
         results, seconds = {}, {}
         if len(us) == 0:    # nothing can match: skip the per-query work
             for qid, standing in self._queries.items():
@@ -633,14 +401,15 @@ class Engine:
             # The counted queries of a phase share one compiled call that ranks the edges
             # and fills the update index itself (and clears both); the queries it hands
             # back, and the listed ones, go one by one below.
-            t0 = time.perf_counter()
+            t0 = clock.now()
             found_shared = {qid: found for qid, found in
                            zip(counted, self._count_shared(counted, us, vs, labels, region),
                                strict=True)
                            if found is not None}
             results.update(found_shared)
-            for qid in found_shared:
-                seconds[qid] = (time.perf_counter() - t0) / len(found_shared)
+            if found_shared:
+                seconds.update(dict.fromkeys(found_shared,
+                                             (clock.now() - t0) / len(found_shared)))
             if len(results) == len(self._queries):
                 return results, seconds
             counted = []
@@ -670,23 +439,23 @@ class Engine:
                 for qids, launch in ((counted, self._count_on_device), (listed, list_them)):
                     if not qids:
                         continue
-                    t0 = time.perf_counter()
+                    t0 = clock.now()
                     pending = launch(qids, edges)
-                    found = ([_Deferred(pending, i) for i in range(len(qids))] if defer
+                    found = ([Deferred(pending, i) for i in range(len(qids))] if defer
                              else pending.resolve())
                     results.update(zip(qids, found, strict=True))
                     seconds.update(dict.fromkeys(qids,
-                                                 (time.perf_counter() - t0) / len(qids)))
+                                                 (clock.now() - t0) / len(qids)))
             for qid, standing in self._queries.items():
                 if qid in results:
                     continue
-                t0 = time.perf_counter()
+                t0 = clock.now()
                 found = self._run(qid, standing.plan.incremental, us, vs, labels, ranks,
                                   list_limit.get(qid, 0), region)
                 # Converted now: slots of deleted vertices may be reused later.
                 results[qid] = MatchSet(found.count, self._external(found.rows),
                                         found.truncated)
-                seconds[qid] = time.perf_counter() - t0
+                seconds[qid] = clock.now() - t0
         finally:
             if ranked:
                 if self._device is not None:
@@ -712,9 +481,9 @@ class Engine:
             touched = sorted_unique(np.concatenate([
                 batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
                 batch.delete_slots, batch.add_slots])).astype(np.int32)
-            t0 = time.perf_counter()
+            t0 = clock.now()
             self._device.sync(g, touched, batch)
-            self._device_seconds = time.perf_counter() - t0
+            self._device_seconds = clock.now() - t0
             return
         if len(batch.add_ids):
             sig.vertices_added(g, batch.add_slots)

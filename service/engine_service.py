@@ -334,7 +334,7 @@ class EngineService:
         """Whether a batch queued behind another starts before the other is finished: on
         CUDA its host work then overlaps the other's kernels; on the CPU (unless the
         cpu_batch_groups setting is off) the batches queued form a batch group, one search
-        for all of them (gpu/engine.py), and are handed to the writer together."""
+        for all of them (gpu/pipeline.py), and are handed to the writer together."""
         if self.pipeline is not None:
             return self.pipeline
         return self.backend == "cuda" or self.settings.cpu_batch_groups

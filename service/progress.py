@@ -47,11 +47,22 @@ class Progress:
         now = time.perf_counter()
         if done < total and now - self._last_draw < _REDRAW_SECONDS:
             return
-        self._last_draw = now
         elapsed = max(now - self._phase_start, 1e-9)
         text = f"batch {done}/{total}, {_compact(items / elapsed)} {self.unit}/s"
         if 0 < done < total:
             text += f", eta {_duration(elapsed * (total - done) / done)}"
+        self._draw(text, now)
+
+    def status(self, text: str) -> None:
+        """Redraw the meter's line with ``text`` (how far a phase without batches is)."""
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self._last_draw >= _REDRAW_SECONDS:
+            self._draw(text, now)
+
+    def _draw(self, text: str, now: float) -> None:
+        self._last_draw = now
         # Pad over the previous meter: a shorter line would leave its tail visible.
         self.stream.write("\r" + text.ljust(self._meter_width))
         self.stream.flush()

@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     sse_ping_seconds: float = Field(15.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # On the CPU executor, let batches queued behind each other share one search (batch
-    # groups, gpu/engine.py): with many concurrent clients it raises one-edge batches/s
+    # groups, gpu/pipeline.py): with many concurrent clients it raises one-edge batches/s
     # by a fifth or more, with few it changes little (docs/benchmarks.md).  The CUDA
     # executor always pipelines.
     cpu_batch_groups: bool = True

@@ -1,4 +1,5 @@
-"""Test-session hooks: skips tests marked ``gpu`` when no CUDA device is usable.
+"""Test-session hooks: skips tests marked ``gpu`` when no CUDA device is usable, and keeps
+the CLI's first-run compiling in the foreground.
 
 The ``gpu`` marker itself is registered in pyproject.toml; this file only
 decides whether such tests can run here.
@@ -6,7 +7,13 @@ decides whether such tests can run here.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The CLI compiles in the foreground here: no detached compile process per test run
+# (gpu/compile_ahead.py; its own tests turn the background on).
+os.environ.setdefault("MOTIFSTREAM_FIRST_RUN", "compile")
 
 
 def _cuda_available() -> bool:

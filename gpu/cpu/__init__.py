@@ -1,2 +1,4 @@
-"""The Numba CPU executor: the DFS search, grouped leaf search, the work-sharing region, and
-the boundary (`executor.py`) that takes a plan's tasks and returns a `MatchSet`."""
+"""The Numba CPU executor: the DFS search (`search`), a phase's compiled entry points
+(`phases`) and the work-sharing region's queue (`work_queue`), the grouped leaf search
+(`leaf_groups`), and the boundary (`executor`) that takes a plan's tasks and returns a
+`MatchSet`."""

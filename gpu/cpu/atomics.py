@@ -2,7 +2,7 @@
 
 Numba has no atomics for its CPU targets; these intrinsics are LLVM's sequentially
 consistent ones on one element of a one-dimensional int64 array.  The region's work queue
-(search.share_tasks) is built on them: a worker that runs out of work waits on the
+(phases.share_tasks) is built on them: a worker that runs out of work waits on the
 queue, and busy workers hand it half of their unexplored candidates.  Sequential
 consistency keeps it simple to reason about: a record written before its ready flag is
 stored is seen whole by a worker that loads the flag.

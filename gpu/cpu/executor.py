@@ -9,9 +9,9 @@ import weakref
 
 import numba
 import numpy as np
-from numba.typed import List
 
-from gpu.cpu import leaf_groups, search
+from gpu.cpu import leaf_groups, phases, search
+from gpu.cpu.interpreted import kernel_list
 from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import LeafGroups, TaskTypes, group_leaf_tasks, make_tasks
 from gpu.results import MatchSet
@@ -69,11 +69,11 @@ def count_small_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
     nbatch), each batch's the sum over the tasks of its edges."""
     assert len(us) < serial_below
     updates.reserve(graph.label.shape[0])
-    totals = search.count_small(queries, us, vs, labels, _batch_of_edges(edge_batch, us),
-                                      np.int64(nbatch),
-                                      serial_below, max(2, group_min) if group_min > 0 else 0,
-                                      _graph_arrays(graph), updates.start, updates.count,
-                                      graph.max_degree)
+    totals = phases.count_small(queries, us, vs, labels, _batch_of_edges(edge_batch, us),
+                                np.int64(nbatch),
+                                serial_below, max(2, group_min) if group_min > 0 else 0,
+                                _graph_arrays(graph), updates.start, updates.count,
+                                graph.max_degree)
     return totals if edge_batch is not None else totals[:, 0]
 
 
@@ -94,12 +94,12 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
     updates.reserve(graph.label.shape[0])
     threads = numba.get_num_threads()
     with numba.parallel_chunksize(1):
-        totals = search.count_phase(queries, us, vs, labels,
-                                          _batch_of_edges(edge_batch, us), np.int64(nbatch),
-                                          max(2, group_min) if group_min > 0 else 0,
-                                          _graph_arrays(graph), updates.start,
-                                          updates.count, graph.max_degree,
-                                          *_sharing(threads))
+        totals = phases.count_phase(queries, us, vs, labels,
+                                    _batch_of_edges(edge_batch, us), np.int64(nbatch),
+                                    max(2, group_min) if group_min > 0 else 0,
+                                    _graph_arrays(graph), updates.start,
+                                    updates.count, graph.max_degree,
+                                    *_sharing(threads))
     return totals if edge_batch is not None else totals[:, 0]
 
 
@@ -119,11 +119,10 @@ def _shared_count(graph, cand, leaves: LeafCounts, updates: UpdateIndex, types: 
                   tu, tv, tr, tt) -> int:
     """The matches of one query's counted tasks, its workers sharing the work as in
     count_phase_cpu (a query count_phase hands back runs its tasks not grouped here)."""
-    queries = List()
-    queries.append(small_query(cand, leaves, types))
+    queries = kernel_list([small_query(cand, leaves, types)])
     tasks = (np.zeros(len(tu), dtype=np.int32), tu, tv, tr, tt)
     with numba.parallel_chunksize(1):
-        found, _ = search.share_tasks(
+        found, _ = phases.share_tasks(
             queries, tasks, types.orders.shape[1], _graph_arrays(graph),
             _update_arrays(updates), graph.max_degree, *_sharing(numba.get_num_threads()))
     return int(found.sum())
@@ -172,8 +171,7 @@ def _execute(graph, cand, leaves, updates, types, tu, tv, tr, tt, list_limit, ch
         total += _shared_count(graph, cand, leaves, updates, types, tu, tv, tr, tt)
         return MatchSet(total, no_out, False)
     args = (tu, tv, tr, tt) + shared
-    counts = search.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0),
-                                    False)
+    counts = search.run_tasks(*args, np.empty(0, dtype=np.int64), no_out, np.int64(0), False)
     per_task = counts * types.multiplicity[tt]
     total += int(per_task.sum())
     if list_limit <= 0:

@@ -451,7 +451,7 @@ def run_groups(task_type, parent, lo, hi, parts, group, graph, cand, plan, leave
 def _group_region(task_type, parent, lo, hi, parts, first_piece, group, graph, cand, plan,
                   leaves, max_deg, piece_counts, taken, workers):
     """run_groups's parallel region, and nothing else (in a parallel function Numba makes
-    every array expression a parallel loop of its own: search._share_region).  A
+    every array expression a parallel loop of its own: phases._share_region).  A
     worker's search state is made once; it takes the next piece from `taken` until none
     is left, so one group's pieces spread over every worker (pieces dealt in chunks of
     the executor's task_chunk, 16, had kept a hub's group on two)."""

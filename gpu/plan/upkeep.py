@@ -5,7 +5,8 @@ A batch's upkeep runs the same kernels for each standing query (gpu/plan/leaf_co
 gpu/plan/signatures.py); for a one-edge batch the Python calls around them cost more than the
 work.  `QueryArrays` keeps one tuple of arrays per standing query in a numba typed list,
 rebuilt whenever one of them is replaced (a query added or removed, the vertex capacity
-grown, the signature labels widened); the kernels below walk that list.
+grown, the signature labels widened) or the kernels start or stop being interpreted
+(gpu/cpu/interpreted.py); the kernels below walk that list.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from collections.abc import Callable
 
 import numba as nb
 import numpy as np
-from numba.typed import List
 
+from gpu.cpu.interpreted import kernel_list
 from gpu.plan.leaf_counts import _cand_changed, _edge_contrib
 from gpu.plan.signatures import _apply_edges, _candidates, _encode
 
@@ -112,12 +113,10 @@ class QueryArrays:
             self._list = None
             built = parts()
             if built:
-                typed = List()
                 for part in built:
                     # Kernels write cand and nc in place: they must be these very arrays.
                     assert all(a.flags.c_contiguous for a in part if isinstance(a, np.ndarray))
-                    typed.append(part)
-                self._list = typed
+                self._list = kernel_list(built)
             self._key, self._parts = key, built
         return self._list
 

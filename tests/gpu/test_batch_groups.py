@@ -1,4 +1,4 @@
-"""Batch groups (gpu/engine.py _BatchGroup): small batches started one after another that
+"""Batch groups (gpu/pipeline.py BatchGroup): small batches started one after another that
 only insert, or only delete, edges share one search; each batch's counts must still be
 exactly its own, against the same batches applied one at a time and brute force.
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-import gpu.engine
+import gpu.pipeline
 import gpu.cpu.executor
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
@@ -45,13 +45,13 @@ CONFIGS = {
 def group_sizes(monkeypatch) -> list[int]:
     """The number of batches of every group the engines run."""
     sizes: list[int] = []
-    real = Engine._run_group
+    real = gpu.pipeline.BatchGroup._apply_and_search
 
-    def spy(self, group):
+    def spy(group):
         sizes.append(len(group.members))
-        return real(self, group)
+        return real(group)
 
-    monkeypatch.setattr(Engine, "_run_group", spy)
+    monkeypatch.setattr(gpu.pipeline.BatchGroup, "_apply_and_search", spy)
     return sizes
 
 
@@ -245,7 +245,7 @@ def test_a_failed_group_fails_every_batch_in_it(monkeypatch):
     def broken(*args, **kwargs):
         raise MemoryError("no room for the search")
 
-    monkeypatch.setattr(gpu.engine, "count_small_cpu", broken)
+    monkeypatch.setattr(gpu.pipeline, "count_small_cpu", broken)
     pending = [grouped.start(batch) for batch in inserts]
     with pytest.raises(MemoryError):
         pending[0].finish()

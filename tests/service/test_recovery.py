@@ -259,17 +259,16 @@ def test_concurrent_batches_without_batch_groups(tmp_path):
 def test_queued_one_edge_batches_share_a_search_and_keep_their_own_results(tmp_path,
                                                                            monkeypatch):
     """With the pipeline on (forced; the CPU executor's default), one-edge batches queued
-    behind each other on the engine thread run as batch groups (gpu/engine.py
-    _BatchGroup: one search for the group); each batch's results, its events and the
+    behind each other on the engine thread run as batch groups (gpu/pipeline.py
+    BatchGroup: one search for the group); each batch's results, its events and the
     final state equal the same batches posted one by one.  (On CUDA: its own pipeline,
     no groups, the same check.)"""
-    from gpu.engine import Engine
+    from gpu.pipeline import BatchGroup
 
     sizes: list[int] = []
-    real = Engine._run_group
-    monkeypatch.setattr(Engine, "_run_group",
-                        lambda self, group: (sizes.append(len(group.members)),
-                                             real(self, group))[1])
+    real = BatchGroup._apply_and_search
+    monkeypatch.setattr(BatchGroup, "_apply_and_search",
+                        lambda group: (sizes.append(len(group.members)), real(group))[1])
     rng = random.Random(15)
     data = random_data(rng, 14, 2, 2, 0.3)
     start = data.labeled()

@@ -82,7 +82,7 @@ def test_demo_loads_the_embedded_demo_graph_and_nothing_else(monkeypatch):
 
 
 def test_serve_demo_bulk_loads_the_demo_graph(tmp_path):
-    from gpu.io.formats import load_graph
+    from gpu.io.graphs import load_graph
     from tests.service.conftest import running
 
     demo = load_graph(DEMO_GRAPH)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from numba.typed import List
 
-import gpu.cpu.search
+import gpu.cpu.phases
 import gpu.cpu.executor
 from gpu.config import EngineConfig
 from gpu.engine import Engine
@@ -63,7 +63,7 @@ def shared_spy(request, monkeypatch):
         monkeypatch.setattr(gpu.cpu.executor, "SHARE_ALWAYS", True)
         monkeypatch.setattr(gpu.cpu.executor, "SHARE_EVERY", 1)
         monkeypatch.setattr(gpu.cpu.executor, "SHARE_ROOM", 2 if mode.endswith("full") else 1000)
-    real = getattr(gpu.cpu.search, name)
+    real = getattr(gpu.cpu.phases, name)
 
     def spy(queries, *rest):
         if name == "count_phase":
@@ -85,7 +85,7 @@ def shared_spy(request, monkeypatch):
         edges.append(len(rest[0]))
         return real(queries, *rest)
 
-    monkeypatch.setattr(gpu.cpu.search, name, spy)
+    monkeypatch.setattr(gpu.cpu.phases, name, spy)
     serial = mode == "serial"
 
     def config(**overrides) -> EngineConfig:

@@ -1,4 +1,4 @@
-"""The small-batch path of the CPU executor (search.count_small) against the general
+"""The small-batch path of the CPU executor (phases.count_small) against the general
 path (make_tasks, group_leaf_tasks, run_tasks) and a brute-force matcher.
 
 Two engines take the same random batches: one with the default config, which sends
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpu.cpu.search
+import gpu.cpu.phases
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from tests.gpu.cpu.test_leaf_groups import PATTERNS, hub_batch, hub_data
@@ -30,7 +30,7 @@ GENERAL = EngineConfig(serial_below_tasks=1, shared_call=False)
 def small_spy(monkeypatch):
     """Records each query's count_small total (-1: handed back to the general path)."""
     seen: list[int] = []
-    real = gpu.cpu.search.count_small
+    real = gpu.cpu.phases.count_small
 
     def spy(*args):
         totals = real(*args)
@@ -39,7 +39,7 @@ def small_spy(monkeypatch):
         seen.extend(totals[:, 0].tolist())
         return totals
 
-    monkeypatch.setattr(gpu.cpu.search, "count_small", spy)
+    monkeypatch.setattr(gpu.cpu.phases, "count_small", spy)
     return seen
 
 

@@ -1,0 +1,208 @@
+"""Owns a first run's compiling: whether Numba's cache holds the CPU executor, a background
+process that fills it, and running the kernels as plain Python until it has.
+
+Compiling every kernel a run reaches costs half a minute of one core, once per machine
+(Numba keeps the result in its cache: `__pycache__` beside the sources where that is
+writable, else its user-wide cache).  `first_run()` wraps a command; on the CPU executor,
+unless the cache is known to be filled (the stamp below):
+  - a small run (inputs of at most INTERPRET_BELOW_BYTES) starts a background process,
+    `python -m gpu.compile_ahead`, which compiles every kernel a batch can reach
+    (gpu/warm_up.py) and the readers' into the cache, niced and detached (it outlives
+    the run), and runs the kernels as plain Python meanwhile (gpu/cpu/interpreted.py);
+    `poll()`, between batches, switches to the compiled kernels once it has finished;
+  - a larger run compiles what it needs as it goes, as it always did.
+Either way the terminal shows "compiling the CPU executor (first run only)" while it
+does, with the kernels compiled so far.  MOTIFSTREAM_FIRST_RUN=compile turns the
+background off (the test suite sets it).
+
+The stamp, written by the background process when it has finished, names the code it
+compiled (Numba's and Python's versions, every source file's size and time) and every
+cache index it wrote: the cache counts as filled while the code is the same and the
+indexes are all there (deleting the `.nbi` files empties it).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numba
+from numba.core import event
+
+import gpu
+from gpu.cpu import interpreted
+
+# Larger inputs compile rather than interpret: the twins are ~100x slower than the
+# compiled kernels (the embedded demo, 350 kB, runs in about a second either way).
+INTERPRET_BELOW_BYTES = 1 << 20
+MODE_VARIABLE = "MOTIFSTREAM_FIRST_RUN"
+_STAMP = "motifstream-compiled.json"
+_LOCK = "motifstream-compiling.lock"
+_LOG = "motifstream-compiling.log"
+# How often a run that did not start the background process looks for its stamp.
+_LOOK_EVERY = 1.0
+
+_background: subprocess.Popen | None = None
+_last_look = 0.0
+
+
+@contextlib.contextmanager
+def first_run(paths: list[str], backend: str, progress):
+    """Run a command's body with a first run's compiling handled (module docstring):
+    `paths` are its inputs, `progress` shows what happens on a terminal."""
+    announce = _Announce(progress)
+    event.register("numba:compile", announce)
+    try:
+        if backend == "cpu" and os.environ.get(MODE_VARIABLE, "background") != "compile" \
+                and not cache_filled() and _small(paths) and _start_background():
+            interpreted.interpret()
+            progress.phase("compiling the CPU executor in the background (first run only); "
+                           "running it as plain Python meanwhile")
+        yield
+    finally:
+        event.unregister("numba:compile", announce)
+        interpreted.stop()
+
+
+def poll() -> None:
+    """Switch to the compiled kernels if the background process has filled the cache."""
+    global _last_look
+    if not interpreted.active():
+        return
+    if _background is not None:
+        if _background.poll() is not None:
+            # Finished (or failed: then compiling as needed is all that is left).
+            interpreted.stop()
+    elif time.monotonic() - _last_look >= _LOOK_EVERY:
+        _last_look = time.monotonic()
+        if cache_filled():
+            interpreted.stop()
+
+
+def cache_filled() -> bool:
+    """Whether the background process has compiled this code into the cache, every index
+    it wrote still there."""
+    try:
+        stamp = json.loads((cache_dir() / _STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp.get("code") == code_key() and all(map(os.path.exists, stamp["indexes"]))
+
+
+def cache_dir() -> Path:
+    """Where Numba caches the CPU executor (and this module keeps its stamp and lock)."""
+    from gpu.cpu import search
+    return Path(search.run_tasks._cache._cache_path)
+
+
+def code_key() -> str:
+    """Names the code Numba compiles: its version, Python's, every source file."""
+    digest = hashlib.sha256(f"{numba.__version__} {sys.version}".encode())
+    root = Path(gpu.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        info = path.stat()
+        digest.update(f"{path.relative_to(root)} {info.st_size} {info.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def _small(paths: list[str]) -> bool:
+    try:
+        return sum(os.path.getsize(p) for p in paths) <= INTERPRET_BELOW_BYTES
+    except OSError:
+        return False        # the command reports it
+
+
+def _start_background() -> bool:
+    """Start the background compile; False where it cannot run (no cache folder)."""
+    global _background
+    try:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        log = open(folder / _LOG, "ab")   # noqa: SIM115 -- the child's, closed with it
+    except OSError:
+        return False
+    with log:
+        _background = subprocess.Popen(
+            [sys.executable, "-m", "gpu.compile_ahead"], stdin=subprocess.DEVNULL,
+            stdout=log, stderr=log, start_new_session=True,
+            env={**os.environ, MODE_VARIABLE: "compile"})
+    return True
+
+
+class _Announce(event.Listener):
+    """Says on the terminal that the CPU executor compiles, and how far it is."""
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+        self.depth = self.count = 0
+        self.started = 0.0
+
+    def on_start(self, ev) -> None:
+        if self.depth == 0 and self.count == 0:
+            self.started = time.perf_counter()
+            self.progress.phase("compiling the CPU executor (first run only)")
+        self.depth += 1
+
+    def on_end(self, ev) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.count += 1
+            self.progress.status(f"compiled {self.count} kernels in "
+                                 f"{time.perf_counter() - self.started:.0f} s")
+
+
+# --------------------------------------------------------------------------- the process
+
+
+def compile_everything() -> list[str]:
+    """Compile (or load) every kernel a run of the CPU executor reaches; the cache index
+    of each."""
+    from gpu import load_graph, read_query, read_updates  # the readers the CLI uses
+    from gpu.warm_up import warm_up
+
+    warm_up("cpu")
+    with tempfile.TemporaryDirectory() as folder:
+        tiny = Path(folder)
+        (tiny / "graph.txt").write_text("t 3 3\nv 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\ne 0 2\n")
+        (tiny / "updates.txt").write_text("e 0 3 0\n-e 0 1\n")
+        (tiny / "edges.csv").write_text("a,b\n0,1\n1,2\n")
+        (tiny / "labels.txt").write_text("0 0\n1 1\n2 0\n")
+        load_graph(tiny / "graph.txt")
+        read_query(tiny / "graph.txt")
+        read_updates(tiny / "updates.txt")
+        load_graph(tiny / "edges.csv", num_labels=2)
+        load_graph(tiny / "edges.csv", labels_path=tiny / "labels.txt")
+    return sorted({kernel._cache._cache_file._index_path for kernel in interpreted.kernels()
+                   if kernel.overloads and getattr(kernel, "_cache", None) is not None
+                   and os.path.exists(kernel._cache._cache_file._index_path)})
+
+
+def main() -> int:
+    """The background process: fill the cache and write the stamp, unless another
+    process is at it."""
+    import fcntl
+
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    folder = cache_dir()
+    with open(folder / _LOCK, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0        # another process compiles
+        code = code_key()
+        indexes = compile_everything()
+        fresh = folder / f"{_STAMP}.{os.getpid()}"
+        fresh.write_text(json.dumps({"code": code, "indexes": indexes}))
+        os.replace(fresh, folder / _STAMP)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Owns running the Numba kernels as plain Python, while they are not compiled yet.
+
+Compiling the CPU executor takes half a minute; a small first run needs a fraction of a
+second of its work.  While `interpret()` is on, a kernel called from Python with no
+compiled version for its argument types runs its *twin* instead of compiling: the same
+source, run by the interpreter, whose calls to other kernels go to their twins and whose
+intrinsics (gpu/cpu/atomics.py, borrowed.py, cycles.py) to Python equivalents; `prange`
+is `range`, so one worker takes a parallel region's whole queue.  A version compiled or
+loaded before stays in use.  `stop()` turns it off: the next call of each kernel loads it
+from Numba's cache (gpu/compile_ahead.py fills it) or compiles it.
+
+The twins compute with NumPy scalars where the kernels compute with machine integers:
+the same values, except that NumPy keeps int32 arithmetic in int32 where Numba widens it
+to int64 (only large graphs come near that; interpreting is for small inputs) and warns
+where either wraps (the id map's hash does so on purpose), so overflow warnings are off
+inside a twin.  tests/gpu/cpu/test_interpreted.py holds them to the compiled kernels and
+the reference.
+
+Kernels take their per-query arrays as a typed list; `kernel_list` builds one with
+compiled helpers kept in Numba's cache (building it from Python compiles Numba's own list
+code in every process), or a plain list while interpreting.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import time
+import types
+
+import numba as nb
+import numpy as np
+from numba.core.dispatcher import Dispatcher
+from numba.typed import List
+
+from gpu.cpu import atomics, borrowed, cycles
+
+_interpreting = False
+_epoch = 0
+
+
+def interpret(packages: tuple[str, ...] = ("gpu",)) -> None:
+    """From now on, run each kernel of `packages` (modules imported so far) as its twin
+    where it has no compiled version for the call's argument types."""
+    global _interpreting, _epoch
+    for dispatcher in kernels(packages):
+        if "_compile_for_args" not in vars(dispatcher):
+            dispatcher._compile_for_args = functools.partial(_compile_or_twin, dispatcher)
+    if not _interpreting:
+        _interpreting, _epoch = True, _epoch + 1
+
+
+def stop() -> None:
+    """Compile (or load from the cache) every kernel called from now on."""
+    global _interpreting, _epoch
+    if _interpreting:
+        _interpreting, _epoch = False, _epoch + 1
+
+
+def active() -> bool:
+    return _interpreting
+
+
+def epoch() -> int:
+    """Changes whenever interpreting starts or stops: a key for what kernels were given."""
+    return _epoch
+
+
+def kernels(packages: tuple[str, ...] = ("gpu",)) -> list[Dispatcher]:
+    """Every Numba dispatcher defined in the imported modules of `packages`."""
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in packages:
+            continue
+        for value in vars(module).values():
+            if isinstance(value, Dispatcher) and \
+                    value.py_func.__module__.split(".")[0] in packages:
+                found[id(value)] = value
+    return list(found.values())
+
+
+def _compile_or_twin(dispatcher: Dispatcher, *args, **kws):
+    # Numba's dispatcher calls this when no compiled version fits the arguments, and
+    # calls what it returns with them.
+    if _interpreting:
+        return functools.partial(_run, twin(dispatcher))
+    return Dispatcher._compile_for_args(dispatcher, *args, **kws)
+
+
+def _run(function, *args):
+    with np.errstate(over="ignore"):
+        return function(*args)
+
+
+# --------------------------------------------------------------------------- twins
+
+
+def twin(dispatcher: Dispatcher) -> types.FunctionType:
+    """`dispatcher`'s function, its globals those of its module with every kernel a twin
+    and every intrinsic its Python equivalent."""
+    found = _TWINS.get(dispatcher)
+    if found is None:
+        py = dispatcher.py_func
+        found = types.FunctionType(py.__code__, _twin_globals(py.__globals__), py.__name__,
+                                   py.__defaults__, py.__closure__)
+        found.__qualname__ = py.__qualname__
+        _TWINS[dispatcher] = found
+    return found
+
+
+_TWINS: dict[Dispatcher, types.FunctionType] = {}
+_GLOBALS: dict[int, dict] = {}     # id(a module's globals) -> the twins' globals
+
+
+def _twin_globals(module_globals: dict) -> dict:
+    mine = _GLOBALS.get(id(module_globals))
+    if mine is None:
+        # Registered before it is filled: the kernels of a module call each other.
+        mine = _GLOBALS[id(module_globals)] = {}
+        for name, value in list(module_globals.items()):
+            mine[name] = _in_python(value)
+    return mine
+
+
+def _in_python(value):
+    if isinstance(value, Dispatcher):
+        return twin(value)
+    if value is nb:
+        return _NUMBA
+    for intrinsic, equivalent in _INTRINSICS:
+        if value is intrinsic:
+            return equivalent
+    return value
+
+
+class _NumbaInPython:
+    """What the kernels use of `numba` (`nb.prange`, `nb.get_thread_id()`), in Python."""
+    prange = range
+
+    @staticmethod
+    def get_thread_id() -> int:
+        return 0
+
+    def __getattr__(self, name: str):
+        return getattr(nb, name)
+
+
+_NUMBA = _NumbaInPython()
+
+
+def _atomic_load(array, index):
+    return array[index]
+
+
+def _atomic_store(array, index, value):
+    array[index] = value
+
+
+def _atomic_add(array, index, value):
+    before = array[index]
+    array[index] = before + value
+    return before
+
+
+def _atomic_cas(array, index, expected, value):
+    if array[index] != expected:
+        return False
+    array[index] = value
+    return True
+
+
+# One thread runs a twin: plain reads and writes are atomic to it.
+_INTRINSICS = ((atomics.atomic_load, _atomic_load), (atomics.atomic_store, _atomic_store),
+               (atomics.atomic_add, _atomic_add), (atomics.atomic_cas, _atomic_cas),
+               (borrowed.borrowed, lambda array: array),
+               (cycles.cycles, time.perf_counter_ns))
+
+
+# --------------------------------------------------------------------------- typed lists
+
+
+def kernel_list(items: list):
+    """The list of per-query tuples a kernel takes: a typed list (a plain one while
+    interpreting).  The tuples' arrays are themselves, not copies."""
+    if _interpreting:
+        return list(items)
+    typed = _list_of(items[0])
+    for item in items[1:]:
+        _append(typed, item)
+    return typed
+
+
+@nb.njit(cache=True)
+def _list_of(first):
+    typed = List()
+    typed.append(first)
+    return typed
+
+
+@nb.njit(cache=True)
+def _append(typed, item):
+    typed.append(item)

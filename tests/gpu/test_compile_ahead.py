@@ -1,0 +1,176 @@
+"""gpu/compile_ahead.py: a first run on a cold cache interprets small runs while a
+background process fills the cache, switches once it has, and says what it does.
+
+The first tests stand in for the background process; the last (slow) runs the README's
+demo on an empty Numba cache as a new user would, twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numba as nb
+import pytest
+
+from gpu import compile_ahead
+from gpu.cpu import interpreted
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def phase(self, text: str) -> None:
+        self.lines.append(text)
+
+    def status(self, text: str) -> None:
+        self.lines.append(text)
+
+
+class _Process:
+    """A background process that finishes when told to."""
+
+    def __init__(self) -> None:
+        self.returncode = None
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.fixture
+def cold(monkeypatch, tmp_path):
+    """An empty cache folder, the background mode on, and a stand-in for the process."""
+    monkeypatch.setattr(compile_ahead, "cache_dir", lambda: tmp_path)
+    monkeypatch.setenv(compile_ahead.MODE_VARIABLE, "background")
+    started: list[_Process] = []
+
+    def start() -> bool:
+        started.append(_Process())
+        monkeypatch.setattr(compile_ahead, "_background", started[-1])
+        return True
+
+    monkeypatch.setattr(compile_ahead, "_start_background", start)
+    return started
+
+
+def _input(tmp_path: Path, size: int) -> list[str]:
+    path = tmp_path / "graph.txt"
+    path.write_bytes(b"#" * size)
+    return [str(path)]
+
+
+def test_a_small_first_run_is_interpreted_until_the_cache_is_filled(cold, tmp_path):
+    progress = _Progress()
+    with compile_ahead.first_run(_input(tmp_path, 1000), "cpu", progress):
+        assert len(cold) == 1 and interpreted.active()
+        assert "background (first run only)" in progress.lines[0]
+        compile_ahead.poll()
+        assert interpreted.active()         # still compiling
+        cold[0].returncode = 0
+        compile_ahead.poll()
+        assert not interpreted.active()
+    assert not interpreted.active()
+
+
+def test_a_large_first_run_compiles_in_the_foreground_and_says_so(cold, tmp_path):
+    progress = _Progress()
+    size = compile_ahead.INTERPRET_BELOW_BYTES + 1
+    with compile_ahead.first_run(_input(tmp_path, size), "cpu", progress):
+        assert cold == [] and not interpreted.active()
+
+        @nb.njit
+        def fresh(x):
+            return x * 2
+
+        assert fresh(21) == 42
+    assert progress.lines[0] == "compiling the CPU executor (first run only)"
+    assert progress.lines[1].startswith("compiled 1 kernels in ")
+    fresh(1.5)                              # after the command: nothing more is said
+    assert len(progress.lines) == 2
+
+
+@pytest.mark.parametrize("why", ["filled", "cuda", "compile"])
+def test_no_background_where_it_is_not_needed(why, cold, tmp_path, monkeypatch):
+    if why == "filled":
+        monkeypatch.setattr(compile_ahead, "cache_filled", lambda: True)
+    elif why == "compile":
+        monkeypatch.setenv(compile_ahead.MODE_VARIABLE, "compile")
+    with compile_ahead.first_run(_input(tmp_path, 1000), "cuda" if why == "cuda" else "cpu",
+                                 _Progress()):
+        assert cold == [] and not interpreted.active()
+
+
+def test_the_stamp_names_the_code_and_every_index(monkeypatch, tmp_path):
+    monkeypatch.setattr(compile_ahead, "cache_dir", lambda: tmp_path)
+    index = tmp_path / "kernel-1.py311.nbi"
+    index.write_bytes(b"")
+    stamp = tmp_path / "motifstream-compiled.json"
+    assert not compile_ahead.cache_filled()
+    stamp.write_text(json.dumps({"code": compile_ahead.code_key(), "indexes": [str(index)]}))
+    assert compile_ahead.cache_filled()
+    stamp.write_text(json.dumps({"code": "other code", "indexes": [str(index)]}))
+    assert not compile_ahead.cache_filled()
+    stamp.write_text(json.dumps({"code": compile_ahead.code_key(), "indexes": [str(index)]}))
+    index.unlink()                          # a cold cache made by deleting the .nbi files
+    assert not compile_ahead.cache_filled()
+
+
+COUNT_COMPILES = textwrap.dedent('''
+    import sys
+    from numba.core import event
+
+    compiled = []
+
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+
+        def on_end(self, ev):
+            pass
+
+    event.register("numba:compile", Compiles())
+    from service.cli import main
+
+    status = main(["match"])
+    print("compiled", compiled, file=sys.stderr)
+    sys.exit(status)
+''')
+
+
+@pytest.mark.slow
+def test_the_demo_on_an_empty_cache_then_on_the_filled_one(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NUMBA_CACHE_DIR": str(tmp_path),
+           compile_ahead.MODE_VARIABLE: "background"}
+
+    def demo() -> tuple[list[dict], str]:
+        proc = subprocess.run([sys.executable, "-c", COUNT_COMPILES], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = [json.loads(line) for line in proc.stdout.splitlines()]
+        return lines, proc.stderr.splitlines()[-1]
+
+    first, compiled = demo()
+    assert compiled == "compiled []"        # interpreted: nothing compiled in the run
+    stamp = next(Path(tmp_path).rglob("motifstream-compiled.json"), None)
+    deadline = time.monotonic() + 900
+    while stamp is None and time.monotonic() < deadline:
+        time.sleep(2)
+        stamp = next(Path(tmp_path).rglob("motifstream-compiled.json"), None)
+    assert stamp is not None, "the background compile did not finish"
+    second, compiled = demo()
+    assert compiled == "compiled []"        # loaded from the cache
+    assert first[-1]["compile_seconds"] == 0.0 < second[-1]["compile_seconds"]
+
+    def counts(lines):
+        return [{k: v for k, v in line.items() if not k.endswith("seconds")}
+                for line in lines]
+
+    assert counts(first) == counts(second)
+    assert first[-1]["queries"] and sum(q["positive"] for q in first[-1]["queries"].values())
