@@ -2,7 +2,9 @@
 checks and the thread-per-item launch.
 
 Each source is compiled through CuPy's `RawModule` with fixed options, once per device;
-a `#line` directive makes compiler errors name the real file and line.  Launchers check
+a `#line` directive makes compiler errors name the real file and line.  The compile runs
+when the module is first asked for, inside `gpu.clock.compiling()`, so no batch is charged
+for it.  Launchers check
 the dtypes of their arrays and cast their scalars, so a wrong argument fails with a
 message instead of corrupting memory.  The launchers live beside this module, one module
 per kernel family: `match_launchers` (match.cu, tasks.cu, ranks.cu), `pma_launchers`
@@ -16,6 +18,8 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
+from gpu import clock
+
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 OPTIONS = ("-std=c++17", "--generate-line-info")
 # The largest query the kernels hold (MAX_QUERY of match.cu and signature.cu).
@@ -27,7 +31,10 @@ def module(name: str) -> cp.RawModule:
     """gpu/cuda/kernels/<name>.cu, compiled for the current device (once)."""
     path = KERNEL_DIR / f"{name}.cu"
     source = f'#line 1 "{path}"\n' + path.read_text()
-    return cp.RawModule(code=source, options=OPTIONS)
+    raw = cp.RawModule(code=source, options=OPTIONS)
+    with clock.compiling():
+        raw.compile()       # RawModule compiles lazily, at its first get_function
+    return raw
 
 
 def check_array(name: str, array, dtype, ndim: int | None = None) -> None:
