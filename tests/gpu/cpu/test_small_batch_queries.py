@@ -73,17 +73,18 @@ def shared_spy(request, monkeypatch):
             rows = tasks * gpu.cpu.executor.PIECES_PER_THREAD * numba.get_num_threads() + 1002
             trace = np.zeros((min(rows, 200_000), 6), dtype=np.int64)
             rest = rest[:-1] + (trace,)
+        result = real(queries, *rest)
         # Per query and batch (one batch per call here: Engine.apply): column 0.
-        totals = real(queries, *rest)[:, 0].tolist()
+        totals = result[:, 0].tolist()
         if name == "count_phase":
             given.append(int(trace[0, 0] - trace[0, 2]))
         for q in range(len(queries)):
-            alone = List()
+            alone = List.empty_list(numba.typeof(queries).item_type)
             alone.append(queries[q])
             assert real(alone, *rest)[:, 0].tolist() == [totals[q]], q
         seen.append((len(queries), totals))
         edges.append(len(rest[0]))
-        return real(queries, *rest)
+        return result
 
     monkeypatch.setattr(gpu.cpu.search, name, spy)
     serial = mode == "serial"
