@@ -1,16 +1,31 @@
-"""Test-session hooks: the suite's default worker processes (pytest-xdist), and skipping
-tests marked ``gpu`` when no CUDA device is usable.
+"""Test-session hooks: the suite on every core (pytest-xdist), the Numba threads each
+worker's tests get, and skipping tests marked ``gpu`` when no CUDA device is usable.
 
-The markers themselves are registered in pyproject.toml (whose addopts also deselect
-``slow``: `.ci/run` runs those second).  When pytest-xdist is installed, a plain
-``python -m pytest`` runs on one worker per core (``-n auto``) with ``--dist loadgroup``;
-``-n 0`` or ``-p no:xdist`` runs in this one process, and an explicit ``-n``/``--dist``
-wins.  Without pytest-xdist (the device host, unless its wheel is carried) the suite runs
-in one process as before.  In a distributed run every ``gpu`` test goes to one worker
-(one CUDA context and memory pool, as in a single-process run).
+The markers are registered in pyproject.toml, whose addopts deselect ``slow`` (.ci/run
+runs those second, with ``-m slow``).
+
+When pytest-xdist is installed, a plain ``python -m pytest`` runs one worker per core
+(``-n auto``); ``-n 0`` or ``-p no:xdist`` runs in this one process, an explicit ``-n``
+wins, and without pytest-xdist (the device host, unless its wheel is carried) the suite
+runs in one process as before.  In one process nothing below changes a test.
+
+Workers and Numba threads.  The CPU executor's parallel regions spin while they wait
+(for queued work, for a giver's record, at the barrier), so a region whose threads
+outnumber the free cores stalls whenever a thread is descheduled: two workers of two
+threads each on two cores ran three engine test modules in 203 s against 19 s with one
+thread each (2-vCPU VM, 2026-11-25).  So each worker runs its tests with
+``cores // workers`` threads (at least one), and the tests marked ``parallel`` (those of
+the regions' work sharing, which need several threads at once) run with every thread
+Numba started (at least two) while no other worker runs a test: every test holds a
+shared lock, a ``parallel`` one the exclusive lock.
 """
 
 from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +40,10 @@ def _cuda_available() -> bool:
     return bool(cuda_available())
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_cmdline_main(config):
     # Runs before xdist's own pytest_cmdline_main turns -n into workers; pytest only calls
@@ -34,6 +53,64 @@ def pytest_cmdline_main(config):
         if config.option.numprocesses is None and not config.option.tx:
             config.option.numprocesses = "auto"
     return (yield)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config, specs):
+    # In the controller, before the workers start (they inherit its environment): the
+    # threads Numba starts in each (it reads the variable once, at import), unless the
+    # user chose.
+    if "NUMBA_NUM_THREADS" not in os.environ and len(specs) > 1:
+        os.environ["NUMBA_NUM_THREADS"] = str(max(2, _cores() // len(specs)))
+
+
+def _worker_count(config) -> int:
+    workerinput = getattr(config, "workerinput", None)
+    return int(workerinput["workercount"]) if workerinput else 1
+
+
+def pytest_configure(config):
+    if _worker_count(config) > 1:
+        import numba
+        numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS,
+                                  max(1, _cores() // _worker_count(config))))
+
+
+@contextmanager
+def _cores_lock(config, exclusive: bool):
+    """The run's lock on the cores: shared by every test, exclusive for a ``parallel`` one.
+    New shared holders queue behind a waiting exclusive one at the gate."""
+    base = Path(config._tmp_path_factory.getbasetemp()).parent
+    with open(base / "cores.gate", "a") as gate, open(base / "cores.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if _worker_count(item.config) == 1:
+        return (yield)
+    parallel = item.get_closest_marker("parallel") is not None
+    with _cores_lock(item.config, exclusive=parallel):
+        if not parallel:
+            return (yield)
+        import numba
+        threads = numba.get_num_threads()
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        try:
+            return (yield)
+        finally:
+            numba.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -36,6 +36,9 @@ SYMMETRIC = {
                                                (2, 4)]),
 }
 
+# The regions' workers share tasks, pieces and given records: several threads at once.
+pytestmark = pytest.mark.parallel
+
 
 @pytest.fixture(params=["serial", "region", "region_split", "region_give",
                         "region_give_full"])
