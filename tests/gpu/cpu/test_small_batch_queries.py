@@ -37,11 +37,11 @@ SYMMETRIC = {
 }
 
 # The regions' workers share tasks, pieces and given records: several threads at once.
-pytestmark = pytest.mark.parallel
+REGION = pytest.mark.parallel
 
 
-@pytest.fixture(params=["serial", "region", "region_split", "region_give",
-                        "region_give_full"])
+@pytest.fixture(params=["serial", *(pytest.param(mode, marks=REGION) for mode in (
+    "region", "region_split", "region_give", "region_give_full"))])
 def shared_spy(request, monkeypatch):
     """One of the shared call's compiled functions, spied on: count_small (serial, fewer
     than serial_below_tasks edges) or count_phase (a parallel region, any phase; with
@@ -138,7 +138,10 @@ def _run(d, batches, nlabels: int, nelabels: int, config: EngineConfig, listed_e
     return len(patterns), limits
 
 
-@pytest.mark.parametrize("seed", range(6))
+# Seeds 0-3 cover every label and edge-label count and both leaf_group_min values; 4 and 5
+# repeat them on other random graphs.
+@pytest.mark.parametrize("seed", [*range(4), *(pytest.param(s, marks=pytest.mark.slow)
+                                               for s in (4, 5))])
 def test_random_batches_match_per_query_and_brute_force(shared_spy, seed):
     rng = random.Random(seed)
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2 % 2
