@@ -13,11 +13,13 @@ Workers and Numba threads.  The CPU executor's parallel regions spin while they 
 (for queued work, for a giver's record, at the barrier), so a region whose threads
 outnumber the free cores stalls whenever a thread is descheduled: two workers of two
 threads each on two cores ran three engine test modules in 203 s against 19 s with one
-thread each (2-vCPU VM, 2026-11-25).  So each worker runs its tests with
-``cores // workers`` threads (at least one), and the tests marked ``parallel`` (those of
-the regions' work sharing, which need several threads at once) run with every thread
-Numba started (at least two) while no other worker runs a test: every test holds a
-shared lock, a ``parallel`` one the exclusive lock.
+thread each (2-vCPU VM, 2026-11-25, `python -m pytest -n 2` on test_small_batch_queries,
+test_batch_groups and test_oracle).  So each worker starts Numba with ``cores // workers``
+threads (at least two) and runs its tests with ``cores // workers`` (at least one); the
+tests marked ``parallel`` (the regions' work sharing, which needs several threads at
+once) run with all of them while no other worker runs a test: every test holds a shared
+lock on the run's cores, a ``parallel`` one the exclusive lock.  The workers also take
+turns saving to Numba's on-disk cache (see _serialise_numba_cache_saves).
 """
 
 from __future__ import annotations
@@ -69,18 +71,43 @@ def _worker_count(config) -> int:
     return int(workerinput["workercount"]) if workerinput else 1
 
 
+@pytest.hookimpl(trylast=True)     # after the tmpdir plugin's, which _run_dir reads
 def pytest_configure(config):
     if _worker_count(config) > 1:
         import numba
         numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS,
                                   max(1, _cores() // _worker_count(config))))
+        _serialise_numba_cache_saves(_run_dir(config) / "numba-cache.lock")
+
+
+def _run_dir(config) -> Path:
+    """The directory every worker of this run shares (the workers' basetemps are in it)."""
+    return Path(config._tmp_path_factory.getbasetemp()).parent
+
+
+def _serialise_numba_cache_saves(lock_path: Path) -> None:
+    """One worker at a time saves to Numba's on-disk cache.  A save reads a function's
+    index, picks the first free data file name for a new signature and writes both: two
+    workers saving different signatures of one function at once can give both the same
+    name, and the index one's signature with the other's code."""
+    from numba.core import caching
+    save = getattr(caching.IndexDataCacheFile, "save", None)
+    if save is None:        # another Numba: its own cache, unguarded here
+        return
+
+    def locked_save(self, key, data):
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)    # released when the file closes
+            save(self, key, data)
+
+    caching.IndexDataCacheFile.save = locked_save
 
 
 @contextmanager
 def _cores_lock(config, exclusive: bool):
     """The run's lock on the cores: shared by every test, exclusive for a ``parallel`` one.
     New shared holders queue behind a waiting exclusive one at the gate."""
-    base = Path(config._tmp_path_factory.getbasetemp()).parent
+    base = _run_dir(config)
     with open(base / "cores.gate", "a") as gate, open(base / "cores.lock", "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
