@@ -5,7 +5,7 @@ The markers are registered in pyproject.toml, whose addopts deselect ``slow`` (.
 runs those second, with ``-m slow``).
 
 When pytest-xdist is installed, a plain ``python -m pytest`` runs one worker per core
-(``-n auto``); ``-n 0`` or ``-p no:xdist`` runs in this one process, an explicit ``-n``
+(``-n`` the cores it may use, if more than one); ``-n 0`` or ``-p no:xdist`` runs in this one process, an explicit ``-n``
 wins, and without pytest-xdist (the device host, unless its wheel is carried) the suite
 runs in one process as before.  In one process nothing below changes a test.
 
@@ -52,8 +52,8 @@ def pytest_cmdline_main(config):
     # this hook in initial conftests, which this one is for every path under tests/.
     if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
             and not config.option.collectonly and not config.option.usepdb):
-        if config.option.numprocesses is None and not config.option.tx:
-            config.option.numprocesses = "auto"
+        if config.option.numprocesses is None and not config.option.tx and _cores() > 1:
+            config.option.numprocesses = _cores()
     return (yield)
 
 
