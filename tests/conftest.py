@@ -13,7 +13,8 @@ Workers and Numba threads.  The CPU executor's parallel regions spin while they 
 (for queued work, for a giver's record, at the barrier), so a region whose threads
 outnumber the free cores stalls whenever a thread is descheduled: two workers of two
 threads each on two cores ran three engine test modules in 203 s against 19 s with one
-thread each (2-vCPU VM, 2026-11-25, `python -m pytest -n 2` on test_small_batch_queries,
+thread each (2-vCPU VM shared with other sessions, load 1.5-4, 2026-11-25 09:30 UTC,
+`NUMBA_NUM_THREADS=2` or `1` `python -m pytest -n 2` on test_small_batch_queries,
 test_batch_groups and test_oracle).  So each worker starts Numba with ``cores // workers``
 threads (at least two) and runs its tests with ``cores // workers`` (at least one); the
 tests marked ``parallel`` (the regions' work sharing, which needs several threads at
