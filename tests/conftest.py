@@ -142,6 +142,11 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_collection_modifyitems(config, items):
+    if _worker_count(config) > 1:
+        # The exclusive tests last: earlier, one would hold the other workers idle while
+        # it waited for, or itself spent, a cold run's first compilations.  (Every worker
+        # collects the same order, as xdist requires.)
+        items.sort(key=lambda item: item.get_closest_marker("parallel") is not None)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items or _cuda_available():
         return
