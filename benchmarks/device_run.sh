@@ -42,6 +42,11 @@ export PYTHONPATH=$PWD
 python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontainers fastapi \
     'uvicorn[standard]' pydantic pydantic-settings prometheus-client orjson httpx2 websockets 2>&1 \
     | tail -2
+# pytest-xdist (with execnet) runs the tests on every core when its wheels are in .whl
+# (tests/conftest.py); without them the tests run in one process.
+if ls .whl/pytest_xdist-*.whl .whl/execnet-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --find-links .whl pytest-xdist 2>&1 | tail -2
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 GRAPH=bench-out/data/musae_git_edges.csv
 [ -f "$GRAPH" ] || GRAPH=../shared/datasets/github/musae_git_edges.csv

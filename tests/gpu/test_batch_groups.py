@@ -135,7 +135,12 @@ def _counts(result) -> dict[int, tuple[int, int]]:
     return {qid: (q.positive, q.negative) for qid, q in result.queries.items()}
 
 
-@pytest.mark.parametrize("mode", sorted(CONFIGS))
+# The region modes share one region's work between several threads at once.
+MODES = [pytest.param(mode, marks=pytest.mark.parallel) if mode.startswith("region") else mode
+         for mode in sorted(CONFIGS)]
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("seed", range(4))
 def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, monkeypatch, mode,
                                                          seed):

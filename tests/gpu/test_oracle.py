@@ -731,7 +731,7 @@ def test_queries_added_and_removed_mid_stream(engine_setup):
 def test_large_query_with_no_room(engine_setup):
     # A valid 32-vertex query (path) that cannot fit a small graph: zero, then still zero.
     rng = random.Random(5)
-    g = random_graph(rng, n=10, vlabels=1, elabels=1, p=0.5)
+    g = random_graph(rng, n=10, vlabels=1, elabels=1, p=0.3)
     h = Harness(g, engine_setup, {"path32": _uniform(32, [(i, i + 1) for i in range(31)]),
                             "path6": _uniform(6, [(i, i + 1) for i in range(5)])})
     h.apply(gen_batch(rng, h.ref, "insert"))

@@ -132,7 +132,6 @@ def _post(client: httpx.Client, url: str, body: str, key: str) -> dict:
     return r.json()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["server", "writer"])
 def test_kill_restart_loses_nothing_and_duplicates_nothing(tmp_path, victim):
     """SIGKILL the server, or its storage writer process (the server then exits: the outcome
