@@ -308,23 +308,24 @@ def test_the_two_hub_closed_forms_are_brute_force():
             {name: len(embeddings(data, p)) for name, p in TWO_HUB_QUERIES.items()}
 
 
-@pytest.mark.parametrize("name", ["default", "region"])
-def test_twins_are_exact_where_leaf_products_pass_2_31(name, monkeypatch):
+@pytest.mark.parametrize("name, switch_at", [("default", -1), ("region", -1), ("default", 3)])
+def test_twins_are_exact_where_leaf_products_pass_2_31(name, switch_at, monkeypatch):
+    """With switch_at, interpreting stops before the first one-edge batch: the compiled
+    kernels the engine goes on with are those a compiled run has, none compiles anew
+    (the cache holds them: the compiled run here put them there)."""
     monkeypatch.setattr(gpu.cpu.executor, "SHARE_ALWAYS", name == "region")
     everything = list(TWO_HUB_QUERIES)
     arguments = {"name": name, "n": SMALL_N, "queries": everything, "static": everything}
     compiled = two_hubs(**arguments)
     assert _check_closed_forms(compiled, SMALL_N, everything, everything) > 1 << 40
-    assert _in_a_fresh_interpreter("two_hubs", **arguments) == \
+    assert _in_a_fresh_interpreter("two_hubs", **arguments, switch_at=switch_at) == \
         {"compiled": [], "results": compiled}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["default", "region"])
 def test_twins_are_exact_at_the_extremes_of_a_first_runs_input(name, monkeypatch):
-    """LARGE_N leaves; interpreting stops after the vertex deletes, and the compiled
-    kernels the engine goes on with are those a compiled run has: none compiles anew
-    (the cache holds them: the compiled run here put them there)."""
+    """LARGE_N leaves, interpreting stopping as in the test above."""
     monkeypatch.setattr(gpu.cpu.executor, "SHARE_ALWAYS", name == "region")
     arguments = {"name": name, "n": LARGE_N, "queries": LARGE_QUERIES, "static": LARGE_STATIC}
     compiled = two_hubs(**arguments)
