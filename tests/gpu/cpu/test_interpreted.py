@@ -36,10 +36,14 @@ import gpu.cpu.executor
 from gpu.config import EngineConfig
 from gpu.cpu import interpreted
 from gpu.engine import Engine
+from gpu.graph.lists import DynamicGraph
 from gpu.io.graphs import parse_graph_text
 from gpu.io.records import MAX_ID, MAX_LABEL
 from gpu.io.streams import parse_updates_text
 from tests.gpu.cpu.test_leaf_groups import PATTERNS, hub_batch, hub_data
+from tests.gpu.graph.test_lists import Model
+from tests.gpu.graph.test_lists import compare as compare_lists
+from tests.gpu.graph.test_lists import random_batch as random_lists_batch
 from tests.graphs import Data, Pattern, embeddings, random_batch
 
 REPO = Path(__file__).resolve().parents[3]
@@ -331,6 +335,29 @@ def test_twins_are_exact_at_the_extremes_of_a_first_runs_input(name, monkeypatch
     compiled = two_hubs(**arguments)
     assert _check_closed_forms(compiled, LARGE_N, LARGE_QUERIES, LARGE_STATIC) > 1 << 62
     assert _in_a_fresh_interpreter("two_hubs", **arguments, switch_at=3) == \
+        {"compiled": [], "results": compiled}
+
+
+def list_churn(name: str) -> list:
+    """Neighbour lists under `name`'s settings through batches that relocate them and
+    compact the pool (tests/gpu/graph/test_lists.py): per batch, the pool's top and
+    garbage (with the type of the top) and every edge."""
+    graph, model, rng = DynamicGraph(CONFIGS[name]), Model(), random.Random(3)
+    out = []
+    for step in range(120):
+        random_lists_batch(graph, model, rng, 35 if (step // 40) % 2 == 0 else 4)
+        compare_lists(graph, model, rng)
+        us, vs, labels = graph.edges()
+        out.append([type(graph.top).__name__, int(graph.top), int(graph.garbage),
+                    us.tolist(), vs.tolist(), labels.tolist()])
+    return out
+
+
+def test_twins_relocate_and_compact_lists_as_the_compiled_kernels():
+    compiled = list_churn("tiny")
+    assert any(after[2] < before[2] for before, after in zip(compiled, compiled[1:])), \
+        "the pool was never compacted"
+    assert _in_a_fresh_interpreter("list_churn", name="tiny") == \
         {"compiled": [], "results": compiled}
 
 
