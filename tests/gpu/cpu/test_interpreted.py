@@ -29,7 +29,6 @@ import textwrap
 from pathlib import Path
 
 import numba as nb
-import numpy as np
 import pytest
 
 import gpu.cpu.executor
