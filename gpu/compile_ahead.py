@@ -5,10 +5,11 @@ Compiling every kernel a run reaches costs half a minute of one core, once per m
 (Numba keeps the result in its cache: `__pycache__` beside the sources where that is
 writable, else its user-wide cache).  `first_run()` wraps a command; on the CPU executor,
 unless the cache is known to be filled (the stamp below):
-  - a small run (inputs of at most INTERPRET_BELOW_BYTES) starts a background process,
-    `python -m gpu.compile_ahead`, which compiles every kernel a batch can reach
-    (gpu/warm_up.py) and the readers' into the cache, niced and detached (it outlives
-    the run), and runs the kernels as plain Python meanwhile (gpu/cpu/interpreted.py);
+  - a small run (inputs of at most INTERPRET_BELOW_BYTES, decompressed) starts a
+    background process, `python -m gpu.compile_ahead`, which compiles every kernel a
+    batch can reach (gpu/warm_up.py) and the readers' into the cache, niced and detached
+    (it outlives the run), and runs the kernels as plain Python meanwhile
+    (gpu/cpu/interpreted.py);
     `poll()`, between batches, switches to the compiled kernels once it has finished;
   - a larger run compiles what it needs as it goes, as it always did.
 Either way the terminal shows "compiling the CPU executor (first run only)" while it
@@ -23,6 +24,7 @@ indexes are all there (deleting the `.nbi` files empties it).
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import json
 import os
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import numba
@@ -112,10 +115,26 @@ def code_key() -> str:
 
 
 def _small(paths: list[str]) -> bool:
+    """Whether the inputs hold at most INTERPRET_BELOW_BYTES, a gzip file counted as what
+    it holds (the readers decompress it: 1 MB of gzip can hold a gigabyte of edges)."""
+    left = INTERPRET_BELOW_BYTES
     try:
-        return sum(os.path.getsize(p) for p in paths) <= INTERPRET_BELOW_BYTES
-    except OSError:
+        for path in paths:
+            left -= _content_bytes(path, left + 1)
+            if left < 0:
+                return False
+    except (OSError, EOFError, zlib.error):
         return False        # the command reports it
+    return True
+
+
+def _content_bytes(path: str, most: int) -> int:
+    """The bytes of `path` as gpu.io.text.read_bytes gives them, counted up to `most`."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":      # read_bytes sniffs the magic too
+            return os.path.getsize(path)
+    with gzip.open(path, "rb") as f:
+        return len(f.read(most))
 
 
 def _start_background() -> bool:

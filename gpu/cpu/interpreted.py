@@ -9,12 +9,21 @@ is `range`, so one worker takes a parallel region's whole queue.  A version comp
 loaded before stays in use.  `stop()` turns it off: the next call of each kernel loads it
 from Numba's cache (gpu/compile_ahead.py fills it) or compiles it.
 
-The twins compute with NumPy scalars where the kernels compute with machine integers:
-the same values, except that NumPy keeps int32 arithmetic in int32 where Numba widens it
-to int64 (only large graphs come near that; interpreting is for small inputs) and warns
-where either wraps (the id map's hash does so on purpose), so overflow warnings are off
-inside a twin.  tests/gpu/cpu/test_interpreted.py holds them to the compiled kernels and
-the reference.
+The twins compute with NumPy scalars where the kernels compute with machine integers, and
+NumPy types some operations otherwise: `int32 op int32` and `int32 op int` stay int32
+where Numba widens them to int64 (and `uint64 op int64` is float64, int64 in Numba). Yet
+the values are the same, kernel by kernel: none mixes unsigned and signed integers; the
+int32 operations are on degrees, list capacities (doubled), ranks and per-vertex counts,
+below 2^31 unless a vertex has a billion neighbours, let alone in an input a twin runs on
+(compile_ahead.INTERPRET_BELOW_BYTES); every count, and product of counts, starts from an
+int64 (np.int64(...), an int64 array), so it is int64 in both, and int64 wraps alike in
+both (a count past 2^63 - 1 is wrong in both). Overflow warnings are off inside a twin,
+as they are in compiled code (the id map's hash wraps on purpose). A twin is called as
+Numba calls its kernel (`call`): a Python int argument becomes an int64, a NumPy scalar
+result a Python number, so no int32 of a twin's reaches the compiled kernels later.
+tests/gpu/cpu/test_interpreted.py holds the twins to the compiled kernels, closed forms
+and the reference, at the extremes a first run's input can hold, with every other
+overflow in a twin raising.
 
 Kernels take their per-query arrays as a typed list; `kernel_list` builds one with
 compiled helpers kept in Numba's cache (building it from Python compiles Numba's own list
@@ -87,8 +96,34 @@ def _compile_or_twin(dispatcher: Dispatcher, *args, **kws):
 
 
 def _run(function, *args):
+    # Integer overflow wraps silently, as in the compiled kernels (the id map's hash
+    # multiplies mod 2**64 on purpose; tests make every other wrap raise).
     with np.errstate(over="ignore"):
-        return function(*args)
+        return call(function, args)
+
+
+def call(function, args: tuple):
+    """A twin called as Numba calls its kernel: arguments typed, results boxed, alike."""
+    return _boxed(function(*map(_typed, args)))
+
+
+def _typed(value):
+    """An argument as the twin takes it: a Python int as int64, the type Numba gives it
+    (as a Python int, NumPy would keep `int32 op int` in int32 where Numba widens it)."""
+    if type(value) is int and -1 << 63 <= value < 1 << 63:
+        return np.int64(value)
+    return value
+
+
+def _boxed(value):
+    """A twin's result as the compiled kernel returns it: NumPy scalars as Python numbers,
+    also inside tuples.  (A NumPy int32 kept by the caller, a pool's top say, would make
+    the next call, once compiled, compile for int32: a version the cache does not hold.)"""
+    if isinstance(value, np.generic):
+        return value.item()
+    if type(value) is tuple:
+        return tuple(_boxed(item) for item in value)
+    return value
 
 
 # --------------------------------------------------------------------------- twins

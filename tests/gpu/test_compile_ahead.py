@@ -6,6 +6,7 @@ demo on an empty Numba cache as a new user would, twice.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -94,6 +95,18 @@ def test_a_large_first_run_compiles_in_the_foreground_and_says_so(cold, tmp_path
     assert progress.lines[1].startswith("compiled 1 kernels in ")
     fresh(1.5)                              # after the command: nothing more is said
     assert len(progress.lines) == 2
+
+
+@pytest.mark.parametrize("content", [1000, compile_ahead.INTERPRET_BELOW_BYTES + 1])
+def test_a_gzip_input_counts_as_what_it_holds(content, cold, tmp_path):
+    """A few kB of gzip holding more than the limit compiles: the readers decompress it,
+    and interpreting a graph that large would take minutes."""
+    path = tmp_path / "graph.txt.gz"
+    path.write_bytes(gzip.compress(b"#" * content))
+    assert path.stat().st_size < 10_000
+    with compile_ahead.first_run([str(path)], "cpu", _Progress()):
+        assert interpreted.active() == (content <= compile_ahead.INTERPRET_BELOW_BYTES)
+        assert len(cold) == interpreted.active()
 
 
 @pytest.mark.parametrize("why", ["filled", "cuda", "compile"])
