@@ -44,6 +44,12 @@ from gpu.cpu import interpreted
 # Larger inputs compile rather than interpret: the twins are ~100x slower than the
 # compiled kernels (the embedded demo, 350 kB, runs in about a second either way).
 INTERPRET_BELOW_BYTES = 1 << 20
+# A small input can still hold much work (two hubs sharing a few thousand neighbours:
+# minutes as plain Python); past this many seconds of interpreting, a run compiles in the
+# foreground and starts over (interpreted.OutOfTime), which costs what a run that never
+# interpreted costs, plus this.
+INTERPRET_SECONDS = 10.0
+OutOfTime = interpreted.OutOfTime
 MODE_VARIABLE = "MOTIFSTREAM_FIRST_RUN"
 _STAMP = "motifstream-compiled.json"
 _LOCK = "motifstream-compiling.lock"
@@ -64,13 +70,20 @@ def first_run(paths: list[str], backend: str, progress):
     try:
         if backend == "cpu" and os.environ.get(MODE_VARIABLE, "background") != "compile" \
                 and not cache_filled() and _small(paths) and _start_background():
-            interpreted.interpret()
+            interpreted.interpret(budget=INTERPRET_SECONDS)
             progress.phase("compiling the CPU executor in the background (first run only); "
                            "running it as plain Python meanwhile")
         yield
     finally:
         event.unregister("numba:compile", announce)
         interpreted.stop()
+
+
+def compile_now(progress) -> None:
+    """After OutOfTime: compile (or load) every kernel called from now on, saying so."""
+    interpreted.stop()
+    progress.phase("too much work to run as plain Python: compiling the CPU executor now "
+                   "(first run only), then starting over")
 
 
 def poll() -> None:

@@ -264,12 +264,21 @@ def _load_queries(paths: list[str], progress: Progress) -> list[QueryGraph]:
 def _count(args, progress: Progress) -> int:
     with _first_run(args, progress):
         engine, names = _load(args, progress)
-        for qid, name in names.items():
+        queries = list(names.items())
+        while queries:
+            qid, name = queries[0]
             compile_ahead.poll()
             progress.phase(f"counting {name}")
             t0 = clock.now()        # leaves Numba's compiling out
-            matches = engine.count(qid)
+            try:
+                matches = engine.count(qid)
+            except compile_ahead.OutOfTime:
+                # The engine's state is lost with the kernels' work: a new one, compiled.
+                compile_ahead.compile_now(progress)
+                engine, _ = _load(args, progress)
+                continue
             _emit({"query": name, "matches": matches, "seconds": clock.now() - t0})
+            queries.pop(0)
     return 0
 
 
@@ -297,19 +306,32 @@ def _match_stream(args, progress: Progress) -> int:
     progress.phase(f"applying {len(updates)} updates in {len(batches)} "
                    f"batch{'' if len(batches) == 1 else 'es'}")
     stream_start = time.perf_counter()
+    done = 0                # batches reported
     with _open_listing(args.list) as listing:
-        # apply_stream: on CUDA a batch's host work overlaps the kernels of the one before.
-        results = engine.apply_stream(batches, list_limit=args.list_limit if listing else 0)
-        for i, (batch, res) in enumerate(zip(batches, results, strict=True)):
-            totals.add(res, len(batch))
-            for qid, name in names.items():
-                delta = res.queries[qid]
-                _emit({"batch": i, "query": name, "positive": delta.positive,
-                       "negative": delta.negative, "seconds": res.seconds})
-                if listing:
-                    truncated += _write_matches(listing, i, name, delta)
-            progress.update(i + 1, len(batches), totals.updates)
-            compile_ahead.poll()
+        while done < len(batches):
+            try:
+                # apply_stream: on CUDA a batch's host work overlaps the kernels of the one
+                # before.
+                for res in engine.apply_stream(batches[done:],
+                                               list_limit=args.list_limit if listing else 0):
+                    i, done = done, done + 1
+                    totals.add(res, len(batches[i]))
+                    for qid, name in names.items():
+                        delta = res.queries[qid]
+                        _emit({"batch": i, "query": name, "positive": delta.positive,
+                               "negative": delta.negative, "seconds": res.seconds})
+                        if listing:
+                            truncated += _write_matches(listing, i, name, delta)
+                    progress.update(done, len(batches), totals.updates)
+                    compile_ahead.poll()
+            except compile_ahead.OutOfTime:
+                # The engine's state is lost with the kernels' work: a new one, compiled,
+                # brought to where the reported batches left the graph.
+                compile_ahead.compile_now(progress)
+                engine, _ = _load(args, progress)
+                progress.phase(f"applying again the {done} batches reported so far")
+                for _ in engine.apply_stream(batches[:done]):
+                    pass
     wall_seconds = time.perf_counter() - stream_start
     progress.close()
     _emit(totals.summary(len(batches), engine.backend, seconds=wall_seconds,

@@ -25,6 +25,13 @@ tests/gpu/cpu/test_interpreted.py holds the twins to the compiled kernels, close
 and the reference, at the extremes a first run's input can hold, with every other
 overflow in a twin raising.
 
+A twin can be far slower than its kernel (~100x; a small graph with two hubs sharing a few
+thousand neighbours takes minutes), so interpreting has a time budget: past it, the next
+twin call raises `OutOfTime`, a BaseException (no `except Exception` of the engine makes
+it a batch's own error).  The kernels' work in progress is then lost, and with it the
+state of the engine that ran them: its caller starts over on compiled kernels (the CLI
+rebuilds its engine and replays the batches it has reported, service/cli.py).
+
 Kernels take their per-query arrays as a typed list; `kernel_list` builds one with
 compiled helpers kept in Numba's cache (building it from Python compiles Numba's own list
 code in every process), or a plain list while interpreting.
@@ -45,22 +52,31 @@ from gpu.cpu import atomics, borrowed, cycles
 
 _interpreting = False
 _epoch = 0
+_deadline: float | None = None      # time.monotonic() past which twins stop
 
 
-def interpret(packages: tuple[str, ...] = ("gpu",)) -> None:
+class OutOfTime(BaseException):
+    """Interpreting ran past its budget: the kernels' work in progress is lost, and with it
+    the state of the engine that ran them; start over on compiled kernels."""
+
+
+def interpret(packages: tuple[str, ...] = ("gpu",), budget: float | None = None) -> None:
     """From now on, run each kernel of `packages` (modules imported so far) as its twin
-    where it has no compiled version for the call's argument types."""
-    global _interpreting, _epoch
+    where it has no compiled version for the call's argument types; with a `budget`,
+    for that many seconds at most (then twins raise OutOfTime)."""
+    global _interpreting, _epoch, _deadline
     for dispatcher in kernels(packages):
         if "_compile_for_args" not in vars(dispatcher):
             dispatcher._compile_for_args = functools.partial(_compile_or_twin, dispatcher)
     if not _interpreting:
         _interpreting, _epoch = True, _epoch + 1
+    _deadline = None if budget is None else time.monotonic() + budget
 
 
 def stop() -> None:
     """Compile (or load from the cache) every kernel called from now on."""
-    global _interpreting, _epoch
+    global _interpreting, _epoch, _deadline
+    _deadline = None
     if _interpreting:
         _interpreting, _epoch = False, _epoch + 1
 
@@ -98,6 +114,7 @@ def _compile_or_twin(dispatcher: Dispatcher, *args, **kws):
 def _run(function, *args):
     # Integer overflow wraps silently, as in the compiled kernels (the id map's hash
     # multiplies mod 2**64 on purpose; tests make every other wrap raise).
+    _check_time()
     with np.errstate(over="ignore"):
         return call(function, args)
 
@@ -156,9 +173,23 @@ def _twin_globals(module_globals: dict) -> dict:
     return mine
 
 
+def _check_time() -> None:
+    if _deadline is not None and time.monotonic() > _deadline:
+        raise OutOfTime("the kernels ran past their time as plain Python")
+
+
+def _timed(function: types.FunctionType):
+    """`function`, checking the budget first: what a twin calls for another kernel."""
+    def timed(*args):
+        _check_time()
+        return function(*args)
+    timed.__wrapped__ = function
+    return timed
+
+
 def _in_python(value):
     if isinstance(value, Dispatcher):
-        return twin(value)
+        return _timed(twin(value))
     if value is nb:
         return _NUMBA
     for intrinsic, equivalent in _INTRINSICS:

@@ -13,6 +13,8 @@ import gpu.cuda.device
 from service.cli import main
 from service.progress import Progress
 
+REPO = Path(__file__).resolve().parents[2]
+
 # Labels: 1, 2, 3, 5, 7 carry label 0; 4 and 6 carry label 1.
 GRAPH = """t 6 6
 v 1 0
@@ -458,3 +460,63 @@ def test_serve_demo_and_graph_are_exclusive(capsys, monkeypatch):
     assert "not allowed with argument" in capsys.readouterr().err
     assert main(["serve", "--demo", "--num-labels", "3"]) == 2
     assert "demo" in capsys.readouterr().err
+
+
+# A first run whose plain-Python kernels run out of time (gpu/compile_ahead.py): run in a
+# fresh interpreter, where no kernel is compiled in the process yet, so the twins run.
+_OUT_OF_TIME = '''
+import json, sys
+from gpu import compile_ahead
+from gpu.cpu import interpreted
+from service import cli
+
+class Compiling:                        # a background compile that never finishes
+    returncode = None
+    def poll(self):
+        return None
+
+def start():
+    compile_ahead._background = Compiling()
+    return True
+
+compile_ahead.cache_filled = lambda: False
+compile_ahead._start_background = start
+command, trip_after = sys.argv[1], int(sys.argv[2])
+lines, seen = [], {}
+
+def emit(record):
+    lines.append(record)
+    seen.setdefault("interpreting_at_first", interpreted.active())
+    if len(lines) == trip_after:
+        interpreted._deadline = 0.0     # the budget is spent: the next twin call stops
+        seen["tripped"] = interpreted.active()
+
+cli._emit = emit
+status = cli.main([command, "-q"])
+print(json.dumps({"status": status, "lines": lines, **seen}))
+'''
+
+
+def _first_run_out_of_time(command: str, trip_after: int) -> dict:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+           "MOTIFSTREAM_FIRST_RUN": "background"}
+    proc = subprocess.run([sys.executable, "-c", _OUT_OF_TIME, command, str(trip_after)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _without_times(lines: list[dict]) -> list[dict]:
+    return [{k: v for k, v in line.items() if "seconds" not in k} for line in lines]
+
+
+@pytest.mark.parametrize("command, trip_after", [("match", 6), ("count", 1)])
+def test_a_first_run_out_of_time_starts_over_compiled_and_reports_each_result_once(
+        command, trip_after, capsys):
+    tripped = _first_run_out_of_time(command, trip_after)
+    assert tripped["status"] == 0
+    assert tripped["interpreting_at_first"] and tripped["tripped"]
+    assert main([command, "-q"]) == 0           # compiled from the start (this process)
+    expected = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert _without_times(tripped["lines"]) == _without_times(expected)
+    assert len(expected) > trip_after
