@@ -43,7 +43,8 @@ python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontaine
     'uvicorn[standard]' pydantic pydantic-settings prometheus-client orjson httpx2 websockets 2>&1 \
     | tail -2
 # pytest-xdist (with execnet) runs the tests on every core when its wheels are in .whl
-# (tests/conftest.py); without them the tests run in one process.
+# (tests/conftest.py); without them the tests run in one process.  The image's
+# pytest-benchmark warns under xdist (an error here): every pytest run has -p no:benchmark.
 if ls .whl/pytest_xdist-*.whl .whl/execnet-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --find-links .whl pytest-xdist 2>&1 | tail -2
 fi
@@ -57,15 +58,15 @@ for stage in "${stages[@]}"; do
     echo "=== $stage"
     case "$stage" in
         tests)
-            python3 -m pytest -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/tests.txt" | tail -25
+            python3 -m pytest -q -p no:cacheprovider -p no:benchmark -rs 2>&1 | tee "$OUT/tests.txt" | tail -25
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         gpu-tests)
-            python3 -m pytest -q -p no:cacheprovider -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
+            python3 -m pytest -q -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
                 | tee "$OUT/gpu-tests.txt" \
                 | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-tests)
-            MOTIFSTREAM_TEST_BACKEND=cuda python3 -m pytest -q -p no:cacheprovider \
+            MOTIFSTREAM_TEST_BACKEND=cuda python3 -m pytest -q -p no:cacheprovider -p no:benchmark \
                 tests/service tests/storage 2>&1 | tee "$OUT/service-tests.txt" | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-bench)
@@ -92,7 +93,7 @@ for stage in "${stages[@]}"; do
                     ${GH_ARGS:-} 2>&1 | tee -a "$OUT/gh-$backend.txt" | tail -12
             done ;;
         pma)
-            python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/graph/test_pma.py 2>&1 \
+            python3 -m pytest -q -p no:cacheprovider -p no:benchmark -m gpu tests/gpu/graph/test_pma.py 2>&1 \
                 | tee "$OUT/pma-tests.txt" | tail -5
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
             timeout "${PMA_TIMEOUT:-400}" python3 -m benchmarks.pma_bench --check \
