@@ -462,8 +462,9 @@ def test_serve_demo_and_graph_are_exclusive(capsys, monkeypatch):
     assert "demo" in capsys.readouterr().err
 
 
-# A first run whose plain-Python kernels run out of time (gpu/compile_ahead.py): run in a
-# fresh interpreter, where no kernel is compiled in the process yet, so the twins run.
+# A first run whose plain-Python kernels run out of time (gpu/compile_ahead.py), on the CPU
+# executor (a CUDA host would pick CUDA), in a fresh interpreter: no kernel is compiled in
+# that process yet, so the twins run.
 _OUT_OF_TIME = '''
 import json, sys
 from gpu import compile_ahead
@@ -492,7 +493,7 @@ def emit(record):
         seen["tripped"] = interpreted.active()
 
 cli._emit = emit
-status = cli.main([command, "-q"])
+status = cli.main([command, "-q", "--backend", "cpu"])
 print(json.dumps({"status": status, "lines": lines, **seen}))
 '''
 
@@ -516,7 +517,7 @@ def test_a_first_run_out_of_time_starts_over_compiled_and_reports_each_result_on
     tripped = _first_run_out_of_time(command, trip_after)
     assert tripped["status"] == 0
     assert tripped["interpreting_at_first"] and tripped["tripped"]
-    assert main([command, "-q"]) == 0           # compiled from the start (this process)
+    assert main([command, "-q", "--backend", "cpu"]) == 0     # compiled from the start
     expected = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert _without_times(tripped["lines"]) == _without_times(expected)
     assert len(expected) > trip_after
