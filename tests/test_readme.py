@@ -118,7 +118,8 @@ def test_every_tour_command_works_as_written(tmp_path, command_path):
     finally:
         if server is not None:
             stopped_cleanly = server.stop()
-    assert stopped_cleanly, f"the server did not stop cleanly: {server.log.read_text()}"
+    assert stopped_cleanly, (f"the server did not stop cleanly (status {server.proc.returncode}): "
+                             f"{server.log.read_text()}")
 
 
 def _run_cli(command: str, env: dict) -> str:
@@ -138,6 +139,13 @@ def _check_claim(command: str, output: str) -> None:
         assert claim in _squeezed(output), f"{command!r} promises {claim!r}; it printed {output}"
 
 
+def _interruptible() -> None:
+    # Ctrl-C reaches a server started from a terminal; a test run in the background of a
+    # non-interactive shell (CI, say) inherits SIGINT ignored, and the server's Python
+    # would then not turn uvicorn's re-raised signal into the interrupt status.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Server:
     """The tour's `motifstream serve` line, run as written in `workdir` on a free port."""
 
@@ -150,7 +158,7 @@ class _Server:
             self.proc = subprocess.Popen(
                 ["bash", "-c", "exec " + command], cwd=workdir, stdout=log,
                 stderr=subprocess.STDOUT, env={**env, "MOTIFSTREAM_PORT": str(self.port)},
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_interruptible)
         deadline = time.monotonic() + COMMAND_SECONDS
         while True:
             assert self.proc.poll() is None, f"the server exited: {self.log.read_text()}"
