@@ -20,6 +20,7 @@ import pytest
 
 from gpu import compile_ahead
 from gpu.cpu import interpreted
+from tests import compiles
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,20 +136,7 @@ def test_the_stamp_names_the_code_and_every_index(monkeypatch, tmp_path):
     assert not compile_ahead.cache_filled()
 
 
-COUNT_COMPILES = textwrap.dedent('''
-    import sys
-    from numba.core import event
-
-    compiled = []
-
-    class Compiles(event.Listener):
-        def on_start(self, ev):
-            compiled.append(ev.data["dispatcher"].py_func.__qualname__)
-
-        def on_end(self, ev):
-            pass
-
-    event.register("numba:compile", Compiles())
+COUNT_COMPILES = compiles.PRELUDE + textwrap.dedent('''
     from service.cli import main
 
     status = main(["match"])

@@ -43,6 +43,7 @@ from tests.gpu.cpu.test_leaf_groups import PATTERNS, hub_batch, hub_data
 from tests.gpu.graph.test_lists import Model
 from tests.gpu.graph.test_lists import compare as compare_lists
 from tests.gpu.graph.test_lists import random_batch as random_lists_batch
+from tests import compiles
 from tests.graphs import Data, Pattern, embeddings, random_batch
 
 REPO = Path(__file__).resolve().parents[3]
@@ -85,21 +86,8 @@ def workload(name: str, switch_at: int = -1) -> list:
     return json.loads(json.dumps(out))
 
 
-SCRIPT = textwrap.dedent('''
-    import json, sys
+SCRIPT = compiles.PRELUDE + textwrap.dedent('''
     import numpy as np
-    from numba.core import event
-
-    compiled = []
-
-    class Compiles(event.Listener):
-        def on_start(self, ev):
-            compiled.append(ev.data["dispatcher"].py_func.__qualname__)
-
-        def on_end(self, ev):
-            pass
-
-    event.register("numba:compile", Compiles())
     import gpu.cpu.executor
     import gpu.graph.idmap
     from gpu.cpu import interpreted
