@@ -8,7 +8,7 @@
 #   gpu-tests    only the gpu-marked tests (GPU_TESTS_ARGS adds pytest flags, e.g.
 #                "--ignore tests/gpu/graph/test_pma.py" when the packed memory array is unchanged)
 #   service-tests  the service and storage tests with the service on the cuda executor
-#                (MOTIFSTREAM_TEST_DEVICE_GRAPH=pma: on the packed-memory-array layout)
+#                (MOTIFSTREAM_TEST_DEVICE_GRAPH=lists: on the mirrored host lists)
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags;
 #                SERVICE_BACKEND=cpu runs it on the CPU executor, on the device host's cores)
 #   apply-profile  benchmarks.apply_profile (the CPU executor on the host's cores; APPLY_ARGS

@@ -86,9 +86,12 @@ def _parse_args(argv):
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
-    p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=DEVICE_GRAPHS[0],
-                   help="cuda: the data graph's layout on the device (default lists: "
-                        "the mirrored host lists; pma: the packed memory array)")
+    p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
+                   help="cuda: the data graph's layout on the device (default "
+                        f"{EngineConfig.device_graph}; lists: the mirrored host lists; pma: "
+                        "the packed memory array)")
+    p.add_argument("--pma-direct", action="store_true",
+                   help="cuda, pma: the kernel reads the array itself, not its read view")
     p.add_argument("--gpu-busy", action="store_true",
                    help="cuda: time the matching kernels with CUDA events and report their "
                         "share of each batch's wall time")
@@ -211,8 +214,9 @@ def run_header(backend: str, module: str = "benchmarks.gh_table",
 def _table(records: list[dict], kinds) -> str:
     rows = [
         ("| query set | queries | avg s/query | median s/query | avg matches/query "
-         "| total matches | matches/s |"),
-        "|---|---:|---:|---:|---:|---:|---:|",
+         "| total matches | matches/s | apply wall, avg s | validate, avg s "
+         "| update, avg s |"),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in kinds:
         rs = [r for r in records if r["kind"] == kind]
@@ -223,7 +227,10 @@ def _table(records: list[dict], kinds) -> str:
         rate = total / sum(secs) if sum(secs) > 0 else float("nan")
         rows.append(
             f"| {kind} | {len(rs)} | {statistics.fmean(secs):.4g} | {statistics.median(secs):.4g} "
-            f"| {total / len(rs):.1f} | {total} | {rate:.4g} |"
+            f"| {total / len(rs):.1f} | {total} | {rate:.4g} "
+            f"| {statistics.fmean(r['wall_seconds'] for r in rs):.4g} "
+            f"| {statistics.fmean(r['validate_seconds'] for r in rs):.3g} "
+            f"| {statistics.fmean(r['update_seconds'] for r in rs):.3g} |"
         )
     return "\n".join(rows)
 
@@ -285,6 +292,7 @@ def run(args, backend: str) -> list[dict]:
     engine = Engine(initial, backend=backend,
                     config=EngineConfig(work_sharing=not args.no_work_sharing,
                                         device_graph=args.device_graph,
+                                        pma_view=not args.pma_direct,
                                         share_every=args.share_every,
                                         leaf_groups=not args.no_leaf_groups),
                     coalesce=not args.no_coalesce)
@@ -315,6 +323,11 @@ def run(args, backend: str) -> list[dict]:
                     "seconds": float(res.seconds),
                     "match_seconds": match_seconds(res),
                     "wall_seconds": wall,
+                    # The phases of the batch beside matching (gpu/engine.py _run_batch).
+                    "validate_seconds": float(res.timings.get("validate", 0.0)),
+                    "update_seconds": float(res.timings.get("update", 0.0)),
+                    "device_graph": args.device_graph,
+                    "pma_view": not args.pma_direct,
                 }
                 if args.check:
                     record["check"] = exact

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--edges", type=int, default=100_000_000, help="undirected edges")
     ap.add_argument("--labels", type=int, default=5, help="uniform random vertex labels")
     ap.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="auto")
-    ap.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=DEVICE_GRAPHS[0],
+    ap.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
                     help="cuda: the data graph's layout on the device (default lists: "
                         "the mirrored host lists; pma: the packed memory array)")
     ap.add_argument("--kinds", nargs="+", default=["dense", "sparse"])

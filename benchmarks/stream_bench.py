@@ -74,7 +74,7 @@ def _parse_args(argv):
                                 description=__doc__.split("\n", 1)[0])
     add_setup_args(p, seed_help="seed of the splits, the mixed stream and the query walks")
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
-    p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=DEVICE_GRAPHS[0],
+    p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
                    help="cuda: the data graph's layout on the device (default lists: "
                         "the mirrored host lists; pma: the packed memory array)")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Layouts of the CUDA executor's data graph (gpu/cuda/device_graph.py), the default first.
-DEVICE_GRAPHS = ("lists", "pma")
+DEVICE_GRAPHS = ("pma", "lists")
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,16 @@ class EngineConfig:
     share_capacity: int = 1 << 20
     # CUDA executor: advance steps between a busy warp's looks at the idle warps.
     share_every: int = 128
-    # CUDA executor: the data graph's layout on the device (gpu/cuda/device_graph.py): "lists",
-    # the host's pools mirrored per touched vertex (faster matching and one-edge batches
-    # on GH-sized graphs), or "pma", the packed memory array the kernel reads directly
-    # (about a quarter of the device memory, and faster updates and large batches on
-    # large skewed graphs); docs/benchmarks.md has the measurements.
-    device_graph: str = "lists"
+    # CUDA executor: the data graph's layout on the device (gpu/cuda/device_graph.py):
+    # "pma", the packed memory array, updated on the device from each batch (no host
+    # lists), or "lists", the host's pools mirrored per touched vertex (the older layout,
+    # kept for comparison); docs/benchmarks.md has the measurements.
+    device_graph: str = "pma"
+    # CUDA executor on "pma": the kernel reads the array's gap-free read view, the
+    # touched vertices' lists copied again after each batch (gpu/graph/pma/view.py: the
+    # lists' matching speed for about 16 bytes more per directed edge and slack); off,
+    # it reads the array itself.
+    pma_view: bool = True
     # CUDA executor: slots per packed-memory-array segment (a power of two >= 2).
     pma_segment_size: int = 32
     # CUDA executor: (update edge, task type) pairs one launch tests, one int32 of task

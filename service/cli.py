@@ -157,9 +157,9 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="executor (default auto: cuda when usable, else cpu)")
     parser.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=DEVICE_GRAPHS[0],
-                        help="cuda: the data graph's layout on the device (default lists: "
-                             "the host's lists mirrored; pma: a packed memory array, "
-                             "about a quarter of the memory, faster large batches)")
+                        help="cuda: the data graph's layout on the device (default pma: a "
+                             "packed memory array updated on the device; lists: the host's "
+                             "lists mirrored)")
     labels = parser.add_mutually_exclusive_group()
     labels.add_argument("--labels", metavar="FILE",
                         help="vertex labels (<id> <label> lines) for an edge-list graph")

@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535)
     backend: Literal["auto", "cpu", "cuda"] = "auto"
     # The CUDA executor's graph layout on the device (gpu/config.py's DEVICE_GRAPHS).
-    device_graph: Literal["lists", "pma"] = "lists"
+    device_graph: Literal["pma", "lists"] = "pma"
     # When set, every route but /healthz and /readyz needs `Authorization: Bearer <key>`.
     api_key: SecretStr | None = None
     # Initial bulk load (only into an empty store): a graph file or an edge list.

@@ -6,10 +6,12 @@
 - `PmaGraph` (`pma`): the packed memory array of gpu/graph/pma/, keyed so that each vertex's
   neighbours of one label are one sorted run, updated on the device from each batch's
   effective edge changes (both directions of every edge), so per-batch work and traffic
-  follow the batch and memory stays near 19 bytes per directed edge.  The matching
-  kernel reads neighbour ranges from it directly.  During a phase the value slots of its
-  update edges point at their total-order ranks and saved edge labels (edge labels are
-  never negative).
+  follow the batch.  The matching kernel reads the array's gap-free read view
+  (gpu/graph/pma/view.py: the touched vertices' lists copied again on the device after
+  each batch), laid out as the lists; with `EngineConfig(pma_view=False)` it reads
+  neighbour ranges from the array itself (19 bytes per directed edge, no view), and during
+  a phase the value slots of its update edges point at their total-order ranks and saved
+  edge labels (edge labels are never negative).
 
 Both give the kernel launcher their arrays (`arrays()`), the buffer width
 (`max_degree`), ranks for a phase (`set_ranks` / `clear_ranks`) and a check against
@@ -27,12 +29,16 @@ from gpu.config import DEVICE_GRAPHS
 from gpu.graph.label_index import LabelIndex, label_keys
 from gpu.graph.pma.array import PackedMemoryArray
 from gpu.graph.pma.layout import PMAConfig
+from gpu.graph.pma.view import ListView
 from gpu.graph.vertices import VertexTable
 
 
-def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size):
+def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size,
+                      view_capacity: int | None = 4):
+    """The device graph of `layout`; on `pma`, with a read view whose lists hold at least
+    `view_capacity` entries (None: no view, the kernel reads the array)."""
     if layout == "pma":
-        return PmaGraph(PMAConfig(segment_size=segment_size))
+        return PmaGraph(PMAConfig(segment_size=segment_size), view_capacity)
     if layout == "lists":
         return ListMirror()
     raise ValueError(f"device graph layout must be one of {DEVICE_GRAPHS}, got {layout!r}")
@@ -52,7 +58,7 @@ class PmaGraph:
     scanning the whole list.  The label bits grow when more labels appear, which re-keys
     the array from the host graph (rare: at 9, 17, 33, ... labels)."""
 
-    def __init__(self, config: PMAConfig) -> None:
+    def __init__(self, config: PMAConfig, view_capacity: int | None = 4) -> None:
         self.config = config
         self.labels = LabelIndex()
         self.vertex_bits = 32 - MIN_LABEL_BITS
@@ -63,6 +69,9 @@ class PmaGraph:
         self._host = None                   # the host graph this follows
         self._ranked: tuple | None = None   # a phase's (ranks, saved labels, slots)
         self._no_ranks = cp.zeros(1, dtype=np.int32)
+        # The read view, and each vertex slot's label index there (the rank kernel's).
+        self.view = None if view_capacity is None else ListView(cp, view_capacity)
+        self._slot_labels = cp.zeros(0, dtype=np.int32)
 
     def _fits(self, slots: int) -> bool:
         """Whether the label bits and `slots` vertex ids fit the current layout."""
@@ -129,11 +138,13 @@ class PmaGraph:
                 self._load_whole(graph)
             return
         self.labels.of(batch.add_labels)
+        self._label_slots(graph, batch.add_slots)
         if not self._fits(graph.num_slots):
             # Host lists hold the batch already; a DeviceEdgeGraph's edges are this
             # array's, re-keyed as they were before the batch, which then follows.
             self._relayout(graph)
             if not self._holds(graph):
+                self._refresh_view(graph, batch)
                 return
         self.pma.ensure_vertices(graph.num_slots)
         if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
@@ -148,6 +159,29 @@ class PmaGraph:
         deleted = label_keys(du, dv, self.labels.of(label[dv]), self.vertex_bits)
         vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.int32)
         self.pma.apply(cp.asarray(inserted), cp.asarray(vals), cp.asarray(deleted))
+        self._refresh_view(graph, batch)
+
+    def _refresh_view(self, graph, batch) -> None:
+        """Copy again the view's lists of the vertices whose edges `batch` changed."""
+        if self.view is None:
+            return
+        touched = np.unique(np.concatenate([batch.insert_u, batch.insert_v,
+                                            batch.delete_u, batch.delete_v]))
+        self.view.refresh(self.pma, graph.deg[:graph.num_slots], touched)
+
+    def _label_slots(self, graph, slots) -> None:
+        """Record the label indices of these (new) vertex slots for the rank kernel."""
+        if self.view is None:
+            return
+        n = graph.label.shape[0]
+        if self._slot_labels.shape[0] < n:
+            grown = cp.zeros(n, dtype=np.int32)
+            grown[:self._slot_labels.shape[0]] = self._slot_labels
+            self._slot_labels = grown
+        if len(slots):
+            slots = np.asarray(slots, dtype=np.int64)
+            self._slot_labels[cp.asarray(slots)] = cp.asarray(
+                self.labels.of(graph.label[slots]).astype(np.int32))
 
     # ---- the edge store of a DeviceEdgeGraph --------------------------------
     def load_edges(self, graph, us: np.ndarray, vs: np.ndarray, elab: np.ndarray) -> None:
@@ -162,6 +196,9 @@ class PmaGraph:
         alive = np.flatnonzero(graph.alive[: graph.num_slots])
         self.labels.of(graph.label[alive])
         self._relayout(graph, edges)
+        if self.view is not None:
+            self._label_slots(graph, alive)
+            self.view.rebuild(self.pma, graph.deg[:graph.num_slots])
 
     def stored_labels(self, graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
         """The stored label of each edge u - v of `graph`'s vertices (int32, on the host),
@@ -203,7 +240,13 @@ class PmaGraph:
         """Rank the edges us-vs (both directions, all stored) until clear_ranks: the value
         slot of the j-th directed edge holds -(j + 1), its label and rank go to side
         arrays, so the kernel reads a slot's rank beside it as in the lists.  (`edges`,
-        their upload, holds the ranks; the keys are made on the host from us-vs.)"""
+        their upload, holds the ranks; the keys are made on the host from us-vs.)
+        With the read view, the ranks go to its rank pool instead, by the lists' rank
+        kernel."""
+        if self.view is not None:
+            self._ranked = (edges.us, edges.vs, edges.ranks)
+            self._view_ranks(clear=False)
+            return
         src = np.concatenate([us, vs])
         dst = np.concatenate([vs, us])
         keys = label_keys(src, dst, self.labels.of(self._host.label[dst]), self.vertex_bits)
@@ -216,12 +259,25 @@ class PmaGraph:
 
     def clear_ranks(self) -> None:
         if self._ranked is not None:
-            _, saved, pos = self._ranked
-            self.pma.vals[pos] = saved
+            if self.view is not None:
+                self._view_ranks(clear=True)
+            else:
+                _, saved, pos = self._ranked
+                self.pma.vals[pos] = saved
             self._ranked = None
 
-    def arrays(self) -> match_launchers.PmaGraphArrays:
+    def _view_ranks(self, clear: bool) -> None:
+        view = self.view
+        match_launchers.set_edge_ranks(view.device_start, self.pma.deg, view.nbr, view.nlab,
+                                       self._slot_labels, view.rank, *self._ranked,
+                                       clear=clear)
+
+    def arrays(self) -> match_launchers.PmaGraphArrays | match_launchers.ListGraphArrays:
         pma = self.pma
+        if self.view is not None:
+            view = self.view
+            return match_launchers.ListGraphArrays(view.device_start, pma.deg, view.nbr,
+                                                   view.nlab, view.elab, view.rank)
         ranked, saved = (self._ranked[:2] if self._ranked is not None
                          else (self._no_ranks, self._no_ranks))
         return match_launchers.PmaGraphArrays(pma.keys, pma.vals, pma.cnt, pma.row,
@@ -236,6 +292,12 @@ class PmaGraph:
         keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
         assert self._ranked is None, "ranks left set"
         self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
+        if self.view is not None:
+            n = graph.num_slots
+            self.view.check(self.pma, graph.deg[:n])
+            alive = np.flatnonzero(graph.alive[:n])
+            assert np.array_equal(self._slot_labels[cp.asarray(alive)].get(),
+                                  self.labels.of(graph.label[alive])), "slot label indices"
 
 
 class DeviceEdgeGraph(VertexTable):

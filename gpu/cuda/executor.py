@@ -35,8 +35,9 @@ class DeviceMirror:
     """The device graph (gpu/cuda/device_graph.py, in the configured layout), the signatures
     and candidate bits (gpu/cuda/signatures.py), and the device copies of the plans."""
 
-    def __init__(self, layout: str = "pma", segment_size: int = PMAConfig.segment_size) -> None:
-        self.graph = make_device_graph(layout, segment_size)
+    def __init__(self, layout: str = "pma", segment_size: int = PMAConfig.segment_size,
+                 view_capacity: int | None = 4) -> None:
+        self.graph = make_device_graph(layout, segment_size, view_capacity)
         self.signatures = DeviceSignatures()
         self._plans: dict[int, dict[int, tuple[TaskTypes, match_launchers.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence

@@ -8,7 +8,7 @@ for it.  Launchers check
 the dtypes of their arrays and cast their scalars, so a wrong argument fails with a
 message instead of corrupting memory.  The launchers live beside this module, one module
 per kernel family: `match_launchers` (match.cu, tasks.cu, ranks.cu), `pma_launchers`
-(pma.cu), `signature_launchers` (signature.cu).  Only import this module where
+(pma.cu, view.cu), `signature_launchers` (signature.cu).  Only import this module where
 `gpu.cuda.device.cuda_available()` is true.
 """
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Typed launchers of the packed memory array's batch kernels (gpu/cuda/kernels/pma.cu),
-which gpu/graph/pma/device_update.py drives level by level.
+"""Typed launchers of the packed memory array's kernels: its batch update
+(gpu/cuda/kernels/pma.cu), which gpu/graph/pma/device_update.py drives level by level,
+and its read view's copy (gpu/cuda/kernels/view.cu, gpu/graph/pma/view.py).
 
 A level's plan is PLAN_ROWS int64 rows of one entry per window; a batch's record is
 uint64 counters, then (windows, slots) rewritten per level: both laid out as in pma.cu.
@@ -220,3 +221,23 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, plan: cp.ndar
         (-(-count * window_slots // threads),), (threads,),
         (keys, cnt, np.int32(segment_size), np.int64(keys.shape[0]), plan, np.int64(count), fit,
          np.int64(window_slots), del_keys, np.int64(num_vertices), row))
+
+
+def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
+                  nlab: cp.ndarray, elab: cp.ndarray) -> None:
+    """Launch gpu/cuda/kernels/view.cu:refresh_lists: the real slots of each of `vertices`
+    (distinct, int64) in the packed memory array `pma`, in order, written to its list at
+    start[u] of the pools nbr, nlab, elab (gpu/graph/pma/view.py), a warp per vertex."""
+    _check_all((("vertices", np.int64, vertices), ("start", np.int64, start),
+                ("nbr", np.int32, nbr), ("nlab", np.int32, nlab), ("elab", np.int32, elab),
+                ("keys", np.uint64, pma.keys), ("vals", np.int32, pma.vals),
+                ("cnt", np.int32, pma.cnt), ("row", np.int64, pma.row)))
+    count = vertices.shape[0]
+    if count == 0:
+        return
+    threads = 256
+    module("view").get_function("refresh_lists")(
+        (-(-count * 32 // threads),), (threads,),
+        (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
+         np.int32(pma.config.vertex_bits), vertices, np.int64(count), start, nbr, nlab,
+         elab))

@@ -52,10 +52,13 @@ CONFIGS: dict[str, Callable[[], EngineConfig]] = {
     "default": EngineConfig,
     "tiny": EngineConfig.tiny,
 }
-# The CUDA executor's other device graph layout (the CPU executor has only one); tiny,
-# its segments hold 2 slots, so the window tree is deep.
+# The CUDA executor's other device graph layout (the CPU executor has only one), read
+# through its view and directly; tiny, its segments hold 2 slots, so the window tree is
+# deep, and the view's lists start with room for one entry.
 CUDA_CONFIGS: dict[str, Callable[[], EngineConfig]] = {
     "tiny-pma": lambda: dataclasses.replace(EngineConfig.tiny(), device_graph="pma"),
+    "tiny-pma-direct": lambda: dataclasses.replace(EngineConfig.tiny(), device_graph="pma",
+                                                   pma_view=False),
 }
 
 

@@ -15,7 +15,7 @@ from service.settings import Settings
 # The executor the service tests run on: cpu by default; the device run sets cuda (and may
 # set the device graph's layout).
 BACKEND = os.environ.get("MOTIFSTREAM_TEST_BACKEND", "cpu")
-DEVICE_GRAPH = os.environ.get("MOTIFSTREAM_TEST_DEVICE_GRAPH", "lists")
+DEVICE_GRAPH = os.environ.get("MOTIFSTREAM_TEST_DEVICE_GRAPH", "pma")
 
 
 @contextmanager

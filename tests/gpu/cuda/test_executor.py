@@ -178,8 +178,9 @@ def test_listed_queries_share_launches_each_with_its_own_limit(mode, monkeypatch
 
 @pytest.mark.parametrize("config", [EngineConfig(device_graph="lists"),
                                     EngineConfig(device_graph="pma"),
-                                    EngineConfig(device_graph="pma", pma_segment_size=2)],
-                         ids=["lists", "pma", "pma-segments-of-2"])
+                                    EngineConfig(device_graph="pma", pma_segment_size=2),
+                                    EngineConfig(device_graph="pma", pma_view=False)],
+                         ids=["lists", "pma", "pma-segments-of-2", "pma-direct"])
 def test_mixed_stream_with_new_vertices_equals_cpu(config):
     """Both device graph layouts (and a PMA of 2-slot segments, whose window tree is
     deep) follow inserts, deletes and vertex adds and deletes; the device graph equals

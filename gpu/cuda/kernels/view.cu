@@ -1,0 +1,37 @@
+// The packed memory array's read view (gpu/graph/pma/view.py): each listed vertex's real
+// slots copied, in order, to its gap-free list.
+//
+// A warp per vertex walks the vertex's slots [row[u], row[u + 1]) 32 at a time; a slot is
+// real when its offset in its segment is below the segment's count (gpu/graph/pma/array.py).
+// The real ones of a step go to consecutive list entries: each lane's place is the number
+// of real slots on the lanes below it.  A key is u << 32 | label << vertex_bits | v.
+
+extern "C" __global__ void refresh_lists(
+    const unsigned long long* __restrict__ keys, const int* __restrict__ vals,
+    const int* __restrict__ cnt, const long long* __restrict__ row, int seg_shift,
+    int vertex_bits, const long long* __restrict__ vertices, long long count,
+    const long long* __restrict__ start, int* __restrict__ nbr, int* __restrict__ nlab,
+    int* __restrict__ elab)
+{
+    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= count) return;     // whole warps: blockDim.x is a multiple of 32
+    const long long u = vertices[w];
+    const long long hi = row[u + 1];
+    const long long segment_mask = (1LL << seg_shift) - 1;
+    const unsigned long long vertex_mask = (1ull << vertex_bits) - 1;
+    long long out = start[u];
+    for (long long base = row[u]; base < hi; base += 32) {
+        const long long i = base + lane;
+        const bool real = i < hi && (int)(i & segment_mask) < cnt[i >> seg_shift];
+        const unsigned mask = __ballot_sync(0xffffffffu, real);
+        if (real) {
+            const long long at = out + __popc(mask & ((1u << lane) - 1u));
+            const unsigned long long key = keys[i];
+            nbr[at] = (int)(key & vertex_mask);
+            nlab[at] = (int)((key & 0xffffffffull) >> vertex_bits);
+            elab[at] = vals[i];
+        }
+        out += __popc(mask);
+    }
+}
