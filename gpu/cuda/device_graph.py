@@ -173,6 +173,7 @@ class PmaGraph:
         """Record the label indices of these (new) vertex slots for the rank kernel."""
         if self.view is None:
             return
+        self.view.ensure_vertices(graph.num_slots)
         n = graph.label.shape[0]
         if self._slot_labels.shape[0] < n:
             grown = cp.zeros(n, dtype=np.int32)

@@ -54,7 +54,8 @@ class ListView:
         return int(sum(getattr(self, name).nbytes for name in self.POOLS)
                    + self.device_start.nbytes)
 
-    def _ensure_vertices(self, n: int) -> None:
+    def ensure_vertices(self, n: int) -> None:
+        """Make vertex slots 0..n-1 valid (new ones have no list yet)."""
         if n <= self.start.shape[0]:
             return
         size = max(n, 2 * self.start.shape[0])
@@ -73,7 +74,7 @@ class ListView:
         `deg` are the host's degrees of vertices 0..n-1, the array's own."""
         deg = np.asarray(deg, dtype=np.int64)
         n = deg.shape[0]
-        self._ensure_vertices(n)
+        self.ensure_vertices(n)
         cap = np.where(deg > 0, np.maximum(self.min_capacity, deg + deg // 4), 0)
         self.cap[:] = 0
         self.cap[:n] = cap
@@ -90,7 +91,7 @@ class ListView:
         """Copy again the lists of `touched` vertices (host array) after a batch changed
         them in `pma`; `deg` as in rebuild."""
         deg = np.asarray(deg, dtype=np.int64)
-        self._ensure_vertices(deg.shape[0])
+        self.ensure_vertices(deg.shape[0])
         touched = np.asarray(touched, dtype=np.int64)
         if touched.size == 0:
             return
@@ -142,6 +143,7 @@ class ListView:
         deg = np.asarray(deg, dtype=np.int64)
         n = deg.shape[0]
         xp = self.xp
+        assert self.start.shape[0] >= n, "vertex slots beyond the view"
         assert np.array_equal(xp.asnumpy(pma.deg[:n]) if xp is not np else pma.deg[:n],
                               deg), "degrees"
         assert bool((deg <= self.cap[:n]).all()), "a list past its capacity"
