@@ -69,6 +69,11 @@ class EngineConfig:
     # lists' matching speed for about 16 bytes more per directed edge and slack); off,
     # it reads the array itself.
     pma_view: bool = True
+    # CUDA executor on "pma": the array checks each batch again before it changes
+    # (duplicates, inserts already stored, deletes not stored: PackedMemoryArray.apply),
+    # which the engine's validation has checked against the same edges; on in tests
+    # (tiny), off by default (a dozen device operations and a synchronisation a batch).
+    pma_checks: bool = False
     # CUDA executor: slots per packed-memory-array segment (a power of two >= 2).
     pma_segment_size: int = 32
     # CUDA executor: (update edge, task type) pairs one launch tests, one int32 of task
@@ -101,9 +106,10 @@ class EngineConfig:
     def tiny(cls) -> "EngineConfig":
         """Smallest settings: forces growth, relocation, one-task chunks, the grouped
         search of every leaf-rooted pair of tasks, deep window trees in the PMA, one
-        update edge per CUDA launch, and batch groups that fill after three edges."""
+        update edge per CUDA launch, batch groups that fill after three edges, and the
+        packed memory array's own checks of every batch."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, serial_below_tasks=1,
                    pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
-                   batch_group_edges=3)
+                   batch_group_edges=3, pma_checks=True)

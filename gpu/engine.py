@@ -80,9 +80,7 @@ class Engine:
         self._device = None
         if self.backend == "cuda":
             from gpu.cuda.executor import DeviceMirror
-            self._device = DeviceMirror(
-                self.config.device_graph, self.config.pma_segment_size,
-                self.config.min_list_capacity if self.config.pma_view else None)
+            self._device = DeviceMirror(self.config)
         if self._device is not None and self.config.device_graph == "pma":
             # The edges live only in the device's packed memory array: no host lists.
             from gpu.cuda.device_graph import DeviceEdgeGraph

@@ -25,7 +25,7 @@ import cupy as cp
 import numpy as np
 
 from gpu.cuda import match_launchers
-from gpu.config import DEVICE_GRAPHS
+from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.graph.label_index import LabelIndex, label_keys
 from gpu.graph.pma.array import PackedMemoryArray
 from gpu.graph.pma.layout import PMAConfig
@@ -33,12 +33,13 @@ from gpu.graph.pma.view import ListView
 from gpu.graph.vertices import VertexTable
 
 
-def make_device_graph(layout: str, segment_size: int = PMAConfig.segment_size,
-                      view_capacity: int | None = 4):
-    """The device graph of `layout`; on `pma`, with a read view whose lists hold at least
-    `view_capacity` entries (None: no view, the kernel reads the array)."""
+def make_device_graph(config: EngineConfig):
+    """The device graph of `config.device_graph`, with the config's PMA settings."""
+    layout = config.device_graph
     if layout == "pma":
-        return PmaGraph(PMAConfig(segment_size=segment_size), view_capacity)
+        return PmaGraph(PMAConfig(segment_size=config.pma_segment_size),
+                        config.min_list_capacity if config.pma_view else None,
+                        config.pma_checks)
     if layout == "lists":
         return ListMirror()
     raise ValueError(f"device graph layout must be one of {DEVICE_GRAPHS}, got {layout!r}")
@@ -58,8 +59,10 @@ class PmaGraph:
     scanning the whole list.  The label bits grow when more labels appear, which re-keys
     the array from the host graph (rare: at 9, 17, 33, ... labels)."""
 
-    def __init__(self, config: PMAConfig, view_capacity: int | None = 4) -> None:
+    def __init__(self, config: PMAConfig, view_capacity: int | None = 4,
+                 checks: bool = True) -> None:
         self.config = config
+        self.checks = checks        # the array checks each batch again (PMA.apply)
         self.labels = LabelIndex()
         self.vertex_bits = 32 - MIN_LABEL_BITS
         self.pma = PackedMemoryArray(cp, 0, dataclasses.replace(config,
@@ -157,8 +160,12 @@ class PmaGraph:
         inserted = label_keys(iu, iv, self.labels.of(label[iv]), self.vertex_bits)
         # A deleted vertex's slot keeps its label until the slot is reused.
         deleted = label_keys(du, dv, self.labels.of(label[dv]), self.vertex_bits)
-        vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.int32)
-        self.pma.apply(cp.asarray(inserted), cp.asarray(vals), cp.asarray(deleted))
+        # One upload: the edge labels ride in the keys' array, as uint64.
+        vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.uint64)
+        both = cp.asarray(np.concatenate([inserted, deleted, vals]))
+        ni, nd = len(inserted), len(deleted)
+        self.pma.apply(both[:ni], both[ni + nd:].astype(np.int32), both[ni:ni + nd],
+                       check=self.checks)
         self._refresh_view(graph, batch)
 
     def _refresh_view(self, graph, batch) -> None:
@@ -208,9 +215,7 @@ class PmaGraph:
             return np.empty(0, dtype=np.int32)
         # The labels of born slots are registered (load_edges, sync): nothing changes.
         keys = label_keys(us, vs, self.labels.of(graph.label[vs]), self.vertex_bits)
-        pos = self.pma.find(cp.asarray(keys))
-        found = cp.where(pos >= 0, self.pma.vals[cp.maximum(pos, 0)], -1)
-        return found.astype(np.int32).get()
+        return self.pma.lookup(cp.asarray(keys), values=True)[1].get()
 
     def undirected_edges(self) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
         """Every stored edge once as (u, v, label) with u < v, int32 on the device."""

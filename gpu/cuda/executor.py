@@ -22,7 +22,7 @@ from gpu.cuda import match_launchers
 from gpu.cuda.device_graph import make_device_graph
 from gpu.cuda.shared_launch import MAX_PAIRS, SharedLaunch
 from gpu.cuda.signatures import DeviceSignatures
-from gpu.graph.pma.layout import PMAConfig
+from gpu.config import EngineConfig
 from gpu.plan.planner import TaskTypes
 from gpu.results import MatchSet
 
@@ -35,9 +35,8 @@ class DeviceMirror:
     """The device graph (gpu/cuda/device_graph.py, in the configured layout), the signatures
     and candidate bits (gpu/cuda/signatures.py), and the device copies of the plans."""
 
-    def __init__(self, layout: str = "pma", segment_size: int = PMAConfig.segment_size,
-                 view_capacity: int | None = 4) -> None:
-        self.graph = make_device_graph(layout, segment_size, view_capacity)
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.graph = make_device_graph(config or EngineConfig())
         self.signatures = DeviceSignatures()
         self._plans: dict[int, dict[int, tuple[TaskTypes, match_launchers.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence

@@ -1,6 +1,7 @@
 """Typed launchers of the packed memory array's kernels: its batch update
 (gpu/cuda/kernels/pma.cu), which gpu/graph/pma/device_update.py drives level by level,
-and its read view's copy (gpu/cuda/kernels/view.cu, gpu/graph/pma/view.py).
+and its reads: the read view's copy and key lookups (gpu/cuda/kernels/view.cu,
+gpu/graph/pma/view.py).
 
 A level's plan is PLAN_ROWS int64 rows of one entry per window; a batch's record is
 uint64 counters, then (windows, slots) rewritten per level: both laid out as in pma.cu.
@@ -241,3 +242,22 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
         (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
          np.int32(pma.config.vertex_bits), vertices, np.int64(count), start, nbr, nlab,
          elab))
+
+
+def find_keys(pma, wanted: cp.ndarray, with_values: bool = False
+              ) -> tuple[cp.ndarray, cp.ndarray | None]:
+    """Launch gpu/cuda/kernels/view.cu:find_keys: the slot of each of `wanted` (uint64) in
+    the packed memory array `pma`, -1 where it is not stored, and with `with_values` each
+    one's value (-1 where not stored)."""
+    _check_all((("wanted", np.uint64, wanted), ("keys", np.uint64, pma.keys),
+                ("vals", np.int32, pma.vals), ("cnt", np.int32, pma.cnt)))
+    count = wanted.shape[0]
+    slots = cp.empty(count, dtype=np.int64)
+    values = cp.empty(count, dtype=np.int32) if with_values else None
+    if count:
+        module("view").get_function("find_keys")(
+            (-(-count // 256),), (256,),
+            (pma.keys, pma.vals, pma.cnt, np.int64(pma.capacity),
+             np.int32(pma.S.bit_length() - 1), wanted, np.int64(count), slots,
+             values if with_values else np.uint64(0)))
+    return slots, values

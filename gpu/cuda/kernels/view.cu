@@ -1,5 +1,5 @@
-// The packed memory array's read view (gpu/graph/pma/view.py): each listed vertex's real
-// slots copied, in order, to its gap-free list.
+// Reads of the packed memory array: its read view (gpu/graph/pma/view.py), each listed
+// vertex's real slots copied, in order, to its gap-free list; and key lookups.
 //
 // A warp per vertex walks the vertex's slots [row[u], row[u + 1]) 32 at a time; a slot is
 // real when its offset in its segment is below the segment's count (gpu/graph/pma/array.py).
@@ -34,4 +34,28 @@ extern "C" __global__ void refresh_lists(
         }
         out += __popc(mask);
     }
+}
+
+// The slot of each wanted key in the array, or -1 where it is not stored, and (when
+// `vals_out` is given) its value, or -1: a thread per key, a binary search over the whole
+// array (non-decreasing with its gap copies), then whether the slot found is real.
+// PackedMemoryArray.find's result in one launch (its generic path is a dozen).
+extern "C" __global__ void find_keys(
+    const unsigned long long* __restrict__ keys, const int* __restrict__ vals,
+    const int* __restrict__ cnt, long long capacity, int seg_shift,
+    const unsigned long long* __restrict__ wanted, long long count,
+    long long* __restrict__ slots, int* __restrict__ vals_out)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    const unsigned long long key = wanted[i];
+    long long lo = 0, hi = capacity;
+    while (lo < hi) {
+        const long long mid = (lo + hi) >> 1;
+        if (keys[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    const bool found = lo < capacity && keys[lo] == key
+        && (int)(lo & ((1LL << seg_shift) - 1)) < cnt[lo >> seg_shift];
+    slots[i] = found ? lo : -1;
+    if (vals_out) vals_out[i] = found ? vals[lo] : -1;
 }

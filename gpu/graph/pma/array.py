@@ -148,10 +148,21 @@ class PackedMemoryArray:
 
     def find(self, keys):
         """Slot of each key, or -1 where it is not stored."""
+        return self.lookup(keys)[0]
+
+    def lookup(self, keys, values: bool = False):
+        """(slot of each key or -1 where it is not stored, and with `values` each one's
+        value or -1); on CuPy one kernel (gpu/cuda/kernels/view.cu:find_keys)."""
         xp = self.xp
         keys = xp.asarray(keys, dtype=np.uint64)
+        if self.config.kernels and xp is not np:
+            from gpu.cuda import pma_launchers
+            return pma_launchers.find_keys(self, xp.ascontiguousarray(keys.ravel()), values)
         pos = xp_ops.search(xp, self.keys, keys)
-        return xp.where(self._stored_at(pos, keys), pos, -1)
+        pos = xp.where(self._stored_at(pos, keys), pos, -1)
+        if not values:
+            return pos, None
+        return pos, xp.where(pos >= 0, self.vals[xp.maximum(pos, 0)], -1).astype(np.int32)
 
     def _stored_at(self, pos, keys):
         """Whether each key is stored at its lower-bound slot pos."""
@@ -175,10 +186,12 @@ class PackedMemoryArray:
         update.rebuild(self, keys, vals)
 
     # ---- batches -------------------------------------------------------
-    def apply(self, insert_keys, insert_vals, delete_keys) -> PMAStats:
+    def apply(self, insert_keys, insert_vals, delete_keys, check: bool = True) -> PMAStats:
         """Insert absent edges and delete present ones, atomically: a refused batch
         (a duplicate, an insert already stored, a delete not stored, a key in both)
-        raises PMAUpdateError and changes nothing."""
+        raises PMAUpdateError and changes nothing.  `check=False` skips the checks (a
+        dozen array operations and a synchronisation) for a caller that validated the
+        batch against the same edges already (the engine's `normalize`)."""
         xp = self.xp
         ik = xp.asarray(insert_keys, dtype=np.uint64).ravel()
         iv = xp.asarray(insert_vals, dtype=np.int32).ravel()
@@ -191,7 +204,8 @@ class PackedMemoryArray:
         dk = xp.sort(dk)
         ipos = xp_ops.search(xp, self.keys, ik)
         dpos = xp_ops.search(xp, self.keys, dk)
-        self._refuse(self._new_problems(ik, iv) + self._batch_problems(ik, dk, ipos, dpos))
+        if check:
+            self._refuse(self._new_problems(ik, iv) + self._batch_problems(ik, dk, ipos, dpos))
         self.stats = PMAStats(levels=-1)
         self.mark_phase("sort and check")
         if ik.size == 0 and dk.size == 0:
