@@ -261,3 +261,29 @@ def find_keys(pma, wanted: cp.ndarray, with_values: bool = False
              np.int32(pma.S.bit_length() - 1), wanted, np.int64(count), slots,
              values if with_values else np.uint64(0)))
     return slots, values
+
+
+SMALL_BATCH = 1024      # most inserts plus deletes locate_small takes (one block)
+
+
+def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray
+                 ) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
+    """Launch gpu/cuda/kernels/pma.cu:locate_small on sorted insert keys `ik` and delete
+    keys `dk` (all stored, at most SMALL_BATCH together) of the packed memory array `pma`:
+    marks the deletes DEAD and moves the degrees; returns (iseg, dseg, windows), reading
+    back the number of windows."""
+    _check_all((("ik", np.uint64, ik), ("dk", np.uint64, dk), ("keys", np.uint64, pma.keys),
+                ("vals", np.int32, pma.vals), ("deg", np.int32, pma.deg)))
+    n_ins, n_del = ik.shape[0], dk.shape[0]
+    if n_ins + n_del > SMALL_BATCH:
+        raise ValueError(f"locate_small takes at most {SMALL_BATCH} updates, got "
+                         f"{n_ins + n_del}")
+    out = cp.empty(2 * (n_ins + n_del) + 1, dtype=np.int64)
+    iseg, dseg = out[:n_ins], out[n_ins:n_ins + n_del]
+    windows, count = out[n_ins + n_del:-1], out[-1:]
+    module("pma").get_function("locate_small")(
+        (1,), (SMALL_BATCH,),
+        (pma.keys, pma.vals, np.int64(pma.capacity), np.int32(pma.S.bit_length() - 1),
+         np.int64(pma.nseg), ik, np.int64(n_ins), dk, np.int64(n_del), pma.deg, iseg, dseg,
+         windows, count))
+    return iseg, dseg, windows[:int(count.get()[0])]

@@ -266,7 +266,11 @@ extern "C" __global__ void merge_leaves(
             if (l == 0) atomicAdd(record + RECORD_EMPTIED, 1ull);
         }
     }
-    if (ok && l == 0) cnt[seg] = (int)total;
+    if (ok && l == 0) {
+        cnt[seg] = (int)total;
+        atomicAdd(record + RECORD_LEVELS, 1ull);        // level 0: a window, S slots
+        atomicAdd(record + RECORD_LEVELS + 1, (unsigned long long)S);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -643,4 +647,41 @@ extern "C" __global__ void set_rows(
         for (long long u = lo + 1; u <= hi; ++u)
             row[u] = lower_bound_u64(keys, end, capacity, (unsigned long long)u << 32);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// locate_small: a small batch's start in one launch of one block, in place of a dozen
+// array operations (device_update.py `locate_small`): the segment of each sorted insert
+// and delete (their lower bounds' segments, an insert past the end in the last one),
+// each delete's slot marked DEAD, the sources' degrees moved by one per update, and the
+// sorted distinct segments touched (the leaf windows) with their number.
+
+extern "C" __global__ void __launch_bounds__(1024) locate_small(
+    const unsigned long long* keys, int* vals, const long long capacity, const int seg_shift,
+    const long long nseg, const unsigned long long* ik, const long long n_ins,
+    const unsigned long long* dk, const long long n_del, int* deg, long long* iseg,
+    long long* dseg, long long* windows, long long* num_windows)
+{
+    for (long long i = threadIdx.x; i < n_ins; i += blockDim.x) {
+        const long long pos = lower_bound_u64(keys, 0, capacity, ik[i]);
+        iseg[i] = min_ll(pos >> seg_shift, nseg - 1);
+        atomicAdd(deg + (long long)(ik[i] >> 32), 1);
+    }
+    for (long long j = threadIdx.x; j < n_del; j += blockDim.x) {
+        const long long pos = lower_bound_u64(keys, 0, capacity, dk[j]);
+        dseg[j] = pos >> seg_shift;
+        vals[pos] = DEAD;
+        atomicAdd(deg + (long long)(dk[j] >> 32), -1);
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // Both lists are sorted: merge them, keeping each segment once.
+    long long i = 0, j = 0, count = 0, last = -1;
+    while (i < n_ins || j < n_del) {
+        const long long s = (j >= n_del || (i < n_ins && iseg[i] <= dseg[j])) ? iseg[i++]
+                                                                             : dseg[j++];
+        if (s != last) windows[count++] = s;
+        last = s;
+    }
+    *num_windows = count;
 }

@@ -186,12 +186,14 @@ class PackedMemoryArray:
         update.rebuild(self, keys, vals)
 
     # ---- batches -------------------------------------------------------
-    def apply(self, insert_keys, insert_vals, delete_keys, check: bool = True) -> PMAStats:
+    def apply(self, insert_keys, insert_vals, delete_keys, check: bool = True,
+              presorted: bool = False) -> PMAStats:
         """Insert absent edges and delete present ones, atomically: a refused batch
         (a duplicate, an insert already stored, a delete not stored, a key in both)
         raises PMAUpdateError and changes nothing.  `check=False` skips the checks (a
         dozen array operations and a synchronisation) for a caller that validated the
-        batch against the same edges already (the engine's `normalize`)."""
+        batch against the same edges already (the engine's `normalize`); `presorted`
+        says the inserts and the deletes come sorted by key."""
         xp = self.xp
         ik = xp.asarray(insert_keys, dtype=np.uint64).ravel()
         iv = xp.asarray(insert_vals, dtype=np.int32).ravel()
@@ -199,9 +201,13 @@ class PackedMemoryArray:
         if ik.shape != iv.shape:
             raise PMAUpdateError(f"{ik.size} insert keys but {iv.size} values")
         self.mark_phase(None)
-        order = xp.argsort(ik)
-        ik, iv = ik[order], iv[order]
-        dk = xp.sort(dk)
+        if not presorted:
+            order = xp.argsort(ik)
+            ik, iv = ik[order], iv[order]
+            dk = xp.sort(dk)
+        if (not check and self.config.kernels and xp is not np and ik.size + dk.size
+                and ik.size + dk.size <= device_update.SMALL_BATCH):
+            return self._apply_small(ik, iv, dk)
         ipos = xp_ops.search(xp, self.keys, ik)
         dpos = xp_ops.search(xp, self.keys, dk)
         if check:
@@ -222,6 +228,20 @@ class PackedMemoryArray:
             self.num_edges += int(ik.size) - int(dk.size)
             xp_ops.scatter_add(xp, self.deg, key_src(ik), 1)
             xp_ops.scatter_add(xp, self.deg, key_src(dk), -1)
+        self.mark_phase("degrees")
+        return self.stats
+
+    def _apply_small(self, ik, iv, dk) -> PMAStats:
+        """A small checked-elsewhere batch on the kernels: its start in one launch
+        (device_update.locate_small, which moves the degrees too), then the update."""
+        xp = self.xp
+        self.stats = PMAStats(levels=-1)
+        iseg, dseg, windows = device_update.locate_small(self, ik, dk)
+        self.mark_phase("sort and check")
+        batch = PendingBatch(ik, iv, xp.ones(ik.size, dtype=bool), dk)
+        device_update.update_on_device(self, batch, iseg, dseg, windows)
+        if not self.stats.rebuilt:      # a rebuild recounted both
+            self.num_edges += int(ik.size) - int(dk.size)
         self.mark_phase("degrees")
         return self.stats
 

@@ -21,17 +21,30 @@ from gpu.graph.pma.layout import PendingBatch
 
 PREFIX_COUNTS_ABOVE = 1024      # segments per window beyond which a level's totals take a
                                 # prefix sum of all counts instead of a loop per window
+SMALL_BATCH = 1024              # most updates a batch starts in one launch (locate_small;
+                                # pma_launchers.SMALL_BATCH, which this module cannot import)
 
 
-def update_on_device(pma, batch: PendingBatch, iseg, dseg) -> None:
+def locate_small(pma, ik, dk):
+    """The start of a batch of at most SMALL_BATCH sorted inserts `ik` and deletes `dk`
+    in one launch (pma.cu `locate_small`): each one's segment, the deletes marked DEAD,
+    the degrees moved (before the update: it cannot be refused), and the distinct
+    segments touched; returns (iseg, dseg, windows), one synchronisation."""
+    from gpu.cuda import pma_launchers as ck
+    return ck.locate_small(pma, ik, dk)
+
+
+def update_on_device(pma, batch: PendingBatch, iseg, dseg, windows=None) -> None:
     """`update.update` through the kernels: apply `batch` (its deletes already marked
-    DEAD; iseg, dseg: the sorted segment of each insert and delete) bottom-up."""
+    DEAD; iseg, dseg: the sorted segment of each insert and delete; `windows`, when
+    known, the distinct segments among them) bottom-up."""
     from gpu.cuda import pma_launchers as ck
     xp, S, config = pma.xp, pma.S, pma.config
     dpend = xp.ones(dseg.size, dtype=bool)
     record = xp.zeros(ck.RECORD_LEVELS + 2 * (pma.height + 1), dtype=np.uint64)
     block_window = min(config.block_window, ck.WINDOW_MAX)
-    windows = xp_ops.sorted_union(xp, iseg, dseg)
+    if windows is None:
+        windows = xp_ops.sorted_union(xp, iseg, dseg)
     rewritten = []      # (plan, fit flags, window slots) of every level planned
     for level in range(pma.height + 1):
         lower, upper = pma.thresholds(level)
@@ -50,12 +63,10 @@ def update_on_device(pma, batch: PendingBatch, iseg, dseg) -> None:
         plan, fit = ck.plan_windows(windows, level, S, iseg, dseg, pma.cnt, batch.pending,
                                     dpend, prefixes, mode, lower, upper, record)
         if leaf:
+            # It counts the leaves it merged in the record itself.
             ck.merge_leaves(pma.keys, pma.vals, pma.cnt, plan, fit, batch.keys, batch.vals,
                             batch.pending, dpend, S, math.floor(upper * S + 1e-9),
                             math.ceil(lower * S - 1e-9), record)
-            done = xp.count_nonzero(fit)
-            record[ck.RECORD_LEVELS] = done
-            record[ck.RECORD_LEVELS + 1] = done * S
         else:
             if root:
                 if update.root_overflows(pma, int(plan[ck.PLAN_TOTAL, 0]), lower, upper):

@@ -282,10 +282,17 @@ def _assert_same_state(pmas) -> None:
         assert getattr(kernel.stats, name) == getattr(array.stats, name), name
 
 
-def _apply_both(pmas, ref: Reference, ik, iv, dk) -> None:
+def _apply_both(pmas, ref: Reference, ik, iv, dk, unchecked: bool = False) -> None:
+    """Apply a batch to both; with `unchecked`, the kernels' PMA takes it as the engine
+    gives it (no checks; sorted on the host when small: the one-launch start)."""
     import cupy
     for pma in pmas:
-        pma.apply(cupy.asarray(ik), cupy.asarray(iv), cupy.asarray(dk))
+        if unchecked and pma.config.kernels:
+            order = np.argsort(ik)
+            pma.apply(cupy.asarray(ik[order]), cupy.asarray(iv[order]),
+                      cupy.asarray(np.sort(dk)), check=False, presorted=True)
+        else:
+            pma.apply(cupy.asarray(ik), cupy.asarray(iv), cupy.asarray(dk))
     _apply(ref, ik, iv, dk)
     _assert_same_state(pmas)
 
@@ -300,7 +307,8 @@ KERNEL_TUNABLES = [(2, 1024, 256), (16, 1024, 256), (32, 1024, 256), (2, 8, 3), 
 @pytest.mark.parametrize("segment_size, block_window, merge_chunk", KERNEL_TUNABLES)
 def test_kernels_equal_the_array_path(segment_size, block_window, merge_chunk):
     """The CUDA kernels (leaf merges, window merges in one block or several, rows) leave
-    exactly the layout the generic array path leaves."""
+    exactly the layout the generic array path leaves; every third batch comes unchecked
+    and sorted, as the engine gives it (the one-launch start of a small batch)."""
     rng = np.random.default_rng(segment_size + block_window + merge_chunk)
     n = 300
     pmas = _kernels_and_array_path(n, segment_size=segment_size, block_window=block_window,
@@ -309,18 +317,21 @@ def test_kernels_equal_the_array_path(segment_size, block_window, merge_chunk):
     for step in range(150):
         ik, iv, dk = _random_batch(rng, ref, n, int(rng.integers(0, 200)),
                                    int(rng.integers(0, 120 if step > 30 else 5)))
-        _apply_both(pmas, ref, ik, iv, dk)
+        _apply_both(pmas, ref, ik, iv, dk, unchecked=step % 3 == 0)
         if step % 10 == 0:
             for pma in pmas:
                 pma.check(*ref.arrays())
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("unchecked", [False, True], ids=["checked", "unchecked"])
 @pytest.mark.parametrize("segment_size, block_window, merge_chunk",
-                         [(2, 1024, 256), (2, 8, 3), (4, 0, 1)])
-def test_kernels_through_growth_and_shrinking(segment_size, block_window, merge_chunk):
+                         [(2, 1024, 256), (2, 8, 3), (4, 0, 1), (32, 1024, 256)])
+def test_kernels_through_growth_and_shrinking(segment_size, block_window, merge_chunk,
+                                              unchecked):
     """Growth, churn, shrinking and regrowth on a nearly empty array: rebuilds, the root
-    merged, segments left empty (the gap repair) on both paths alike."""
+    merged, segments left empty (the gap repair) on both paths alike; `unchecked`, the
+    kernels' side takes the engine's small batches (locate_small)."""
     rng = np.random.default_rng(17)
     n = 60
     pmas = _kernels_and_array_path(n, segment_size=segment_size, block_window=block_window,
@@ -331,7 +342,7 @@ def test_kernels_through_growth_and_shrinking(segment_size, block_window, merge_
         phase = step // 50
         ik, iv, dk = _random_batch(rng, ref, n, int(rng.integers(0, [30, 15, 2, 40][phase])),
                                    int(rng.integers(0, [3, 15, 30, 5][phase])))
-        _apply_both(pmas, ref, ik, iv, dk)
+        _apply_both(pmas, ref, ik, iv, dk, unchecked)
         rebuilt += pmas[0].stats.rebuilt
         fixups += pmas[0].stats.fixup
     pmas[0].check(*ref.arrays())
