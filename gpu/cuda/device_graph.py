@@ -148,7 +148,7 @@ class PmaGraph:
             # array's, re-keyed as they were before the batch, which then follows.
             self._relayout(graph)
             if not self._holds(graph):
-                self._refresh_view(graph, batch)
+                self._refresh_view(graph, batch, touched)
                 return
         self.pma.ensure_vertices(graph.num_slots)
         if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
@@ -171,14 +171,16 @@ class PmaGraph:
         both = cp.asarray(np.concatenate([inserted, deleted, vals]))
         self.pma.apply(both[:ni], both[ni + nd:].astype(np.int32), both[ni:ni + nd],
                        check=self.checks, presorted=small)
-        self._refresh_view(graph, batch)
+        self._refresh_view(graph, batch, touched)
 
-    def _refresh_view(self, graph, batch) -> None:
-        """Copy again the view's lists of the vertices whose edges `batch` changed."""
+    def _refresh_view(self, graph, batch, touched=None) -> None:
+        """Copy again the view's lists of the vertices whose edges `batch` changed (or of
+        `touched`, the engine's distinct touched vertices, which include them)."""
         if self.view is None:
             return
-        touched = np.unique(np.concatenate([batch.insert_u, batch.insert_v,
-                                            batch.delete_u, batch.delete_v]))
+        if touched is None:
+            touched = np.unique(np.concatenate([batch.insert_u, batch.insert_v,
+                                                batch.delete_u, batch.delete_v]))
         self.view.refresh(self.pma, graph.deg[:graph.num_slots], touched)
 
     def _label_slots(self, graph, slots) -> None:
@@ -345,8 +347,8 @@ class DeviceEdgeGraph(VertexTable):
     def _count(self, us: np.ndarray, vs: np.ndarray, sign: int) -> None:
         if len(us) == 0:
             return
-        ends, times = np.unique(np.concatenate([us, vs]), return_counts=True)
-        self.deg[ends] += (sign * times).astype(np.int32)
+        ends = np.concatenate([us, vs])
+        np.add.at(self.deg, ends, np.int32(sign))
         self.num_edges += sign * len(us)
         if sign > 0:
             self._max_degree = max(self._max_degree, int(self.deg[ends].max()))

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 # Share of free device memory the per-warp candidate buffers may take.
 BUFFER_SHARE = 0.25
+# Buffers up to this many bytes are taken without asking how much memory is free.
+SMALL_BUFFERS = 64 << 20
 # A listing of at most this many rows is queued whole (a device buffer of `limit` rows,
 # its count and rows read back when the batch is finished); a larger limit reads each
 # slice's count back first, to size its rows by what was found.
@@ -71,10 +73,13 @@ def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
                      kernel: str) -> tuple[int, int]:
     width = mirror.max_degree + 1
     per_warp = n * width * 4
-    free, _ = cp.cuda.runtime.memGetInfo()
-    budget = int(free * BUFFER_SHARE) // per_warp
     step = match_launchers.WARPS_PER_BLOCK
-    warps = min(match_launchers.resident_warps(kernel), budget, -(-num_tasks // step) * step)
+    warps = min(match_launchers.resident_warps(kernel), -(-num_tasks // step) * step)
+    free = None
+    if warps * per_warp > SMALL_BUFFERS:
+        # Only large buffers ask the driver for the free memory (a call per launch).
+        free, _ = cp.cuda.runtime.memGetInfo()
+        warps = min(warps, int(free * BUFFER_SHARE) // per_warp)
     warps -= warps % step
     if warps < match_launchers.WARPS_PER_BLOCK:
         raise MemoryError(f"candidate buffers of {per_warp} bytes per warp do not fit in "
