@@ -169,6 +169,8 @@ def warm_up(sets, backend: str, deletions: bool = False) -> None:
     the same code runs as in the real batch (insertions with matches), in milliseconds.
     With ``deletions`` the edges are then deleted again, for streams that delete.
     """
+    from gpu.warm_up import warm_up as warm_up_engine
+    warm_up_engine(backend)     # every kind of batch, the device graph's large ones too
     for queries in sets.values():
         path = queries[0][0]
         tiny = read_query(path)

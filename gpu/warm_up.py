@@ -6,6 +6,9 @@ one-edge batch (`DynamicGraph.find_edge` and the one-edge insert), the small-bat
 (fewer than `serial_below_tasks` edges, serial), the general search with its parallel
 region (more tasks than that), the leaf counts and leaf groups of queries with degree-1
 vertices, listing, vertex records, and the static count and listing behind a backfill.
+On CUDA the packed memory array takes a small batch in one launch and a larger one
+(over 1,024 directed updates) on its general path, whose CuPy kernels compile on first
+use too: one batch of each kind runs.
 """
 from __future__ import annotations
 
@@ -58,8 +61,11 @@ def warm_up(backend: str, config: EngineConfig | None = None) -> None:
     size = max(100, config.serial_below_tasks + 1)
     more_src, more_dst = _ring([7, 11, 13])
     more_src, more_dst = more_src[:size], more_dst[:size]
+    # Over 1,024 directed updates: the packed memory array's general path.
+    large_src, large_dst = _ring([3, 4, 6, 8, 9, 10, 12, 14])
     pairs = [  # (insert, delete): the same edges back out again
         (_edges(INSERT_EDGE, [0], [40]), _edges(DELETE_EDGE, [0], [40])),
+        (_edges(INSERT_EDGE, large_src, large_dst), _edges(DELETE_EDGE, large_src, large_dst)),
         (_edges(INSERT_EDGE, more_src[:3], more_dst[:3]),
          _edges(DELETE_EDGE, more_src[:3], more_dst[:3])),
         (_edges(INSERT_EDGE, more_src, more_dst), _edges(DELETE_EDGE, more_src, more_dst)),

@@ -13,6 +13,7 @@ import cupy as cp
 import numpy as np
 
 from gpu.cuda.loader import check_array, module
+from gpu.graph.pma.device_update import SMALL_BATCH   # most updates locate_small takes
 
 PLAN_ROWS = 7
 PLAN_S0, PLAN_S1, PLAN_IB, PLAN_IE, PLAN_DB, PLAN_DE, PLAN_TOTAL = range(PLAN_ROWS)
@@ -263,7 +264,6 @@ def find_keys(pma, wanted: cp.ndarray, with_values: bool = False
     return slots, values
 
 
-SMALL_BATCH = 1024      # most inserts plus deletes locate_small takes (one block)
 
 
 def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray

@@ -21,8 +21,8 @@ from gpu.graph.pma.layout import PendingBatch
 
 PREFIX_COUNTS_ABOVE = 1024      # segments per window beyond which a level's totals take a
                                 # prefix sum of all counts instead of a loop per window
-SMALL_BATCH = 1024              # most updates a batch starts in one launch (locate_small;
-                                # pma_launchers.SMALL_BATCH, which this module cannot import)
+SMALL_BATCH = 1024              # most updates a batch starts in one launch (locate_small,
+                                # one block of as many threads)
 
 
 def locate_small(pma, ik, dk):
