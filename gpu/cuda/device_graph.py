@@ -25,6 +25,7 @@ import cupy as cp
 import numpy as np
 
 from gpu.cuda import match_launchers
+from gpu.cuda.array_stream import ArrayStream
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.graph.label_index import LabelIndex, label_keys
 from gpu.graph.pma import device_update
@@ -76,6 +77,8 @@ class PmaGraph:
         # The read view, and each vertex slot's label index there (the rank kernel's).
         self.view = None if view_capacity is None else ListView(cp, view_capacity)
         self._slot_labels = cp.zeros(0, dtype=np.int32)
+        # With the view the array has a stream of its own (gpu/cuda/array_stream.py).
+        self.streams = ArrayStream(self.view is not None)
 
     def _fits(self, slots: int) -> bool:
         """Whether the label bits and `slots` vertex ids fit the current layout."""
@@ -98,7 +101,8 @@ class PmaGraph:
         when they need another label bit, so that no phase has to."""
         self.labels.of(labels)
         if self._host is not None and not self._fits(self._host.num_slots):
-            self._relayout(self._host)
+            with self.streams.changing():
+                self._relayout(self._host)
 
     def _relayout(self, graph, edges=None) -> None:
         """Choose the label bits again and load the graph's edges (or `edges`, (u, v,
@@ -143,12 +147,18 @@ class PmaGraph:
             return
         self.labels.of(batch.add_labels)
         self._label_slots(graph, batch.add_slots)
+        with self.streams.changing():
+            self._apply(graph, batch)
+        with self.streams.reading():
+            self._refresh_view(graph, batch, touched)
+
+    def _apply(self, graph, batch) -> None:
+        """The batch's edge changes into the array (sync)."""
         if not self._fits(graph.num_slots):
             # Host lists hold the batch already; a DeviceEdgeGraph's edges are this
             # array's, re-keyed as they were before the batch, which then follows.
             self._relayout(graph)
             if not self._holds(graph):
-                self._refresh_view(graph, batch, touched)
                 return
         self.pma.ensure_vertices(graph.num_slots)
         if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
@@ -171,7 +181,6 @@ class PmaGraph:
         both = cp.asarray(np.concatenate([inserted, deleted, vals]))
         self.pma.apply(both[:ni], both[ni + nd:].astype(np.int32), both[ni:ni + nd],
                        check=self.checks, presorted=small)
-        self._refresh_view(graph, batch, touched)
 
     def _refresh_view(self, graph, batch, touched=None) -> None:
         """Copy again the view's lists of the vertices whose edges `batch` changed (or of
@@ -210,10 +219,12 @@ class PmaGraph:
         """Register the live vertices' labels and load the graph's edges (or `edges`)."""
         alive = np.flatnonzero(graph.alive[: graph.num_slots])
         self.labels.of(graph.label[alive])
-        self._relayout(graph, edges)
+        with self.streams.changing():
+            self._relayout(graph, edges)
         if self.view is not None:
             self._label_slots(graph, alive)
-            self.view.rebuild(self.pma, graph.deg[:graph.num_slots])
+            with self.streams.reading():
+                self.view.rebuild(self.pma, graph.deg[:graph.num_slots])
 
     def stored_labels(self, graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
         """The stored label of each edge u - v of `graph`'s vertices (int32, on the host),
@@ -222,20 +233,23 @@ class PmaGraph:
             return np.empty(0, dtype=np.int32)
         # The labels of born slots are registered (load_edges, sync): nothing changes.
         keys = label_keys(us, vs, self.labels.of(graph.label[vs]), self.vertex_bits)
-        return self.pma.lookup(cp.asarray(keys), values=True)[1].get()
+        with self.streams.changing():   # a read with its read-back: the array's stream
+            return self.pma.lookup(cp.asarray(keys), values=True)[1].get()
 
     def undirected_edges(self) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
         """Every stored edge once as (u, v, label) with u < v, int32 on the device."""
-        keys, vals = self.pma.edges()
-        src = (keys >> np.uint64(32)).astype(np.int32)
-        dst = (keys & self.pma.vertex_mask).astype(np.int32)
-        keep = src < dst
-        return src[keep], dst[keep], vals[keep]
+        with self.streams.reading():
+            keys, vals = self.pma.edges()
+            src = (keys >> np.uint64(32)).astype(np.int32)
+            dst = (keys & self.pma.vertex_mask).astype(np.int32)
+            keep = src < dst
+            return src[keep], dst[keep], vals[keep]
 
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every edge touching `slots`, once, as (u, v, label) with u < v (host arrays)."""
         vertices = np.unique(np.asarray(slots, dtype=np.int64))
-        src, keys, vals = self.pma.out_edges(cp.asarray(vertices))
+        with self.streams.reading():
+            src, keys, vals = self.pma.out_edges(cp.asarray(vertices))
         dst = (keys & self.pma.vertex_mask).astype(np.int64)
         lo, hi = cp.minimum(src, dst), cp.maximum(src, dst)
         _, first = cp.unique(lo << 32 | hi, return_index=True)
@@ -281,7 +295,7 @@ class PmaGraph:
 
     def _view_ranks(self, clear: bool) -> None:
         view = self.view
-        match_launchers.set_edge_ranks(view.device_start, self.pma.deg, view.nbr, view.nlab,
+        match_launchers.set_edge_ranks(view.device_start, view.deg, view.nbr, view.nlab,
                                        self._slot_labels, view.rank, *self._ranked,
                                        clear=clear)
 
@@ -289,7 +303,8 @@ class PmaGraph:
         pma = self.pma
         if self.view is not None:
             view = self.view
-            return match_launchers.ListGraphArrays(view.device_start, pma.deg, view.nbr,
+            # The view's own lengths: the array's degrees may be the next batch's already.
+            return match_launchers.ListGraphArrays(view.device_start, view.deg, view.nbr,
                                                    view.nlab, view.elab, view.rank)
         ranked, saved = (self._ranked[:2] if self._ranked is not None
                          else (self._no_ranks, self._no_ranks))
@@ -304,10 +319,12 @@ class PmaGraph:
         both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
         keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
         assert self._ranked is None, "ranks left set"
-        self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
+        with self.streams.reading():
+            self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
         if self.view is not None:
             n = graph.num_slots
-            self.view.check(self.pma, graph.deg[:n])
+            with self.streams.reading():
+                self.view.check(self.pma, graph.deg[:n])
             alive = np.flatnonzero(graph.alive[:n])
             assert np.array_equal(self._slot_labels[cp.asarray(alive)].get(),
                                   self.labels.of(graph.label[alive])), "slot label indices"
@@ -414,7 +431,8 @@ class DeviceEdgeGraph(VertexTable):
         array's (tests)."""
         self._check_vertices()
         n = self.num_slots
-        assert np.array_equal(self.device.pma.deg[:n].get(), self.deg[:n]), "degrees"
+        with self.device.streams.reading():
+            assert np.array_equal(self.device.pma.deg[:n].get(), self.deg[:n]), "degrees"
         assert self.device.pma.num_edges == 2 * self.num_edges, "edge count"
 
 

@@ -226,12 +226,14 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, plan: cp.ndar
 
 
 def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
-                  nlab: cp.ndarray, elab: cp.ndarray) -> None:
+                  nlab: cp.ndarray, elab: cp.ndarray, deg: cp.ndarray) -> None:
     """Launch gpu/cuda/kernels/view.cu:refresh_lists: the real slots of each of `vertices`
     (distinct, int64) in the packed memory array `pma`, in order, written to its list at
-    start[u] of the pools nbr, nlab, elab (gpu/graph/pma/view.py), a warp per vertex."""
+    start[u] of the pools nbr, nlab, elab (gpu/graph/pma/view.py), and its length to
+    deg[u], a warp per vertex."""
     _check_all((("vertices", np.int64, vertices), ("start", np.int64, start),
                 ("nbr", np.int32, nbr), ("nlab", np.int32, nlab), ("elab", np.int32, elab),
+                ("deg", np.int32, deg),
                 ("keys", np.uint64, pma.keys), ("vals", np.int32, pma.vals),
                 ("cnt", np.int32, pma.cnt), ("row", np.int64, pma.row)))
     count = vertices.shape[0]
@@ -242,7 +244,7 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
         (-(-count * 32 // threads),), (threads,),
         (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
          np.int32(pma.config.vertex_bits), vertices, np.int64(count), start, nbr, nlab,
-         elab))
+         elab, deg))
 
 
 def find_keys(pma, wanted: cp.ndarray, with_values: bool = False

@@ -4,14 +4,15 @@
 // A warp per vertex walks the vertex's slots [row[u], row[u + 1]) 32 at a time; a slot is
 // real when its offset in its segment is below the segment's count (gpu/graph/pma/array.py).
 // The real ones of a step go to consecutive list entries: each lane's place is the number
-// of real slots on the lanes below it.  A key is u << 32 | label << vertex_bits | v.
+// of real slots on the lanes below it; the list's length goes to deg[u].  A key is
+// u << 32 | label << vertex_bits | v.
 
 extern "C" __global__ void refresh_lists(
     const unsigned long long* __restrict__ keys, const int* __restrict__ vals,
     const int* __restrict__ cnt, const long long* __restrict__ row, int seg_shift,
     int vertex_bits, const long long* __restrict__ vertices, long long count,
     const long long* __restrict__ start, int* __restrict__ nbr, int* __restrict__ nlab,
-    int* __restrict__ elab)
+    int* __restrict__ elab, int* __restrict__ deg)
 {
     const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
@@ -34,6 +35,7 @@ extern "C" __global__ void refresh_lists(
         }
         out += __popc(mask);
     }
+    if (lane == 0) deg[u] = (int)(out - start[u]);
 }
 
 // The slot of each wanted key in the array, or -1 where it is not stored, and (when

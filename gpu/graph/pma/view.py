@@ -4,9 +4,11 @@ pooled arrays, refreshed for the vertices a batch touched.
 The matcher reads a vertex's neighbours of one label as a contiguous run; in the array
 they are 8-byte keys between gap slots, which made matching 1.22–1.26× slower than on
 the host lists' layout (docs/benchmarks.md, 2026-11-22).  The view has that layout
-(gpu/graph/lists.py): per vertex a `start` and a capacity in the pools `nbr` (neighbour
-id), `nlab` (its label index, as in the keys), `elab` (edge label) and `rank` (a phase's
-total-order ranks, zero between phases); a list's length is the array's degree.
+(gpu/graph/lists.py): per vertex a `start`, a capacity and a length `deg` (the array's
+degree as of the last refresh: the array's own may run ahead of the view, see
+gpu/cuda/device_graph.py) in the pools `nbr` (neighbour id), `nlab` (its label index, as
+in the keys), `elab` (edge label) and `rank` (a phase's total-order ranks, zero between
+phases).
 
 After a batch the touched vertices' lists are copied again from the array; one that
 outgrew its capacity moves to fresh room at the pools' end with twice its degree.  When
@@ -37,6 +39,7 @@ class ListView:
         self.start = np.zeros(0, dtype=np.int64)        # host: where each list starts
         self.cap = np.zeros(0, dtype=np.int64)          # host: its capacity
         self.device_start = xp.zeros(0, dtype=np.int64)
+        self.deg = xp.zeros(0, dtype=np.int32)         # device: each list's length
         self.top = 0                                    # first pool entry never handed out
         self.rebuilds = 0
         self._allocate(0)
@@ -52,7 +55,7 @@ class ListView:
 
     def memory_bytes(self) -> int:
         return int(sum(getattr(self, name).nbytes for name in self.POOLS)
-                   + self.device_start.nbytes)
+                   + self.device_start.nbytes + self.deg.nbytes)
 
     def ensure_vertices(self, n: int) -> None:
         """Make vertex slots 0..n-1 valid (new ones have no list yet)."""
@@ -67,6 +70,9 @@ class ListView:
         device = self.xp.zeros(size, dtype=np.int64)
         device[:old] = self.device_start
         self.device_start = device
+        deg = self.xp.zeros(size, dtype=np.int32)
+        deg[:old] = self.deg[:old]
+        self.deg = deg
 
     # ---- following the array ---------------------------------------------
     def rebuild(self, pma, deg: np.ndarray) -> None:
@@ -84,6 +90,7 @@ class ListView:
         # Room for moves: half as much again as the lists hold.
         self._allocate(self.top + self.top // 2 + self.min_capacity)
         self.device_start = self.xp.asarray(self.start)
+        self.deg[:] = 0
         self.rebuilds += 1
         self._copy(pma, np.flatnonzero(deg > 0))
 
@@ -107,7 +114,7 @@ class ListView:
             self.top += need
             xp = self.xp
             self.device_start[xp.asarray(grown)] = xp.asarray(start)
-        self._copy(pma, touched[deg[touched] > 0])
+        self._copy(pma, touched)     # those left without edges too: their length is 0
 
     def _copy(self, pma, vertices: np.ndarray) -> None:
         if vertices.size == 0:
@@ -117,7 +124,8 @@ class ListView:
         else:
             from gpu.cuda import pma_launchers
             pma_launchers.refresh_lists(pma, self.xp.asarray(vertices, dtype=np.int64),
-                                        self.device_start, self.nbr, self.nlab, self.elab)
+                                        self.device_start, self.nbr, self.nlab, self.elab,
+                                        self.deg)
 
     def _copy_lists(self, pma, vertices) -> None:
         """Each vertex's real slots in the array, in order, to its list (any xp)."""
@@ -127,6 +135,7 @@ class ListView:
         slots, owner = xp_ops.ranges(xp, lo, pma.row[vertices + 1] - lo)
         real = (slots % pma.S) < pma.cnt[slots // pma.S]
         slots, owner = slots[real], owner[real]
+        self.deg[vertices] = pma.deg[vertices]
         first = xp_ops.exclusive_cumsum(xp, pma.deg[vertices].astype(np.int64))
         at = self.device_start[vertices][owner] + xp.arange(slots.size, dtype=np.int64) \
             - first[owner]
@@ -144,8 +153,9 @@ class ListView:
         n = deg.shape[0]
         xp = self.xp
         assert self.start.shape[0] >= n, "vertex slots beyond the view"
-        assert np.array_equal(xp.asnumpy(pma.deg[:n]) if xp is not np else pma.deg[:n],
-                              deg), "degrees"
+        for name, array in (("array", pma.deg), ("view", self.deg)):
+            assert np.array_equal(xp.asnumpy(array[:n]) if xp is not np else array[:n],
+                                  deg), f"{name} degrees"
         assert bool((deg <= self.cap[:n]).all()), "a list past its capacity"
         live = np.flatnonzero(self.cap[:n] > 0)
         order = live[np.argsort(self.start[live], kind="stable")]
@@ -158,6 +168,7 @@ class ListView:
         expected = ListView(xp, self.min_capacity)
         expected.start, expected.cap = self.start.copy(), self.cap.copy()
         expected.device_start = self.device_start
+        expected.deg = xp.zeros_like(self.deg)
         expected._allocate(self.size)
         expected._copy_lists(pma, np.flatnonzero(deg > 0))
         at = xp.asarray(xp_ops.ranges(np, self.start[:n], deg)[0])
