@@ -1,12 +1,13 @@
 """The CUDA executor's data graph on the device, in one of two layouts behind one interface.
 
-- `ListMirror` (the default, `lists`): the host graph's pools as they are (lists with
-  gaps between them, sorted by (label, id)), following each batch by copying the lists of
-  the vertices the batch touched; a pool the host grew or compacted is copied whole.
-- `PmaGraph` (`pma`): the packed memory array of gpu/graph/pma/, keyed so that each vertex's
-  neighbours of one label are one sorted run, updated on the device from each batch's
-  effective edge changes (both directions of every edge), so per-batch work and traffic
-  follow the batch.  The matching kernel reads the array's gap-free read view
+- `ListMirror` (`lists`, gpu/cuda/list_mirror.py): the host graph's pools as they are
+  (lists with gaps between them, sorted by (label, id)), following each batch by copying
+  the lists of the vertices the batch touched; a pool the host grew or compacted is
+  copied whole.
+- `PmaGraph` (`pma`, the default): the packed memory array of gpu/graph/pma/, keyed so
+  that each vertex's neighbours of one label are one sorted run, updated on the device
+  from each batch's effective edge changes (both directions of every edge), so per-batch
+  work and traffic follow the batch.  The matching kernel reads the array's gap-free read view
   (gpu/graph/pma/view.py: the touched vertices' lists copied again on the device after
   each batch), laid out as the lists; with `EngineConfig(pma_view=False)` it reads
   neighbour ranges from the array itself (19 bytes per directed edge, no view), and during
@@ -43,6 +44,7 @@ def make_device_graph(config: EngineConfig):
                         config.min_list_capacity if config.pma_view else None,
                         config.pma_checks)
     if layout == "lists":
+        from gpu.cuda.list_mirror import ListMirror
         return ListMirror()
     raise ValueError(f"device graph layout must be one of {DEVICE_GRAPHS}, got {layout!r}")
 
@@ -434,91 +436,3 @@ class DeviceEdgeGraph(VertexTable):
         with self.device.streams.reading():
             assert np.array_equal(self.device.pma.deg[:n].get(), self.deg[:n]), "degrees"
         assert self.device.pma.num_edges == 2 * self.num_edges, "edge count"
-
-
-def _list_positions(start: np.ndarray, deg: np.ndarray, vertices: np.ndarray) -> np.ndarray:
-    """Pool positions of the lists of `vertices`, concatenated."""
-    s = start[vertices].astype(np.int64)
-    d = deg[vertices].astype(np.int64)
-    total = int(d.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    first = np.repeat(s - (np.cumsum(d) - d), d)
-    return first + np.arange(total, dtype=np.int64)
-
-
-class ListMirror:
-    """Device copies of a DynamicGraph's pools and vertex arrays."""
-
-    POOLS = ("nbr", "nlab", "elab", "rank")
-    VERTEX = ("start", "deg", "label")
-
-    def __init__(self) -> None:
-        self._copies: dict[str, cp.ndarray] = {}
-        self._host: dict[str, np.ndarray] = {}     # the host array each copy was made from
-        self._ranked: tuple | None = None       # (us, vs, ranks) on the device
-        self.max_degree = 0
-
-    def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
-        """Query vertex labels as the kernel compares them: the labels themselves."""
-        return np.asarray(labels, dtype=np.int32)
-
-    def admit(self, labels, slots: int) -> str | None:
-        return None     # any labels and vertex slots
-
-    def register_labels(self, labels) -> None:
-        pass
-
-    def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
-        """Bring the copies up to date after a batch that touched `touched` (None: all)."""
-        self.max_degree = graph.max_degree
-        for name in self.VERTEX + self.POOLS:
-            host = getattr(graph, name)
-            if touched is None or self._host.get(name) is not host:
-                self._copies[name] = cp.asarray(host)
-                self._host[name] = host
-        if touched is None or len(touched) == 0:
-            return
-        touched = np.asarray(touched, dtype=np.int64)
-        dev_touched = cp.asarray(touched)
-        for name in self.VERTEX:
-            self._copies[name][dev_touched] = cp.asarray(getattr(graph, name)[touched])
-        positions = _list_positions(graph.start, graph.deg, touched)
-        if len(positions):
-            dev_positions = cp.asarray(positions)
-            for name in self.POOLS:
-                self._copies[name][dev_positions] = cp.asarray(getattr(graph, name)[positions])
-
-    def set_ranks(self, us: np.ndarray, vs: np.ndarray,
-                  edges: match_launchers.UpdateEdges) -> None:
-        """DynamicGraph.set_ranks on the device copy (found there, by a kernel, from the
-        uploaded `edges`, which are kept for clear_ranks)."""
-        self._ranked = (edges.us, edges.vs, edges.ranks)
-        self._rank_kernel(clear=False)
-
-    def clear_ranks(self) -> None:
-        """Zero the ranks set_ranks wrote."""
-        if self._ranked is not None:
-            self._rank_kernel(clear=True)
-            self._ranked = None
-
-    def _rank_kernel(self, clear: bool) -> None:
-        a = self._copies
-        match_launchers.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
-                                       a["rank"], *self._ranked, clear=clear)
-
-    def arrays(self) -> match_launchers.ListGraphArrays:
-        a = self._copies
-        return match_launchers.ListGraphArrays(a["start"], a["deg"], a["nbr"], a["nlab"],
-                                               a["elab"], a["rank"])
-
-    def check(self, graph) -> None:
-        """Assert the device copies equal the host structures where they are read (tests)."""
-        n = graph.num_slots
-        for name in self.VERTEX:
-            assert np.array_equal(self._copies[name][:n].get(), getattr(graph, name)[:n]), name
-        alive = np.flatnonzero(graph.alive[:n])
-        positions = _list_positions(graph.start, graph.deg, alive)
-        for name in self.POOLS:
-            device = self._copies[name][cp.asarray(positions)].get()
-            assert np.array_equal(device, getattr(graph, name)[positions]), name
