@@ -78,8 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--labels", type=int, default=5, help="uniform random vertex labels")
     ap.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="auto")
     ap.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
-                    help="cuda: the data graph's layout on the device (default lists: "
-                        "the mirrored host lists; pma: the packed memory array)")
+                    help="cuda: the data graph's layout on the device (default pma: the "
+                        "packed memory array; lists: the mirrored host lists)")
     ap.add_argument("--kinds", nargs="+", default=["dense", "sparse"])
     ap.add_argument("--size", type=int, default=5, help="query vertices")
     ap.add_argument("--queries", type=int, default=2, help="queries per kind")

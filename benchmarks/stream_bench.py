@@ -75,8 +75,8 @@ def _parse_args(argv):
     add_setup_args(p, seed_help="seed of the splits, the mixed stream and the query walks")
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
     p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
-                   help="cuda: the data graph's layout on the device (default lists: "
-                        "the mirrored host lists; pma: the packed memory array)")
+                   help="cuda: the data graph's layout on the device (default pma: the "
+                        "packed memory array; lists: the mirrored host lists)")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
     p.add_argument("--json", type=Path, help="append one JSON line per measurement to this file")
     p.add_argument("--check", action="store_true",

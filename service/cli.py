@@ -124,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--backend", choices=BACKENDS, help="executor (default auto)")
     serve.add_argument("--device-graph", choices=DEVICE_GRAPHS,
-                       help="cuda: the graph's layout on the device (default lists)")
+                       help="cuda: the graph's layout on the device (default pma)")
     serve_graph = serve.add_mutually_exclusive_group()
     serve_graph.add_argument("--graph", metavar="FILE",
                              help="bulk-load this graph when the store is empty")
