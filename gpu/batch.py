@@ -48,17 +48,24 @@ class EffectiveBatch:
     ignored: dict[str, int] = field(default_factory=_counts)
 
 
+def _distinct(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """From one stable sort: the distinct keys (ascending), the index of each one's first
+    record, and the index of the first record (in record order) whose key appeared
+    earlier with another value, or -1."""
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else order
+    first_value = np.repeat(v[starts], np.diff(np.r_[starts, len(k)]))
+    bad = order[v != first_value]
+    return k[starts], order[starts], int(bad.min()) if len(bad) else -1
+
+
 def _first_duplicate_conflict(keys: np.ndarray, values: np.ndarray) -> int:
     """Index of the first record (in record order) whose key appeared earlier with another
     value, or -1."""
     if len(keys) < 2:
         return -1
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    first_value = np.repeat(v[starts], np.diff(np.r_[starts, len(k)]))
-    bad = order[v != first_value]
-    return int(bad.min()) if len(bad) else -1
+    return _distinct(keys, values)[2]
 
 
 def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
@@ -156,7 +163,9 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
         i = ei[negative[0]]
         reject(i, f"edge ({a[i]}, {b[i]}) is inserted with label {label[i]}; edge labels "
                   f"must be >= 0")
-    bad = _first_duplicate_conflict(key[ins], lab[ins])
+    # One sort finds both conflicting duplicates and the distinct inserts (sorted again
+    # below only when some inserts cancel against deletes).
+    ins_keys, first, bad = _distinct(key[ins], lab[ins])
     if bad >= 0:
         i = ei[ins[bad]]
         reject(i, f"edge ({a[i]}, {b[i]}) is inserted twice with different labels")
@@ -170,8 +179,8 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
         ignored["edges_inserted"] += int(drop_i.sum())
         ignored["edges_deleted"] += int(drop_d.sum())
         ins, dels = ins[~drop_i], dels[~drop_d]
+        ins_keys, first = np.unique(key[ins], return_index=True)
 
-    ins_keys, first = np.unique(key[ins], return_index=True)
     ignored["edges_inserted"] += len(ins) - len(ins_keys)
     ins_labels = lab[ins][first].astype(np.int32)
     # The inserted and the deleted edges looked up together (one read of a device graph).
