@@ -225,12 +225,17 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, plan: cp.ndar
          np.int64(window_slots), del_keys, np.int64(num_vertices), row))
 
 
+LONG_BLOCK = 1024       # threads per vertex of refresh_long_lists (view.cu)
+
+
 def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
-                  nlab: cp.ndarray, elab: cp.ndarray, deg: cp.ndarray) -> None:
+                  nlab: cp.ndarray, elab: cp.ndarray, deg: cp.ndarray,
+                  long_lists: bool = False) -> None:
     """Launch gpu/cuda/kernels/view.cu:refresh_lists: the real slots of each of `vertices`
     (distinct, int64) in the packed memory array `pma`, in order, written to its list at
     start[u] of the pools nbr, nlab, elab (gpu/graph/pma/view.py), and its length to
-    deg[u], a warp per vertex."""
+    deg[u], a warp per vertex; with `long_lists`, refresh_long_lists, a block of
+    LONG_BLOCK threads per vertex."""
     _check_all((("vertices", np.int64, vertices), ("start", np.int64, start),
                 ("nbr", np.int32, nbr), ("nlab", np.int32, nlab), ("elab", np.int32, elab),
                 ("deg", np.int32, deg),
@@ -238,6 +243,12 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
                 ("cnt", np.int32, pma.cnt), ("row", np.int64, pma.row)))
     count = vertices.shape[0]
     if count == 0:
+        return
+    if long_lists:
+        module("view").get_function("refresh_long_lists")(
+            (count,), (LONG_BLOCK,),
+            (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
+             np.int32(pma.config.vertex_bits), vertices, start, nbr, nlab, elab, deg))
         return
     threads = 256
     module("view").get_function("refresh_lists")(

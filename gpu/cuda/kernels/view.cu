@@ -61,3 +61,48 @@ extern "C" __global__ void find_keys(
     slots[i] = found ? lo : -1;
     if (vals_out) vals_out[i] = found ? vals[lo] : -1;
 }
+
+// refresh_lists for long lists: a block of LONG_BLOCK threads per vertex, LONG_BLOCK slots
+// a step, so a hub's list (hundreds of thousands of slots) is not one warp's long loop.
+// A step's real slots go to consecutive entries: each warp's place from the counts of
+// the warps before it (in shared memory), each lane's from its warp's ballot.
+#define LONG_BLOCK 1024
+
+extern "C" __global__ void __launch_bounds__(LONG_BLOCK) refresh_long_lists(
+    const unsigned long long* __restrict__ keys, const int* __restrict__ vals,
+    const int* __restrict__ cnt, const long long* __restrict__ row, int seg_shift,
+    int vertex_bits, const long long* __restrict__ vertices,
+    const long long* __restrict__ start, int* __restrict__ nbr, int* __restrict__ nlab,
+    int* __restrict__ elab, int* __restrict__ deg)
+{
+    __shared__ int warp_counts[LONG_BLOCK / 32];
+    const long long u = vertices[blockIdx.x];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long hi = row[u + 1];
+    const long long segment_mask = (1LL << seg_shift) - 1;
+    const unsigned long long vertex_mask = (1ull << vertex_bits) - 1;
+    long long out = start[u];
+    for (long long base = row[u]; base < hi; base += LONG_BLOCK) {
+        const long long i = base + threadIdx.x;
+        const bool real = i < hi && (int)(i & segment_mask) < cnt[i >> seg_shift];
+        const unsigned mask = __ballot_sync(0xffffffffu, real);
+        if (lane == 0) warp_counts[warp] = __popc(mask);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int w = 0; w < LONG_BLOCK / 32; ++w) {
+            const int c = warp_counts[w];
+            before += w < warp ? c : 0;
+            total += c;
+        }
+        if (real) {
+            const long long at = out + before + __popc(mask & ((1u << lane) - 1u));
+            const unsigned long long key = keys[i];
+            nbr[at] = (int)(key & vertex_mask);
+            nlab[at] = (int)((key & 0xffffffffull) >> vertex_bits);
+            elab[at] = vals[i];
+        }
+        out += total;
+        __syncthreads();    // warp_counts is rewritten by the next step
+    }
+    if (threadIdx.x == 0) deg[u] = (int)(out - start[u]);
+}

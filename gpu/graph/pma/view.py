@@ -17,15 +17,19 @@ degree to spare), which drops the room moves left behind.  Where lists go is dec
 the host from the host's degrees, so a batch uploads only its movers' starts and reads
 nothing back.
 
-The arrays live on the array's `xp`.  On CuPy the copy is the kernel `refresh_lists`
-(gpu/cuda/kernels/view.cu, a warp per vertex); on NumPy it is `_copy_lists` below, the
-same result, which the CPU tests check and the device tests compare with the kernel.
+The arrays live on the array's `xp`.  On CuPy the copy is the kernels of
+gpu/cuda/kernels/view.cu (a warp per vertex, a block per long list); on NumPy it is
+`_copy_lists` below, the same result, which the CPU tests check and the device tests
+compare with the kernels.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from gpu.graph.pma import xp_ops
+
+# Lists of at least this many entries are copied by a block of threads, not a warp.
+LONG_LIST = 1024
 
 
 class ListView:
@@ -92,7 +96,7 @@ class ListView:
         self.device_start = self.xp.asarray(self.start)
         self.deg[:] = 0
         self.rebuilds += 1
-        self._copy(pma, np.flatnonzero(deg > 0))
+        self._copy(pma, np.flatnonzero(deg > 0), deg)
 
     def refresh(self, pma, deg: np.ndarray, touched: np.ndarray) -> None:
         """Copy again the lists of `touched` vertices (host array) after a batch changed
@@ -114,18 +118,24 @@ class ListView:
             self.top += need
             xp = self.xp
             self.device_start[xp.asarray(grown)] = xp.asarray(start)
-        self._copy(pma, touched)     # those left without edges too: their length is 0
+        self._copy(pma, touched, deg)    # those left without edges too: their length is 0
 
-    def _copy(self, pma, vertices: np.ndarray) -> None:
+    def _copy(self, pma, vertices: np.ndarray, deg: np.ndarray) -> None:
+        """Copy the lists of `vertices` from the array; on the device a warp each, and a
+        block each for those of LONG_LIST entries or more (a hub's, which one warp would
+        walk for milliseconds)."""
         if vertices.size == 0:
             return
         if self.xp is np:
             self._copy_lists(pma, vertices)
-        else:
-            from gpu.cuda import pma_launchers
-            pma_launchers.refresh_lists(pma, self.xp.asarray(vertices, dtype=np.int64),
-                                        self.device_start, self.nbr, self.nlab, self.elab,
-                                        self.deg)
+            return
+        from gpu.cuda import pma_launchers
+        long_lists = deg[vertices] >= LONG_LIST
+        for part, long in ((vertices[~long_lists], False), (vertices[long_lists], True)):
+            if part.size:
+                pma_launchers.refresh_lists(pma, self.xp.asarray(part, dtype=np.int64),
+                                            self.device_start, self.nbr, self.nlab,
+                                            self.elab, self.deg, long)
 
     def _copy_lists(self, pma, vertices) -> None:
         """Each vertex's real slots in the array, in order, to its list (any xp)."""

@@ -8,6 +8,7 @@ import pytest
 from gpu.graph.label_index import label_keys
 from gpu.graph.pma.array import PackedMemoryArray
 from gpu.graph.pma.layout import PMAConfig
+from gpu.graph.pma import view as view_module
 from gpu.graph.pma.view import ListView
 
 VERTEX_BITS = 29
@@ -80,8 +81,14 @@ def _compare(xp, view: ListView, pma, graph: Graph) -> None:
             == graph.lists(u), u
 
 
+@pytest.mark.parametrize("long_list", [view_module.LONG_LIST, 3],
+                         ids=["warps", "blocks-for-lists-of-3"])
 @pytest.mark.parametrize("segment_size", [2, 32])
-def test_random_batches_keep_every_list(xp, segment_size):
+def test_random_batches_keep_every_list(xp, segment_size, long_list, monkeypatch):
+    """On the device, lists of `long_list` entries or more go to the block kernel: with 3,
+    most lists here take it, with the default none (their checks compare each kernel with
+    the NumPy copy)."""
+    monkeypatch.setattr(view_module, "LONG_LIST", long_list)
     rng = np.random.default_rng(11)
     graph = Graph(rng, n=40, labels=3)
     config = PMAConfig(segment_size=segment_size, vertex_bits=VERTEX_BITS)
