@@ -225,17 +225,15 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, plan: cp.ndar
          np.int64(window_slots), del_keys, np.int64(num_vertices), row))
 
 
-LONG_BLOCK = 1024       # threads per vertex of refresh_long_lists (view.cu)
+LONG_BLOCK = 1024       # threads per piece of refresh_long_lists (view.cu)
 
 
 def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
-                  nlab: cp.ndarray, elab: cp.ndarray, deg: cp.ndarray,
-                  long_lists: bool = False) -> None:
+                  nlab: cp.ndarray, elab: cp.ndarray, deg: cp.ndarray) -> None:
     """Launch gpu/cuda/kernels/view.cu:refresh_lists: the real slots of each of `vertices`
     (distinct, int64) in the packed memory array `pma`, in order, written to its list at
     start[u] of the pools nbr, nlab, elab (gpu/graph/pma/view.py), and its length to
-    deg[u], a warp per vertex; with `long_lists`, refresh_long_lists, a block of
-    LONG_BLOCK threads per vertex."""
+    deg[u], a warp per vertex."""
     _check_all((("vertices", np.int64, vertices), ("start", np.int64, start),
                 ("nbr", np.int32, nbr), ("nlab", np.int32, nlab), ("elab", np.int32, elab),
                 ("deg", np.int32, deg),
@@ -243,12 +241,6 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
                 ("cnt", np.int32, pma.cnt), ("row", np.int64, pma.row)))
     count = vertices.shape[0]
     if count == 0:
-        return
-    if long_lists:
-        module("view").get_function("refresh_long_lists")(
-            (count,), (LONG_BLOCK,),
-            (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
-             np.int32(pma.config.vertex_bits), vertices, start, nbr, nlab, elab, deg))
         return
     threads = 256
     module("view").get_function("refresh_lists")(
@@ -300,3 +292,34 @@ def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray
          np.int64(pma.nseg), ik, np.int64(n_ins), dk, np.int64(n_del), pma.deg, iseg, dseg,
          windows, count))
     return iseg, dseg, windows[:int(count.get()[0])]
+
+
+def refresh_long_lists(pma, vertices: np.ndarray, pieces: np.ndarray, start: cp.ndarray,
+                       nbr: cp.ndarray, nlab: cp.ndarray, elab: cp.ndarray,
+                       deg: cp.ndarray) -> None:
+    """Launch gpu/cuda/kernels/view.cu:refresh_long_lists twice (count, then write): as
+    refresh_lists, each of `vertices` (host, distinct) cut into `pieces` (host, >= 1 each)
+    pieces of a block each."""
+    _check_all((("start", np.int64, start), ("nbr", np.int32, nbr),
+                ("nlab", np.int32, nlab), ("elab", np.int32, elab), ("deg", np.int32, deg),
+                ("keys", np.uint64, pma.keys), ("vals", np.int32, pma.vals),
+                ("cnt", np.int32, pma.cnt), ("row", np.int64, pma.row)))
+    pieces = np.asarray(pieces, dtype=np.int64)
+    total = int(pieces.sum())
+    if total == 0:
+        return
+    if pieces.min() < 1 or len(pieces) != len(vertices):
+        raise ValueError("every vertex needs at least one piece")
+    # One upload: each piece's vertex, its index among the vertex's pieces, their number.
+    first = np.repeat(np.cumsum(pieces) - pieces, pieces)
+    table = cp.asarray(np.concatenate([np.repeat(np.asarray(vertices, dtype=np.int64), pieces),
+                                       np.arange(total, dtype=np.int64) - first,
+                                       np.repeat(pieces, pieces)]))
+    part_vertex, part_index, parts = table[:total], table[total:2 * total], table[2 * total:]
+    counts = cp.empty(total, dtype=np.int64)
+    kernel = module("view").get_function("refresh_long_lists")
+    for counting in (1, 0):
+        kernel((total,), (LONG_BLOCK,),
+               (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
+                np.int32(pma.config.vertex_bits), part_vertex, part_index, parts,
+                np.int32(counting), counts, start, nbr, nlab, elab, deg))

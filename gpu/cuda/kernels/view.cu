@@ -62,8 +62,12 @@ extern "C" __global__ void find_keys(
     if (vals_out) vals_out[i] = found ? vals[lo] : -1;
 }
 
-// refresh_lists for long lists: a block of LONG_BLOCK threads per vertex, LONG_BLOCK slots
-// a step, so a hub's list (hundreds of thousands of slots) is not one warp's long loop.
+// refresh_lists for long lists: each vertex's slot range cut into `parts` equal pieces
+// (more for longer lists, so that a hub of hundreds of thousands of slots is many
+// blocks' work), a block of LONG_BLOCK threads per piece, LONG_BLOCK slots a step.
+// Launched twice: first each piece counts its real slots (`counting`), then each writes
+// them after those of the pieces before it of the same vertex (pieces of a vertex are
+// consecutive, `part_index` numbering them from 0), the last one the list's length.
 // A step's real slots go to consecutive entries: each warp's place from the counts of
 // the warps before it (in shared memory), each lane's from its warp's ballot.
 #define LONG_BLOCK 1024
@@ -71,18 +75,29 @@ extern "C" __global__ void find_keys(
 extern "C" __global__ void __launch_bounds__(LONG_BLOCK) refresh_long_lists(
     const unsigned long long* __restrict__ keys, const int* __restrict__ vals,
     const int* __restrict__ cnt, const long long* __restrict__ row, int seg_shift,
-    int vertex_bits, const long long* __restrict__ vertices,
-    const long long* __restrict__ start, int* __restrict__ nbr, int* __restrict__ nlab,
-    int* __restrict__ elab, int* __restrict__ deg)
+    int vertex_bits, const long long* __restrict__ part_vertex,
+    const long long* __restrict__ part_index, const long long* __restrict__ parts,
+    int counting,
+    long long* __restrict__ part_counts, const long long* __restrict__ start,
+    int* __restrict__ nbr, int* __restrict__ nlab, int* __restrict__ elab,
+    int* __restrict__ deg)
 {
     __shared__ int warp_counts[LONG_BLOCK / 32];
-    const long long u = vertices[blockIdx.x];
+    const long long p = blockIdx.x;
+    const long long u = part_vertex[p];
+    const long long k = part_index[p], m = parts[p];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const long long hi = row[u + 1];
+    const long long first = row[u], length = row[u + 1] - first;
+    const long long lo = first + length * k / m, hi = first + length * (k + 1) / m;
     const long long segment_mask = (1LL << seg_shift) - 1;
     const unsigned long long vertex_mask = (1ull << vertex_bits) - 1;
-    long long out = start[u];
-    for (long long base = row[u]; base < hi; base += LONG_BLOCK) {
+    long long out = 0;
+    if (!counting) {
+        out = start[u];
+        for (long long j = 1; j <= k; ++j) out += part_counts[p - j];
+    }
+    const long long begin = out;
+    for (long long base = lo; base < hi; base += LONG_BLOCK) {
         const long long i = base + threadIdx.x;
         const bool real = i < hi && (int)(i & segment_mask) < cnt[i >> seg_shift];
         const unsigned mask = __ballot_sync(0xffffffffu, real);
@@ -94,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(LONG_BLOCK) refresh_long_lists(
             before += w < warp ? c : 0;
             total += c;
         }
-        if (real) {
+        if (real && !counting) {
             const long long at = out + before + __popc(mask & ((1u << lane) - 1u));
             const unsigned long long key = keys[i];
             nbr[at] = (int)(key & vertex_mask);
@@ -104,5 +119,8 @@ extern "C" __global__ void __launch_bounds__(LONG_BLOCK) refresh_long_lists(
         out += total;
         __syncthreads();    // warp_counts is rewritten by the next step
     }
-    if (threadIdx.x == 0) deg[u] = (int)(out - start[u]);
+    if (threadIdx.x == 0) {
+        if (counting) part_counts[p] = out - begin;
+        else if (k == m - 1) deg[u] = (int)(out - start[u]);
+    }
 }

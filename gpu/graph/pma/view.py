@@ -28,8 +28,10 @@ import numpy as np
 
 from gpu.graph.pma import xp_ops
 
-# Lists of at least this many entries are copied by a block of threads, not a warp.
+# Lists of at least this many entries are copied by blocks of threads, not a warp: one
+# block per LONG_PIECE entries, so a hub's list is many blocks' work.
 LONG_LIST = 1024
+LONG_PIECE = 16384
 
 
 class ListView:
@@ -121,9 +123,9 @@ class ListView:
         self._copy(pma, touched, deg)    # those left without edges too: their length is 0
 
     def _copy(self, pma, vertices: np.ndarray, deg: np.ndarray) -> None:
-        """Copy the lists of `vertices` from the array; on the device a warp each, and a
-        block each for those of LONG_LIST entries or more (a hub's, which one warp would
-        walk for milliseconds)."""
+        """Copy the lists of `vertices` from the array; on the device a warp each, and
+        blocks for those of LONG_LIST entries or more (a hub's, which one warp would walk
+        for milliseconds)."""
         if vertices.size == 0:
             return
         if self.xp is np:
@@ -131,11 +133,15 @@ class ListView:
             return
         from gpu.cuda import pma_launchers
         long_lists = deg[vertices] >= LONG_LIST
-        for part, long in ((vertices[~long_lists], False), (vertices[long_lists], True)):
-            if part.size:
-                pma_launchers.refresh_lists(pma, self.xp.asarray(part, dtype=np.int64),
-                                            self.device_start, self.nbr, self.nlab,
-                                            self.elab, self.deg, long)
+        short, long = vertices[~long_lists], vertices[long_lists]
+        if short.size:
+            pma_launchers.refresh_lists(pma, self.xp.asarray(short, dtype=np.int64),
+                                        self.device_start, self.nbr, self.nlab, self.elab,
+                                        self.deg)
+        if long.size:
+            pieces = -(-deg[long] // LONG_PIECE)
+            pma_launchers.refresh_long_lists(pma, long, pieces, self.device_start, self.nbr,
+                                             self.nlab, self.elab, self.deg)
 
     def _copy_lists(self, pma, vertices) -> None:
         """Each vertex's real slots in the array, in order, to its list (any xp)."""

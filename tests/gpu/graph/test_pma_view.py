@@ -81,14 +81,17 @@ def _compare(xp, view: ListView, pma, graph: Graph) -> None:
             == graph.lists(u), u
 
 
-@pytest.mark.parametrize("long_list", [view_module.LONG_LIST, 3],
-                         ids=["warps", "blocks-for-lists-of-3"])
+@pytest.mark.parametrize(("long_list", "long_piece"),
+                         [(view_module.LONG_LIST, view_module.LONG_PIECE), (3, 1000), (3, 2)],
+                         ids=["warps", "a-block-a-list-of-3", "a-block-every-2-entries"])
 @pytest.mark.parametrize("segment_size", [2, 32])
-def test_random_batches_keep_every_list(xp, segment_size, long_list, monkeypatch):
-    """On the device, lists of `long_list` entries or more go to the block kernel: with 3,
-    most lists here take it, with the default none (their checks compare each kernel with
-    the NumPy copy)."""
+def test_random_batches_keep_every_list(xp, segment_size, long_list, long_piece,
+                                        monkeypatch):
+    """On the device, lists of `long_list` entries or more go to the block kernel, a block
+    per `long_piece` entries: here most lists take it, in one piece or many, and with the
+    defaults none (the checks compare each kernel with the NumPy copy)."""
     monkeypatch.setattr(view_module, "LONG_LIST", long_list)
+    monkeypatch.setattr(view_module, "LONG_PIECE", long_piece)
     rng = np.random.default_rng(11)
     graph = Graph(rng, n=40, labels=3)
     config = PMAConfig(segment_size=segment_size, vertex_bits=VERTEX_BITS)
