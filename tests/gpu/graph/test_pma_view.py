@@ -136,15 +136,20 @@ def test_vertices_beyond_the_first_rebuild_get_lists(xp):
     _compare(xp, view, pma, graph)
 
 
-def test_check_finds_a_stale_list(xp):
-    rng = np.random.default_rng(5)
-    graph = Graph(rng, n=12, labels=2)
+def _loaded(xp, seed: int):
+    """A 12-vertex graph of 30 edges in an array, and a view of it."""
+    graph = Graph(np.random.default_rng(seed), n=12, labels=2)
     pma = PackedMemoryArray(xp, graph.n, PMAConfig(segment_size=4, vertex_bits=VERTEX_BITS))
     graph.batch(30, 0)
     pma.load(xp.asarray(graph.keys(list(graph.edges))),
              xp.asarray(np.array(list(graph.edges.values()), np.int32)))
     view = ListView(xp)
     view.rebuild(pma, graph.deg())
+    return graph, pma, view
+
+
+def test_check_finds_a_stale_list(xp):
+    graph, pma, view = _loaded(xp, 5)
     new, _ = graph.batch(5, 0)
     pma.apply(xp.asarray(graph.keys(list(new))),
               xp.asarray(np.array(list(new.values()), np.int32)),
@@ -154,14 +159,7 @@ def test_check_finds_a_stale_list(xp):
 
 
 def test_check_finds_a_wrong_entry(xp):
-    rng = np.random.default_rng(6)
-    graph = Graph(rng, n=12, labels=2)
-    pma = PackedMemoryArray(xp, graph.n, PMAConfig(segment_size=4, vertex_bits=VERTEX_BITS))
-    graph.batch(30, 0)
-    pma.load(xp.asarray(graph.keys(list(graph.edges))),
-             xp.asarray(np.array(list(graph.edges.values()), np.int32)))
-    view = ListView(xp)
-    view.rebuild(pma, graph.deg())
+    graph, pma, view = _loaded(xp, 6)
     view.check(pma, graph.deg())
     u = int(np.argmax(graph.deg()))
     view.elab[int(view.start[u])] += 1
