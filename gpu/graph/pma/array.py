@@ -129,20 +129,15 @@ class PackedMemoryArray:
         real = self.real_mask()
         return self.keys[real], self.vals[real]
 
-    def out_slots(self, vertices):
-        """(slots, owners) of every stored out-edge of `vertices` (distinct, an xp int64
-        array): each vertex's slots in key order, and the index in `vertices` of each."""
-        xp = self.xp
-        lo = self.row[vertices]
-        slots, owner = xp_ops.ranges(xp, lo, self.row[vertices + 1] - lo)
-        real = (slots % self.S) < self.cnt[slots // self.S]
-        return slots[real], owner[real]
-
     def out_edges(self, vertices):
         """(sources, keys, values) of every stored out-edge of `vertices` (distinct),
         each vertex's in key order."""
-        vertices = self.xp.asarray(vertices, dtype=np.int64)
-        slots, owner = self.out_slots(vertices)
+        xp = self.xp
+        vertices = xp.asarray(vertices, dtype=np.int64)
+        lo = self.row[vertices]
+        slots, owner = xp_ops.ranges(xp, lo, self.row[vertices + 1] - lo)
+        real = (slots % self.S) < self.cnt[slots // self.S]
+        slots, owner = slots[real], owner[real]
         return vertices[owner], self.keys[slots], self.vals[slots]
 
     def neighbours(self, u: int):

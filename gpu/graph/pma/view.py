@@ -147,7 +147,10 @@ class ListView:
         """Each vertex's real slots in the array, in order, to its list (any xp)."""
         xp = pma.xp
         vertices = xp.asarray(vertices, dtype=np.int64)
-        slots, owner = pma.out_slots(vertices)
+        lo = pma.row[vertices]
+        slots, owner = xp_ops.ranges(xp, lo, pma.row[vertices + 1] - lo)
+        real = (slots % pma.S) < pma.cnt[slots // pma.S]
+        slots, owner = slots[real], owner[real]
         self.deg[vertices] = pma.deg[vertices]
         first = xp_ops.exclusive_cumsum(xp, pma.deg[vertices].astype(np.int64))
         at = self.device_start[vertices][owner] + xp.arange(slots.size, dtype=np.int64) \
