@@ -1,7 +1,10 @@
-"""Owns the Prometheus metrics: batch latency histogram, throughput counters and state gauges."""
+"""Owns the Prometheus registry: batch latency histogram, throughput counters, state gauges,
+and beside them the process's (CPU, memory, file descriptors, GC) and, registered by the
+HTTP instrumentator of service/main.py, the per-route request metrics (http_*)."""
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR,
+                               CollectorRegistry, Counter, Histogram, generate_latest)
 from prometheus_client.core import GaugeMetricFamily
 
 from gpu.cuda.device import device_memory_bytes
@@ -21,7 +24,8 @@ class Metrics:
             "durable (apply + persist)", buckets=_LATENCY_BUCKETS, registry=r)
         self.batches = Counter("motifstream_batches", "Batches accepted and durable", registry=r)
         self.rejections = Counter("motifstream_rejected_batches",
-                                  "Batches rejected as invalid (nothing applied)", registry=r)
+                                  "Batches refused (nothing applied): unreadable, over a "
+                                  "limit, malformed or rejected by the engine", registry=r)
         self.updates = Counter("motifstream_updates", "Update records in accepted batches",
                                registry=r)
         self.edges = Counter("motifstream_edges_changed", "Edges inserted or deleted", ["op"],
@@ -35,6 +39,10 @@ class Metrics:
         self._negative = self.matches.labels("negative")
         self._service = None
         r.register(_StateCollector(self))
+        # The process's own metrics (process_*, python_*): the collectors are stateless
+        # readers of /proc and the interpreter, so the default registry's are shared.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)
 
     def attach(self, state) -> None:
         """Read the state gauges from `state` (a ServiceState) from now on."""
@@ -50,6 +58,7 @@ class Metrics:
         self._negative.inc(sum(d.negative for d in result.queries.values()))
 
     def rejected(self) -> None:
+        """One batch refused (counted by service/main.py's _BatchRoute, for every cause)."""
         self.rejections.inc()
 
     def render(self) -> bytes:
