@@ -242,8 +242,9 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     # Added innermost first: request id (outermost, so every answer and log line has one),
     # CORS, HTTP metrics, then the batch route.
     app.add_middleware(_BatchRoute, service=app)
-    Instrumentator(registry=metrics.registry, should_instrument_requests_inprogress=True,
-                   inprogress_labels=True, should_exclude_streaming_duration=True,
+    # (Not its in-progress gauge: FastAPI may build the middleware stack more than once per
+    # app, and that gauge, unlike the default metrics, cannot be registered twice.)
+    Instrumentator(registry=metrics.registry, should_exclude_streaming_duration=True
                    ).instrument(app)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from fastapi import FastAPI
-from fastapi.routing import APIWebSocketRoute
+from fastapi.routing import APIWebSocketRoute, iter_route_contexts
 
 from service.schemas import BatchCreate, GraphLoad, QueryCreate
 
@@ -72,7 +72,8 @@ def openapi_document(app: FastAPI, secured: bool) -> dict:
     sockets = _websockets(app)
     schema["x-websockets"] = sockets
     schema["info"]["description"] += "\n\nWebSocket routes (not listed among the paths): " + \
-        "; ".join(f"`{path}`: {entry['summary']}" for path, entry in sockets.items()) + "."
+        "; ".join(f"`{path}`: {entry['summary'].rstrip('.')}"
+                  for path, entry in sockets.items()) + "."
     app.openapi_schema = schema
     return schema
 
@@ -89,11 +90,12 @@ def _websockets(app: FastAPI) -> dict:
     """Every WebSocket route, as an `x-websockets` entry: its summary and description (the
     handler's docstring) and its path parameters."""
     found = {}
-    for route in app.routes:
-        if isinstance(route, APIWebSocketRoute):
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
+        if isinstance(route, APIWebSocketRoute) and context.path is not None:
             doc = inspect.getdoc(route.endpoint) or ""
             summary, _, description = doc.partition("\n\n")
-            found[route.path] = {
+            found[context.path] = {
                 "summary": summary.replace("\n", " "),
                 "description": description,
                 "parameters": [{"name": name, "in": "path", "required": True}
