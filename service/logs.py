@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from asgi_correlation_id import CorrelationIdMiddleware, correlation_id
+from pythonjsonlogger.core import RESERVED_ATTRS
 from starlette.types import ASGIApp
 
 HEADER = "X-Request-ID"
@@ -34,9 +35,12 @@ def log_config(log_format: str, level: str) -> dict:
     the id of the request it was written for (`request_id`, null outside requests)."""
     if log_format == "json":
         formatter = {"()": "pythonjsonlogger.json.JsonFormatter",
-                     "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(correlation_id)s",
-                     "rename_fields": {"asctime": "time", "levelname": "level",
-                                       "name": "logger", "correlation_id": "request_id"}}
+                     "fmt": "%(levelname)s %(name)s %(message)s %(correlation_id)s",
+                     "timestamp": "time",     # ISO 8601, UTC
+                     "rename_fields": {"levelname": "level", "name": "logger",
+                                       "correlation_id": "request_id"},
+                     # uvicorn's copy of its message with terminal colour codes.
+                     "reserved_attrs": [*RESERVED_ATTRS, "color_message"]}
     else:
         formatter = {"format": "%(asctime)s %(levelname)s %(name)s [%(correlation_id)s] "
                                "%(message)s"}
