@@ -13,7 +13,6 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_fastapi_instrumentator import Instrumentator
 from pydantic import ValidationError
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -158,8 +157,8 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     # Answered by Starlette's outermost middleware, outside the request-id middleware:
-    # the header is set here.
-    log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+    # the header is set here.  (The middleware raises the error on afterwards, and uvicorn
+    # logs it, with the request's id.)
     rid = request_id()
     return _error_body("internal server error", 500,
                        {REQUEST_ID_HEADER: rid} if rid is not None else None)
@@ -242,10 +241,7 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     # Added innermost first: request id (outermost, so every answer and log line has one),
     # CORS, HTTP metrics, then the batch route.
     app.add_middleware(_BatchRoute, service=app)
-    # (Not its in-progress gauge: FastAPI may build the middleware stack more than once per
-    # app, and that gauge, unlike the default metrics, cannot be registered twice.)
-    Instrumentator(registry=metrics.registry, should_exclude_streaming_duration=True
-                   ).instrument(app)
+    metrics.instrument_http(app)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["*"], allow_headers=["*"],

@@ -6,6 +6,8 @@ from __future__ import annotations
 from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR,
                                CollectorRegistry, Counter, Histogram, generate_latest)
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_fastapi_instrumentator import Instrumentator
+from prometheus_fastapi_instrumentator import metrics as http_metrics
 
 from gpu.cuda.device import device_memory_bytes
 
@@ -57,12 +59,36 @@ class Metrics:
         self._positive.inc(sum(d.positive for d in result.queries.values()))
         self._negative.inc(sum(d.negative for d in result.queries.values()))
 
+    def instrument_http(self, app) -> None:
+        """Per-route HTTP metrics into this registry, as the instrumentator's defaults less
+        its in-progress gauge (registered process-wide whatever the registry given, so a
+        second app in one process fails) and with a request size that skips a
+        Content-Length that is not a number (the default's int() of it raises: a 500)."""
+        registry = self.registry
+        Instrumentator(registry=registry).add(
+            http_metrics.requests(registry=registry),
+            http_metrics.latency(should_exclude_streaming_duration=True,
+                                 buckets=_LATENCY_BUCKETS, registry=registry),
+            _declared_sizes_only(http_metrics.request_size(
+                should_include_method=False, should_include_status=False,
+                registry=registry)),
+            http_metrics.response_size(should_include_method=False,
+                                       should_include_status=False, registry=registry),
+        ).instrument(app)
+
     def rejected(self) -> None:
         """One batch refused (counted by service/main.py's _BatchRoute, for every cause)."""
         self.rejections.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _declared_sizes_only(instrumentation):
+    def observe(info) -> None:
+        if info.request.headers.get("content-length", "0").isdigit():
+            instrumentation(info)
+    return observe
 
 
 class _StateCollector:

@@ -194,7 +194,9 @@ def test_http_and_process_metrics_beside_the_engines(client):
                          'status="2xx"}') == 3
     assert _metric(text, 'http_requests_total{handler="/v1/queries/{query_id}",'
                          'method="GET",status="4xx"}') == 1
-    assert 'http_request_duration_seconds_bucket{handler="/v1/graph"' in text
+    assert _metric(text, 'http_request_duration_seconds_count{handler="/v1/graph",'
+                         'method="GET",status="2xx"}') == 3
+    assert _metric(text, 'http_response_size_bytes_count{handler="/v1/graph"}') == 3
     assert _metric(text, "process_resident_memory_bytes") > 0
     assert "python_gc_objects_collected_total" in text
     assert "motifstream_batches_total" in text
@@ -246,3 +248,22 @@ def test_no_warning_when_loopback_or_keyed(host, key, capsys, caplog):
     warn_if_unprotected(Settings(host=host, api_key=key))
     assert "no API key" not in capsys.readouterr().err
     assert not [r for r in caplog.records if "no API key" in r.getMessage()]
+
+
+def test_an_unhandled_error_is_a_500_with_the_request_id(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from tests.service.conftest import BACKEND
+
+    app = create_app(Settings(data_dir=tmp_path / "d", backend=BACKEND))
+
+    @app.get("/boom")
+    async def boom():
+        raise RuntimeError("a bug")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/boom", headers={"X-Request-ID": "bug-report-1"})
+    assert r.status_code == 500
+    assert r.json() == {"detail": "internal server error", "request_id": "bug-report-1"}
+    assert r.headers["x-request-id"] == "bug-report-1"
