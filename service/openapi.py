@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from fastapi import FastAPI
-from fastapi.routing import APIWebSocketRoute, iter_route_contexts
+from fastapi.routing import APIWebSocketRoute
 
 from service.schemas import BatchCreate, GraphLoad, QueryCreate
 
@@ -90,14 +90,24 @@ def _websockets(app: FastAPI) -> dict:
     """Every WebSocket route, as an `x-websockets` entry: its summary and description (the
     handler's docstring) and its path parameters."""
     found = {}
-    for context in iter_route_contexts(app.routes):
-        route = context.original_route
-        if isinstance(route, APIWebSocketRoute) and context.path is not None:
+    for route, path in _routes(app):
+        if isinstance(route, APIWebSocketRoute) and path is not None:
             doc = inspect.getdoc(route.endpoint) or ""
             summary, _, description = doc.partition("\n\n")
-            found[context.path] = {
+            found[path] = {
                 "summary": summary.replace("\n", " "),
                 "description": description,
                 "parameters": [{"name": name, "in": "path", "required": True}
                                for name in route.param_convertors]}
     return found
+
+
+def _routes(app: FastAPI) -> list[tuple[object, str | None]]:
+    """Every route of the app with its full path.  FastAPI 0.16x keeps an included router
+    as one entry of app.routes, its routes reached through iter_route_contexts; before,
+    app.routes listed them all."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:
+        return [(route, getattr(route, "path", None)) for route in app.routes]
+    return [(context.original_route, context.path) for context in iter_route_contexts(app.routes)]
