@@ -5,7 +5,7 @@ import re
 
 from asgi_correlation_id import CorrelationIdMiddleware, correlation_id
 from pythonjsonlogger.core import RESERVED_ATTRS
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = "X-Request-ID"
 # A client's own id is kept when it is a plain token (what proxies and tracers send: UUIDs,
@@ -24,9 +24,33 @@ def _acceptable(value: str) -> bool:
 
 
 def request_id_middleware(app: ASGIApp) -> CorrelationIdMiddleware:
-    """Takes the request's X-Request-ID (or makes one), echoes it on the response and
-    exposes it to log records and error bodies for the request's duration."""
-    return CorrelationIdMiddleware(app, header_name=HEADER, validator=_acceptable)
+    """Takes the request's X-Request-ID (or makes one), echoes it on the response (a
+    WebSocket's handshake answer too) and exposes it to log records and error bodies for
+    the request's duration."""
+    return CorrelationIdMiddleware(_AcceptHeader(app), header_name=HEADER,
+                                   validator=_acceptable)
+
+
+class _AcceptHeader:
+    """Adds the request id to a WebSocket's `websocket.accept` (the middleware above only
+    adds it to HTTP responses)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_id(message: Message) -> None:
+            rid = correlation_id.get()
+            if message["type"] == "websocket.accept" and rid is not None:
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  (HEADER.lower().encode(), rid.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 def log_config(log_format: str, level: str) -> dict:

@@ -241,7 +241,8 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     # Added innermost first: request id (outermost, so every answer and log line has one),
     # CORS, HTTP metrics, then the batch route.
     app.add_middleware(_BatchRoute, service=app)
-    metrics.instrument_http(app)
+    if settings.http_metrics:
+        metrics.instrument_http(app)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["*"], allow_headers=["*"],

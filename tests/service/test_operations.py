@@ -267,3 +267,21 @@ def test_an_unhandled_error_is_a_500_with_the_request_id(tmp_path):
     assert r.status_code == 500
     assert r.json() == {"detail": "internal server error", "request_id": "bug-report-1"}
     assert r.headers["x-request-id"] == "bug-report-1"
+
+
+def test_http_metrics_can_be_switched_off(tmp_path):
+    with running(tmp_path / "d", http_metrics=False) as client:
+        client.get("/v1/graph")
+        text = client.get("/metrics").text
+    assert "http_requests_total" not in text and "http_request_duration" not in text
+    assert _metric(text, "motifstream_ready") == 1
+    assert _metric(text, "process_resident_memory_bytes") > 0
+
+
+def test_a_websocket_handshake_carries_the_request_id(client):
+    client.post("/v1/queries", json={"pattern": {
+        "vertices": [{"id": 0, "label": 0}, {"id": 1, "label": 0}],
+        "edges": [{"source": 0, "target": 1}]}})
+    with client.websocket_connect("/v1/queries/1/ws",
+                                  headers={"X-Request-ID": "ws-trace-9"}) as ws:
+        assert (b"x-request-id", b"ws-trace-9") in ws.extra_headers
