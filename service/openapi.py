@@ -19,7 +19,8 @@ ERROR_SCHEMA = {
         "request_id": {"type": ["string", "null"],
                        "description": "the request's X-Request-ID (as in the logs)"}}}
 _ERROR_REF = {"$ref": "#/components/schemas/Error"}
-# Answers no route declares itself: (method or None for any, path prefix, status, why).
+# Answers no route declares itself: (method, path) or (None: any method, path prefix),
+# status, why.
 _ERRORS = (
     (None, "/v1/queries/{query_id}", 404, "No such query"),
     ("post", "/v1/queries", 422, "Invalid pattern or options (nothing registered)"),
@@ -79,9 +80,10 @@ def openapi_document(app: FastAPI, secured: bool) -> dict:
 
 
 def _declare_errors(path: str, method: str, responses: dict) -> None:
-    for wanted_method, prefix, status, why in _ERRORS:
-        if (wanted_method in (None, method) and path.startswith(prefix)
-                and (wanted_method is None or path == prefix)):
+    for wanted_method, where, status, why in _ERRORS:
+        # An entry for any method names a path prefix; one for a method, a path.
+        if (path.startswith(where) if wanted_method is None
+                else method == wanted_method and path == where):
             entry = responses.setdefault(str(status), {"description": why})
             entry.setdefault("content", {"application/json": {"schema": _ERROR_REF}})
 
