@@ -295,7 +295,6 @@ class EngineService:
         try:
             pending = self.engine.start(stream, list_limit=listing)
         except BatchRejected as exc:
-            self.metrics.rejected()
             raise InputError(f"{batch.where(exc.line)}: {exc.reason}") from None
         except BaseException:
             self._rebuild("a batch failed inside the engine")

@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import ipaddress
 import logging
 import os
 import sys
 from contextlib import asynccontextmanager
 
 import uvicorn
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from starlette.types import Receive, Scope, Send
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpu.config import EngineConfig
 from gpu.io.records import FormatError
@@ -22,9 +25,11 @@ from service.engine_service import Conflict, EngineService, QueryNotFound, Servi
 from service.hub import Hub
 from service.ingest import InputError, PayloadTooLarge, UnsupportedMediaType
 from service.labels import LabelError
+from service.logs import HEADER as REQUEST_ID_HEADER
+from service.logs import log_config, request_id, request_id_middleware
 from service.metrics import Metrics
-from service.routes import batches, events, graph, health, queries
-from service.schemas import BatchCreate, GraphLoad, QueryCreate
+from service.openapi import openapi_document
+from service.routes import batches, docs, events, graph, health, queries
 from service.settings import Settings
 from service.state import ServiceState
 from storage import Store
@@ -40,13 +45,14 @@ GC_YOUNG_THRESHOLD = 10_000
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings: Settings = app.state.settings
+    warn_if_unprotected(settings)
     store = Store.open(settings.data_dir, synchronous=settings.synchronous,
                        result_retention=settings.result_retention,
                        idempotency_retention=settings.idempotency_retention,
                        writer_process=settings.store_writer == "process",
                        on_writer_lost=_writer_lost)
     hub = Hub(store, settings.subscriber_buffer)
-    metrics = Metrics()
+    metrics: Metrics = app.state.metrics
     engine = EngineService(settings, store, hub, metrics)
     state = ServiceState(settings, store, hub, engine, metrics)
     metrics.attach(state)
@@ -74,6 +80,28 @@ def _writer_lost() -> None:
     os._exit(EXIT_WRITER_LOST)
 
 
+def warn_if_unprotected(settings: Settings) -> None:
+    """Say loudly (a WARNING and a plain line on stderr, which a JSON log pipeline may not
+    show) when anyone who can reach the port may change the graph: no API key, and a host
+    that is not loopback-only."""
+    if settings.api_key is not None or _loopback(settings.host):
+        return
+    message = (f"no API key is set and the service listens on {settings.host}: anyone who "
+               "can reach it may read and change the graph and the queries; set "
+               "MOTIFSTREAM_API_KEY, or listen on 127.0.0.1")
+    log.warning(message)
+    print(f"motifstream: WARNING: {message}", file=sys.stderr, flush=True)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:      # a host name: it may resolve to any interface
+        return False
+
+
 async def _start(state: ServiceState, freeze_gc: bool) -> None:
     engine = state.engine
     try:
@@ -98,30 +126,85 @@ def _freeze_gc() -> None:
     gc.freeze()
 
 
+def _error_body(detail, status: int, headers: dict | None = None) -> JSONResponse:
+    """Every error answer: its `detail` and the request's id (as in X-Request-ID and the
+    logs), so that a client's report can be matched with the server's log lines."""
+    return JSONResponse({"detail": detail, "request_id": request_id()}, status_code=status,
+                        headers=headers)
+
+
 def _error(status: int):
     async def handler(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status)
+        return _error_body(str(exc), status)
     return handler
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    return _error_body(exc.detail, exc.status_code, exc.headers)
 
 
 async def _invalid_body(request: Request, exc: ValidationError) -> JSONResponse:
     errors = [{"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]}
               for err in exc.errors(include_url=False, include_input=False)]
-    return JSONResponse({"detail": errors}, status_code=422)
+    return _error_body(errors, 422)
+
+
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = [{"loc": list(err["loc"]), "msg": err["msg"], "type": err["type"]}
+              for err in exc.errors()]
+    return _error_body(errors, 422)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    # Answered by Starlette's outermost middleware, outside the request-id middleware:
+    # the header is set here.  (The middleware raises the error on afterwards, and uvicorn
+    # logs it, with the request's id.)
+    rid = request_id()
+    return _error_body("internal server error", 500,
+                       {REQUEST_ID_HEADER: rid} if rid is not None else None)
+
+
+class _BatchRoute:
+    """Middleware, innermost of the app's: serves POST /v1/batches through the app's
+    `batch_fast_path` (see BatchFastPath for why), inside the request-id, CORS and HTTP
+    metrics middleware so that its answers carry and count as every other, and counts
+    every refusal of a batch in motifstream_rejected_batches_total, whether the body
+    could not be read or parsed, broke a limit or the schema, or the engine refused it."""
+
+    # Answers that refuse a batch for what it is (not 401, which refuses the caller, nor
+    # 409, a retry's conflict, nor 503, which is the server's failure).
+    REFUSALS = frozenset((400, 413, 415, 422))
+
+    def __init__(self, app: ASGIApp, service: MotifstreamAPI) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not (scope["type"] == "http" and scope["path"] == batches.PATH
+                and scope["method"] == "POST"):
+            await self.app(scope, receive, send)
+            return
+        service = self.service
+
+        async def counting_send(message: Message) -> None:
+            if (message["type"] == "http.response.start"
+                    and message["status"] in self.REFUSALS):
+                service.state.metrics.rejected()
+            await send(message)
+
+        fast = service.batch_fast_path
+        if fast is not None and fast.takes(scope):
+            await fast(scope, receive, counting_send, fallback=self.app)
+        else:
+            await self.app(scope, receive, counting_send)
 
 
 class MotifstreamAPI(FastAPI):
     """FastAPI, except that POST /v1/batches is served first by `batch_fast_path` (see
-    BatchFastPath for why); set it to None and the route serves it, as every other."""
+    BatchFastPath for why; _BatchRoute calls it); set it to None and the route serves it,
+    as every other."""
 
     batch_fast_path: batches.BatchFastPath | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        fast = self.batch_fast_path
-        if fast is not None and fast.takes(scope):
-            await fast(scope, receive, send, fallback=super().__call__)
-        else:
-            await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = False
@@ -132,12 +215,16 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     apps (tests) would keep their cycles for good."""
     app = MotifstreamAPI(title="Motifstream", version="0.1.0", lifespan=lifespan,
                          description="Exact streaming subgraph matching: standing queries "
-                                     "over a labeled graph, per-batch match deltas.")
-    app.state.settings = settings if settings is not None else Settings()
+                                     "over a labeled graph, per-batch match deltas.",
+                         docs_url=None, redoc_url=None, openapi_url=None)
+    settings = app.state.settings = settings if settings is not None else Settings()
     app.state.freeze_gc_when_ready = freeze_gc_when_ready
+    # One registry per app, made here since the HTTP metrics' middleware registers into it
+    # when the app first runs (before the lifespan).
+    app.state.metrics = metrics = Metrics()
     secured = [Depends(require_api_key)]
     app.include_router(health.health)
-    for router in (health.metrics, queries.router, batches.router, graph.router,
+    for router in (health.metrics, docs.router, queries.router, batches.router, graph.router,
                    events.router):
         app.include_router(router, dependencies=secured)
     for exc_type, status in ((PayloadTooLarge, 413), (UnsupportedMediaType, 415),
@@ -146,23 +233,22 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
                              (ServiceUnavailable, 503)):
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(ValidationError, _invalid_body)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
     app.batch_fast_path = batches.BatchFastPath(app)
-    app.openapi = lambda: _openapi_with_bodies(app)
+    app.openapi = lambda: openapi_document(app, settings.api_key is not None)
+    # Added innermost first: request id (outermost, so every answer and log line has one),
+    # CORS, HTTP metrics, then the batch route.
+    app.add_middleware(_BatchRoute, service=app)
+    if settings.http_metrics:
+        metrics.instrument_http(app)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=[REQUEST_ID_HEADER, "Idempotent-Replayed"])
+    app.add_middleware(request_id_middleware)
     return app
-
-
-def _openapi_with_bodies(app: FastAPI) -> dict:
-    """FastAPI's schema plus the request bodies the routes read themselves (several media
-    types per route), which their `openapi_extra` refers to."""
-    if app.openapi_schema is None:
-        schema = FastAPI.openapi(app)
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (QueryCreate, BatchCreate, GraphLoad):
-            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            for name, sub in body.pop("$defs", {}).items():
-                components.setdefault(name, sub)
-            components[model.__name__] = body
-    return app.openapi_schema
 
 
 class _Server(uvicorn.Server):
@@ -200,5 +286,6 @@ def serve(settings: Settings) -> None:
     config = uvicorn.Config(create_app(settings, freeze_gc_when_ready=True),
                             host=settings.host, port=settings.port,
                             log_level=settings.log_level, access_log=settings.access_log,
+                            log_config=log_config(settings.log_format, settings.log_level),
                             timeout_graceful_shutdown=10)
     _Server(config).run()

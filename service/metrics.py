@@ -1,8 +1,13 @@
-"""Owns the Prometheus metrics: batch latency histogram, throughput counters and state gauges."""
+"""Owns the Prometheus registry: batch latency histogram, throughput counters, state gauges,
+and beside them the process's (CPU, memory, file descriptors, GC) and, registered by the
+HTTP instrumentator of service/main.py, the per-route request metrics (http_*)."""
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR,
+                               CollectorRegistry, Counter, Histogram, generate_latest)
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_fastapi_instrumentator import Instrumentator
+from prometheus_fastapi_instrumentator import metrics as http_metrics
 
 from gpu.cuda.device import device_memory_bytes
 
@@ -21,7 +26,8 @@ class Metrics:
             "durable (apply + persist)", buckets=_LATENCY_BUCKETS, registry=r)
         self.batches = Counter("motifstream_batches", "Batches accepted and durable", registry=r)
         self.rejections = Counter("motifstream_rejected_batches",
-                                  "Batches rejected as invalid (nothing applied)", registry=r)
+                                  "Batches refused (nothing applied): unreadable, over a "
+                                  "limit, malformed or rejected by the engine", registry=r)
         self.updates = Counter("motifstream_updates", "Update records in accepted batches",
                                registry=r)
         self.edges = Counter("motifstream_edges_changed", "Edges inserted or deleted", ["op"],
@@ -35,6 +41,10 @@ class Metrics:
         self._negative = self.matches.labels("negative")
         self._service = None
         r.register(_StateCollector(self))
+        # The process's own metrics (process_*, python_*): the collectors are stateless
+        # readers of /proc and the interpreter, so the default registry's are shared.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)
 
     def attach(self, state) -> None:
         """Read the state gauges from `state` (a ServiceState) from now on."""
@@ -49,11 +59,36 @@ class Metrics:
         self._positive.inc(sum(d.positive for d in result.queries.values()))
         self._negative.inc(sum(d.negative for d in result.queries.values()))
 
+    def instrument_http(self, app) -> None:
+        """Per-route HTTP metrics into this registry, as the instrumentator's defaults less
+        its in-progress gauge (registered process-wide whatever the registry given, so a
+        second app in one process fails) and with a request size that skips a
+        Content-Length that is not a number (the default's int() of it raises: a 500)."""
+        registry = self.registry
+        Instrumentator(registry=registry).add(
+            http_metrics.requests(registry=registry),
+            http_metrics.latency(should_exclude_streaming_duration=True,
+                                 buckets=_LATENCY_BUCKETS, registry=registry),
+            _declared_sizes_only(http_metrics.request_size(
+                should_include_method=False, should_include_status=False,
+                registry=registry)),
+            http_metrics.response_size(should_include_method=False,
+                                       should_include_status=False, registry=registry),
+        ).instrument(app)
+
     def rejected(self) -> None:
+        """One batch refused (counted by service/main.py's _BatchRoute, for every cause)."""
         self.rejections.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _declared_sizes_only(instrumentation):
+    def observe(info) -> None:
+        if info.request.headers.get("content-length", "0").isdigit():
+            instrumentation(info)
+    return observe
 
 
 class _StateCollector:

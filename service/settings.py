@@ -1,13 +1,15 @@
 """Owns the service's settings: one pydantic-settings class read from flags and MOTIFSTREAM_* env."""
 from __future__ import annotations
 
+import json
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIB = 1 << 20
 # The labeled GH slice shipped with the package (`motifstream match` without inputs).
@@ -71,6 +73,16 @@ class Settings(BaseSettings):
     # One log line per HTTP request (uvicorn's access log): off by default, since at
     # hundreds of batches per second it is a measurable share of the event loop's time.
     access_log: bool = False
+    # Server log lines: one JSON object each (time, level, logger, message, request_id), or
+    # plain text for a terminal.
+    log_format: Literal["json", "text"] = "json"
+    # Origins (scheme://host[:port]) whose browser pages may call the API (CORS); "*" for
+    # any.  Empty (the default): no CORS headers, browsers allow only same-origin calls.
+    # The environment takes a comma-separated list or a JSON list.
+    cors_origins: Annotated[list[str], NoDecode] = []
+    # Per-route HTTP metrics (http_* in /metrics).  Off saves each request a few tens of
+    # microseconds of the event loop's time (docs/service.md): for the highest batch rates.
+    http_metrics: bool = True
 
     def numba_threads(self) -> int:
         """The engine thread's Numba thread count: engine_threads, or three quarters of
@@ -85,6 +97,29 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value):
         # Compose passes `VAR: ${VAR:-}` as an empty string: that means "not set".
         return None if value == "" else value
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value):
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            if origin == "*":
+                continue
+            parts = urlsplit(origin)
+            if (parts.scheme not in ("http", "https") or not parts.netloc
+                    or parts.path not in ("", "/") or parts.query or parts.fragment):
+                raise ValueError(f"cors_origins: {origin!r} is not an origin "
+                                 "(scheme://host[:port], or *)")
+        return [origin.rstrip("/") for origin in origins]
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:

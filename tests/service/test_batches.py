@@ -236,6 +236,8 @@ def _answers(tmp_path, name: str, fast: bool) -> list[tuple]:
             answer = r.json()
             if r.status_code == 200:
                 answer.pop("timings")
+            else:   # each request's own id (service/logs.py)
+                assert answer.pop("request_id") == r.headers["x-request-id"]
             out.append((r.status_code, answer, r.headers.get("content-type"),
                         r.headers.get("idempotent-replayed"),
                         r.headers.get("www-authenticate")))

@@ -101,3 +101,187 @@ def test_both_device_graphs_serve_the_same_results(tmp_path):
     assert seen[0] == seen[1]
     assert seen[0][0]["positive"] > 0 and seen[0][1]["negative"] > 0
 
+
+
+# ---- request ids -------------------------------------------------------------------------
+
+
+def test_request_id_is_echoed_generated_and_in_error_bodies(client):
+    given = {"X-Request-ID": "trace-4711.a"}
+    # The batch fast path, a FastAPI route and an unknown path all carry it.
+    for method, path, body in (("post", "/v1/batches", {"insert_vertices": [[1, 0]]}),
+                               ("get", "/v1/graph", None), ("get", "/no/such/path", None)):
+        r = client.request(method, path, json=body, headers=given)
+        assert r.headers["x-request-id"] == "trace-4711.a", path
+    made = client.get("/v1/graph").headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", made)
+    assert client.get("/v1/graph").headers["x-request-id"] != made
+    # An id that could forge log lines is replaced, not echoed.
+    r = client.get("/v1/graph", headers={"X-Request-ID": "a b\"c"})
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
+    errors = (client.post("/v1/batches", json={"insert_edges": [[1, 99]]}, headers=given),
+              client.post("/v1/batches", content=b"nonsense", headers={
+                  **given, "content-type": "text/plain"}),
+              client.get("/v1/queries/7", headers=given),
+              client.get("/v1/queries/x", headers=given))
+    assert [r.status_code for r in errors] == [422, 422, 404, 422]
+    for r in errors:
+        assert r.json()["request_id"] == "trace-4711.a" == r.headers["x-request-id"]
+        assert r.json()["detail"]
+
+
+# ---- metrics -----------------------------------------------------------------------------
+
+
+def _metric(text: str, line_start: str) -> float:
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(line_start + " ")]
+    assert len(values) == 1, (line_start, values)
+    return values[0]
+
+
+def test_every_refused_batch_is_counted_once_and_changes_nothing(tmp_path):
+    from tests.service.conftest import graph_state
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with running(tmp_path / "d", api_key=KEY, max_request_bytes=2048,
+                 max_batch_updates=3) as client:
+        assert client.post("/v1/batches", json={"insert_vertices": [[1, 0], [2, 0]]},
+                           headers=auth).status_code == 200
+        client.headers.update(auth)
+        before_state = graph_state(client)
+        before = client.get("/metrics").text
+        text = {"content-type": "text/plain"}
+        refusals = [
+            (client.post("/v1/batches", content=b"v 1 0\nzz 1 2", headers=text), 422),
+            (client.post("/v1/batches", content=b'{"insert_edges": [[1,', headers={
+                "content-type": "application/json"}), 422),                  # unreadable
+            (client.post("/v1/batches", json={"insert_edges": "12"}), 422),      # schema
+            (client.post("/v1/batches", json={"insert_edges": [[1, 2]], "extra": 1}), 422),
+            (client.post("/v1/batches", json={"insert_vertices": [[i, 0] for i in range(4)]}),
+             422),                                                            # max updates
+            (client.post("/v1/batches", content=b"v 1 0\n" * 500, headers=text), 413),
+            (client.post("/v1/batches", content=b"x", headers={"content-type": "image/png"}),
+             415),
+            (client.post("/v1/batches", content=b"not npy", headers={
+                "content-type": "application/x-npy"}), 422),
+            (client.post("/v1/batches", json={"insert_edges": [[1, 99]]}), 422),  # engine
+            (client.post("/v1/batches", json={"insert_edges": [[1, 1]]}), 422),   # self-loop
+            # An Idempotency-Key the fast path leaves to the FastAPI route.
+            (client.post("/v1/batches", json={"insert_edges": [[1, 2]]},
+                         headers={"Idempotency-Key": "k" * 201}), 422),
+        ]
+        assert [r.status_code for r, _ in refusals] == [status for _, status in refusals]
+        # Refusals of the caller, not of a batch: not counted.
+        assert client.post("/v1/batches", json={"insert_edges": [[1, 2]]},
+                           headers={"Authorization": "Bearer wrong"}).status_code == 401
+        after = client.get("/metrics").text
+        assert graph_state(client) == before_state
+    rejected = "motifstream_rejected_batches_total"
+    assert _metric(after, rejected) - _metric(before, rejected) == len(refusals)
+    for unchanged in ("motifstream_batches_total", "motifstream_updates_total",
+                      'motifstream_edges_changed_total{op="insert"}',
+                      "motifstream_last_batch", "motifstream_graph_vertices",
+                      "motifstream_graph_edges"):
+        assert _metric(after, unchanged) == _metric(before, unchanged), unchanged
+
+
+def test_http_and_process_metrics_beside_the_engines(client):
+    for _ in range(3):
+        client.get("/v1/graph")
+    client.get("/v1/queries/5")
+    text = client.get("/metrics").text
+    assert _metric(text, 'http_requests_total{handler="/v1/graph",method="GET",'
+                         'status="2xx"}') == 3
+    assert _metric(text, 'http_requests_total{handler="/v1/queries/{query_id}",'
+                         'method="GET",status="4xx"}') == 1
+    assert _metric(text, 'http_request_duration_seconds_count{handler="/v1/graph",'
+                         'method="GET",status="2xx"}') == 3
+    assert _metric(text, 'http_response_size_bytes_count{handler="/v1/graph"}') == 3
+    assert _metric(text, "process_resident_memory_bytes") > 0
+    assert "python_gc_objects_collected_total" in text
+    assert "motifstream_batches_total" in text
+
+
+# ---- CORS --------------------------------------------------------------------------------
+
+
+def _preflight(client, origin: str):
+    return client.options("/v1/batches", headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type"})
+
+
+def test_cors_is_off_by_default(client):
+    r = client.get("/v1/graph", headers={"Origin": "https://app.example"})
+    assert "access-control-allow-origin" not in r.headers
+    assert "access-control-allow-origin" not in _preflight(client, "https://app.example").headers
+
+
+def test_cors_allows_only_the_configured_origins(tmp_path):
+    with running(tmp_path / "d", cors_origins="https://app.example") as client:
+        r = _preflight(client, "https://app.example")
+        assert r.status_code == 200
+        assert r.headers["access-control-allow-origin"] == "https://app.example"
+        r = client.get("/v1/graph", headers={"Origin": "https://app.example"})
+        assert r.headers["access-control-allow-origin"] == "https://app.example"
+        assert "x-request-id" in r.headers["access-control-expose-headers"].lower()
+        assert _preflight(client, "https://evil.example").status_code == 400
+        r = client.get("/v1/graph", headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in r.headers
+
+
+# ---- the start-up warning ----------------------------------------------------------------
+
+
+def test_an_open_service_on_a_public_host_warns_at_start(tmp_path, capsys, caplog):
+    with running(tmp_path / "d", host="0.0.0.0"):
+        pass
+    assert "no API key is set and the service listens on 0.0.0.0" in capsys.readouterr().err
+    assert [r.levelname for r in caplog.records if "no API key" in r.getMessage()] \
+        == ["WARNING"]
+
+
+@pytest.mark.parametrize(("host", "key"), [("127.0.0.1", None), ("localhost", None),
+                                           ("::1", None), ("0.0.0.0", KEY)])
+def test_no_warning_when_loopback_or_keyed(host, key, capsys, caplog):
+    from service.main import warn_if_unprotected
+    warn_if_unprotected(Settings(host=host, api_key=key))
+    assert "no API key" not in capsys.readouterr().err
+    assert not [r for r in caplog.records if "no API key" in r.getMessage()]
+
+
+def test_an_unhandled_error_is_a_500_with_the_request_id(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from tests.service.conftest import BACKEND
+
+    app = create_app(Settings(data_dir=tmp_path / "d", backend=BACKEND))
+
+    @app.get("/boom")
+    async def boom():
+        raise RuntimeError("a bug")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/boom", headers={"X-Request-ID": "bug-report-1"})
+    assert r.status_code == 500
+    assert r.json() == {"detail": "internal server error", "request_id": "bug-report-1"}
+    assert r.headers["x-request-id"] == "bug-report-1"
+
+
+def test_http_metrics_can_be_switched_off(tmp_path):
+    with running(tmp_path / "d", http_metrics=False) as client:
+        client.get("/v1/graph")
+        text = client.get("/metrics").text
+    assert "http_requests_total" not in text and "http_request_duration" not in text
+    assert _metric(text, "motifstream_ready") == 1
+    assert _metric(text, "process_resident_memory_bytes") > 0
+
+
+def test_a_websocket_handshake_carries_the_request_id(client):
+    client.post("/v1/queries", json={"pattern": {
+        "vertices": [{"id": 0, "label": 0}, {"id": 1, "label": 0}],
+        "edges": [{"source": 0, "target": 1}]}})
+    with client.websocket_connect("/v1/queries/1/ws",
+                                  headers={"X-Request-ID": "ws-trace-9"}) as ws:
+        assert (b"x-request-id", b"ws-trace-9") in ws.extra_headers

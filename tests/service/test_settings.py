@@ -89,3 +89,27 @@ def test_serve_demo_bulk_loads_the_demo_graph(tmp_path):
     with running(tmp_path / "data", demo=True) as client:
         info = client.get("/v1/graph").json()
         assert (info["vertices"], info["edges"]) == (demo.num_vertices, demo.num_edges)
+
+
+def test_cors_origins_from_the_environment(monkeypatch):
+    assert Settings().cors_origins == []                        # off by default
+    monkeypatch.setenv("MOTIFSTREAM_CORS_ORIGINS", "")          # compose's "not set"
+    assert Settings().cors_origins == []
+    monkeypatch.setenv("MOTIFSTREAM_CORS_ORIGINS", "https://a.example, http://b.example:8080/")
+    assert Settings().cors_origins == ["https://a.example", "http://b.example:8080"]
+    monkeypatch.setenv("MOTIFSTREAM_CORS_ORIGINS", '["https://c.example", "*"]')
+    assert Settings().cors_origins == ["https://c.example", "*"]
+
+
+@pytest.mark.parametrize("origin", ["a.example", "ftp://a.example", "https://a.example/app",
+                                    "https://a.example?x=1", "https://"])
+def test_settings_refuse_what_is_not_an_origin(origin):
+    with pytest.raises(ValidationError, match=r"cors_origins: .* is not an origin"):
+        Settings(cors_origins=[origin])
+
+
+def test_log_format_is_json_or_text():
+    assert Settings().log_format == "json"
+    assert Settings(log_format="text").log_format == "text"
+    with pytest.raises(ValidationError, match="log_format"):
+        Settings(log_format="xml")
