@@ -313,6 +313,16 @@ class Subscription:
                     taken.append(self._deliver(record))
         return taken
 
+    def complete_through(self) -> int:
+        """The last batch through which every event of the query has been handed out (next
+        or ready returned it), whether or not the batches touched the query: what a
+        `progress` event tells the consumer.  -1 before the log was read.  Never past the
+        last batch published: a batch committed but not yet published may still have an
+        event for it."""
+        with self.hub.lock:
+            last = self.hub._last_seq
+            return min(self._position(last), last)
+
     def _deliver(self, record: EventRecord) -> EventRecord:
         self._cursor = record.seq
         self._from_retained = False
