@@ -25,7 +25,8 @@ def start_pruning(store: Store, seconds: float) -> asyncio.Task | None:
 
 
 async def stop_pruning(task: asyncio.Task | None) -> None:
-    """Cancel the timer and wait for a prune in progress to be handed back."""
+    """Cancel the timer and wait for it to end (a prune already handed to the writer still
+    commits: closing the store finishes queued writes)."""
     if task is None:
         return
     task.cancel()
