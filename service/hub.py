@@ -12,6 +12,9 @@ publishes a batch only after the batch is committed. So every event past the cur
 the log when it is read or arrives live afterwards; live events the log already gave (seq <= the
 cursor) are skipped.
 
+Progress: a subscription knows the last batch through which it has handed out every event of
+its query (`complete_through`), touched or not; the routes send it as `progress` events.
+
 Slow subscribers: each subscription buffers at most `buffer` live events. When one more arrives,
 publish drops that buffer and marks the subscription behind; the subscription then reads the log
 from its cursor, as it did at the start, and re-attaches to live delivery. Ingest never waits for

@@ -6,6 +6,10 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
 from tests.service.conftest import running
 
 EDGE = {"vertices": [{"id": 0, "label": 0}, {"id": 1, "label": 0}],
@@ -69,3 +73,11 @@ def test_without_the_timer_nothing_is_pruned_before_prune_every(tmp_path):
         time.sleep(0.2)
         page = client.get(f"/v1/queries/{qid}/results", params={"after": 0}).json()
         assert [event["id"] for event in page["events"]] == [first, first + 1]
+
+
+def test_stream_and_retention_settings_refuse_bad_values_naming_them():
+    for field, value in (("heartbeat_seconds", 0), ("sse_retry_ms", -1), ("prune_every", 0),
+                         ("prune_seconds", -1)):
+        with pytest.raises(ValidationError, match=field):
+            Settings(**{field: value})
+    assert Settings(prune_seconds=0).prune_seconds == 0  # 0: no timer
