@@ -197,8 +197,11 @@ class SseSubscriber(threading.Thread):
         conn = http.client.HTTPConnection("127.0.0.1", self.port)
         conn.request("GET", f"/v1/queries/{self.query_id}/events")
         response = conn.getresponse()
+        batch_event = False  # progress events carry an id too: only batch events count
         for line in response:
-            if line.startswith(b"id:"):
+            if line.startswith(b"event:"):
+                batch_event = line[6:].strip() == b"batch"
+            elif line.startswith(b"id:") and batch_event:
                 self.last_id = int(line[3:])
                 self.events += 1
 

@@ -366,13 +366,14 @@ class EngineService:
         statistics, and what its commit needs (engine thread, in seq order)."""
         seq, stream, idempotency = started.seq, started.stream, started.idempotency
         result = started.pending.finish()
+        created_at = utc_now()  # the batch log's time of the batch, and its events'
         events, stats, results, touched = [], {}, {}, []
         for standing in self.queries.values():
             delta = result.queries[standing.engine_qid]
             stats[standing.id] = (delta.positive, delta.negative)
             results[str(standing.id)] = {"positive": delta.positive, "negative": delta.negative}
             touched.append(standing)
-            event = standing.count_batch(seq, delta)
+            event = standing.count_batch(seq, delta, created_at)
             if event is not None:
                 events.append(event)
         timings = {k: round(v, 6) for k, v in result.timings.items()}
@@ -381,7 +382,7 @@ class EngineService:
                                       "ignored": result.ignored, "results": results,
                                       "timings": timings}).decode()
         record = BatchRecord(seq=seq, updates=stream, applied=result.applied,
-                             ignored=result.ignored, created_at=utc_now(), events=tuple(events),
+                             ignored=result.ignored, created_at=created_at, events=tuple(events),
                              query_stats=stats, new_labels=started.new_labels,
                              idempotency=None if idempotency is None else
                              (idempotency[0], idempotency[1], response_json))

@@ -12,6 +12,9 @@ publishes a batch only after the batch is committed. So every event past the cur
 the log when it is read or arrives live afterwards; live events the log already gave (seq <= the
 cursor) are skipped.
 
+Progress: a subscription knows the last batch through which it has handed out every event of
+its query (`complete_through`), touched or not; the routes send it as `progress` events.
+
 Slow subscribers: each subscription buffers at most `buffer` live events. When one more arrives,
 publish drops that buffer and marks the subscription behind; the subscription then reads the log
 from its cursor, as it did at the start, and re-attaches to live delivery. Ingest never waits for
@@ -312,6 +315,16 @@ class Subscription:
                 if record.seq > self._cursor:
                     taken.append(self._deliver(record))
         return taken
+
+    def complete_through(self) -> int:
+        """The last batch through which every event of the query has been handed out (next
+        or ready returned it), whether or not the batches touched the query: what a
+        `progress` event tells the consumer.  -1 before the log was read.  Never past the
+        last batch published: a batch committed but not yet published may still have an
+        event for it."""
+        with self.hub.lock:
+            last = self.hub._last_seq
+            return min(self._position(last), last)
 
     def _deliver(self, record: EventRecord) -> EventRecord:
         self._cursor = record.seq

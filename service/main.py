@@ -29,6 +29,7 @@ from service.logs import HEADER as REQUEST_ID_HEADER
 from service.logs import log_config, request_id, request_id_middleware
 from service.metrics import Metrics
 from service.openapi import openapi_document
+from service.retention import start_pruning, stop_pruning
 from service.routes import batches, docs, events, graph, health, queries
 from service.settings import Settings
 from service.state import ServiceState
@@ -49,6 +50,7 @@ async def lifespan(app: FastAPI):
     store = Store.open(settings.data_dir, synchronous=settings.synchronous,
                        result_retention=settings.result_retention,
                        idempotency_retention=settings.idempotency_retention,
+                       prune_every=settings.prune_every,
                        writer_process=settings.store_writer == "process",
                        on_writer_lost=_writer_lost)
     hub = Hub(store, settings.subscriber_buffer)
@@ -60,9 +62,11 @@ async def lifespan(app: FastAPI):
     # Recovery runs behind the server: /healthz answers at once, /readyz once it is done,
     # and requests wait their turn on the engine thread.
     startup = asyncio.create_task(_start(state, app.state.freeze_gc_when_ready))
+    pruning = start_pruning(store, settings.prune_seconds)
     try:
         yield
     finally:
+        await stop_pruning(pruning)
         await asyncio.shield(asyncio.gather(startup, return_exceptions=True))
         await asyncio.to_thread(engine.close)
         await hub.close()

@@ -57,7 +57,18 @@ class Settings(BaseSettings):
     # Live events buffered per subscriber; a subscriber that falls further behind reads
     # from the result log instead (ingest never waits for it).
     subscriber_buffer: int = Field(1024, ge=1)
-    sse_ping_seconds: float = Field(15.0, gt=0)
+    # A result stream (SSE, WebSocket) that sent nothing for this long sends a `progress`
+    # event, "complete through batch N", even for a query no batch touched; on SSE it is
+    # also the keep-alive (it replaced the `: ping` comment and its sse_ping_seconds).
+    heartbeat_seconds: float = Field(1.0, gt=0)
+    # The reconnection delay SSE asks EventSource to wait (its `retry:` field).
+    sse_retry_ms: int = Field(1000, ge=0)
+    # The result log and the idempotency keys are pruned to their retention every
+    # prune_every batches (in that batch's transaction) and every prune_seconds seconds
+    # from a timer in the lifespan (0: no timer), so that a stream that stops short of
+    # the next multiple is pruned too.
+    prune_every: int = Field(1000, ge=1)
+    prune_seconds: float = Field(60.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # On the CPU executor, let batches queued behind each other share one search (batch
     # groups, gpu/pipeline.py): with many concurrent clients it raises one-edge batches/s

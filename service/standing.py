@@ -77,19 +77,21 @@ class Standing:
                           if len(latencies) else None,
                           subscribers=subscribers.subscribers, max_lag=subscribers.max_lag)
 
-    def count_batch(self, seq: int, delta) -> EventRecord | None:
+    def count_batch(self, seq: int, delta, time: str) -> EventRecord | None:
         """Add batch `seq`'s delta (a gpu.results.QueryDelta) to the totals; the event it
-        emits, or None when the batch changed none of its matches."""
+        emits, or None when the batch changed none of its matches.  `time` is the batch's
+        (its record's created_at)."""
         self.batches_seen += 1
         self.total_positive += delta.positive
         self.total_negative += delta.negative
         if not (delta.positive or delta.negative):
             return None
         self.last_seq = seq
-        return EventRecord(self.id, seq, self._event_json(seq, delta))
+        return EventRecord(self.id, seq, self._event_json(seq, delta, time))
 
-    def _event_json(self, seq: int, delta) -> str:
-        event = {"batch": seq, "positive": delta.positive, "negative": delta.negative}
+    def _event_json(self, seq: int, delta, time: str) -> str:
+        event = {"batch": seq, "time": time, "positive": delta.positive,
+                 "negative": delta.negative}
         if self.deliver == "matches":
             limit = self.max_matches
             added, removed = delta.added[:limit], delta.removed[:limit]
@@ -99,8 +101,9 @@ class Standing:
         return orjson.dumps(event).decode()
 
     def backfill_event(self, engine, seq: int) -> EventRecord:
-        """The event of its matches already in `engine`'s graph at batch `seq`."""
-        event = {"batch": seq, "backfill": True}
+        """The event of its matches already in `engine`'s graph at batch `seq`, stamped with
+        the query's registration time."""
+        event = {"batch": seq, "time": self.created_at, "backfill": True}
         if self.deliver == "matches":
             found = engine.matches(self.engine_qid, limit=self.max_matches)
             event.update(positive=found.count, negative=0, added=found.rows.tolist(),

@@ -206,6 +206,12 @@ class Store:
             snapshots.remove_snapshot(self._snapshot_dir / name)
         return record
 
+    def prune(self) -> int:
+        """Apply the result and idempotency retention as of the last stored batch now (a
+        batch group prunes by itself only at multiples of ``prune_every``); returns that
+        batch's seq.  Blocking: the writer runs it between batch groups."""
+        return self._writer.submit(transactions.prune_retained, self._retention).result()
+
     def add_labels(self, new_labels: dict[str, int]) -> None:
         self._writer.submit(transactions.insert_labels,
                             {str(k): int(v) for k, v in new_labels.items()}).result()

@@ -139,6 +139,15 @@ def append_batches(
     return [None] * len(group)
 
 
+def prune_retained(conn: sqlite3.Connection, retention: tuple) -> int:
+    """Apply the retention as of the last stored batch now (the service's pruning timer,
+    so a log that stops short of the next multiple of ``prune_every`` still shrinks);
+    returns that batch's seq."""
+    last = meta(conn, "last_seq")
+    _prune(conn, last, Retention._make(retention))
+    return last
+
+
 def _prune(conn: sqlite3.Connection, seq: int, retention: Retention) -> None:
     """Keep the events of the last ``result_retention`` batches, and the
     idempotency keys of the last ``idempotency_retention``."""

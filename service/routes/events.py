@@ -6,6 +6,11 @@ which carries the batch seq at registration), with `id` = the batch seq, and tak
 cursor: the events with seq > `after`; without a cursor, every event still retained. A cursor
 older than the result retention is answered with `gone` (410 when polling) and the earliest
 cursor still served.
+
+Progress: batches that did not touch the query have no event, so each transport also says how
+far the consumer is complete (as Materialize's SUBSCRIBE progress rows and Feldera's do): the
+streams send a `progress` event `{"through": N}` with `id` N after `heartbeat_seconds` without
+an event, and a polled page carries `complete_through`. N is a valid resume cursor.
 """
 from __future__ import annotations
 
@@ -83,12 +88,15 @@ async def stream_events(
     """Server-Sent Events of the query's results, as they are committed.
 
     Each batch that touched the query is an `event: batch` whose `id` is the batch seq and
-    whose `data` is the result JSON. The stream starts after `Last-Event-ID`, else after
-    `?after=`, else with every event still retained (the backfill event first). It ends with
-    one last event: `gone` (data `{"earliest": N}`: the cursor is older than the retention;
-    reconnect with `after=N` or later, and do not let EventSource retry as is), `deleted` (the
-    query was deleted) or `shutdown` (the server is stopping; reconnecting resumes). A `: ping`
-    comment is sent when nothing else was for `sse_ping_seconds`.
+    whose `data` is the result JSON. After `heartbeat_seconds` without one, an `event:
+    progress` with `id` N and data `{"through": N}`: every event up to batch N was sent.
+    The stream opens with `retry:` (EventSource's reconnection delay, `sse_retry_ms`) and
+    starts after `Last-Event-ID`, else after `?after=`, else with every event still retained
+    (the backfill event first). It ends with one last event: `gone` (data `{"earliest": N}`:
+    the cursor is older than the retention; reconnect with `after=N` or later, and do not let
+    EventSource retry as is), `deleted` (the query was deleted) or `shutdown` (the server is
+    stopping; reconnecting resumes). Every event is named, so a browser's EventSource sees
+    them through `addEventListener("batch", ...)` (and "progress", ...), not `onmessage`.
     """
     cursor = last_event_id if last_event_id is not None else after
     # Written here rather than through FastAPI's generator endpoints: those run the
@@ -107,22 +115,33 @@ SSE_EVENTS_PER_WRITE = 64
 async def _sse_stream(state: ServiceState, query_id: int, cursor: int | None
                       ) -> AsyncIterator[bytes]:
     gone = None
+    yield f"retry: {state.settings.sse_retry_ms}\n\n".encode()
     async with state.hub.subscribe(query_id, cursor) as subscription:
         try:
             while True:
-                record = await subscription.next(timeout=state.settings.sse_ping_seconds)
+                record = await subscription.next(timeout=state.settings.heartbeat_seconds)
                 if record is not None:
                     events = [record, *subscription.ready(SSE_EVENTS_PER_WRITE - 1)]
                     yield b"".join(_sse_event("batch", record.payload, record.seq)
                                    for record in events)
                 elif subscription.ended is None:
-                    yield b": ping\n\n"
+                    yield _sse_progress(subscription)
                 else:
                     break
         except SubscriptionGone as exc:
             gone = exc
     event, data = _last_event(subscription, gone)
     yield _sse_event(event, json.dumps(data))
+
+
+def _sse_progress(subscription: Subscription) -> bytes:
+    """The heartbeat, once `next` timed out (the log is read by then: `through` >= 0)."""
+    through = subscription.complete_through()
+    return _sse_event("progress", _progress_json(through), through)
+
+
+def _progress_json(through: int) -> str:
+    return f'{{"through": {through}}}'
 
 
 def _sse_event(event: str, data: str, seq: int | None = None) -> bytes:
@@ -143,10 +162,14 @@ async def poll_results(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> Response:
     """A page of the query's events: those with id > `after` (default: every event still
-    retained), oldest first. Pass `next` as `after` to get the following page."""
+    retained), oldest first. `complete_through`: the page holds every event up to that
+    batch, touched or not; pass `next` (the same, or the cursor itself when that is further)
+    as `after` to get the following page."""
     def read() -> tuple[int, list[EventRecord], int]:
+        # Read first: the events read next include every event up to it (and maybe later).
+        last_batch = state.store.last_seq()
         start, events = retained_events(state.store, query_id, after, limit)
-        return start, events, state.store.last_seq()  # read last: no event is past it
+        return start, events, last_batch
 
     try:
         start, events, last_batch = await run_in_threadpool(read)
@@ -154,10 +177,15 @@ async def poll_results(
         gone = SubscriptionGone(query_id, exc.after, exc.earliest)
         return JSONResponse(ResultsGonePublic(detail=str(gone), earliest=gone.earliest)
                             .model_dump(), status_code=410)
-    next_after = events[-1].seq if events else max(start, 0)
+    if len(events) == limit:    # a full page: later events may follow its last
+        through = events[-1].seq
+    else:   # every event committed when the log was read, which was after last_batch
+        through = max(last_batch, events[-1].seq) if events else last_batch
+    next_after = max(start, through, 0)
     # The payloads are JSON text already: embedded as they are, not parsed and re-encoded.
     body = (f'{{"query": {query_id}, "events": [{", ".join(map(_event_json, events))}], '
-            f'"next": {next_after}, "last_batch": {last_batch}}}')
+            f'"next": {next_after}, "complete_through": {through}, '
+            f'"last_batch": {last_batch}}}')
     return Response(body, media_type="application/json")
 
 
@@ -165,11 +193,13 @@ async def poll_results(
 async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) -> None:
     """The SSE stream's events as WebSocket text messages.
 
-    `?after=N` as for SSE. Each message is `{"id": seq, "event": "batch", "data": {...}}`; the
-    last one is `{"event": "gone" | "deleted" | "shutdown", "data": {...}}`, then the socket
-    closes with 4410, 1000 or 1001. Refused with 1008 without the API key (`Authorization`
-    header or `?access_token=`); closed with 4404 for an unknown query and 4422 for a bad
-    `after`. Messages from the client are ignored.
+    `?after=N` as for SSE. Each message is `{"id": seq, "event": "batch", "data": {...}}`, or
+    after `heartbeat_seconds` without one `{"id": N, "event": "progress", "data": {"through":
+    N}}` (every event up to batch N was sent); the last one is `{"event": "gone" | "deleted"
+    | "shutdown", "data": {...}}`, then the socket closes with 4410, 1000 or 1001. Refused
+    with 1008 without the API key (`Authorization` header or `?access_token=`); closed with
+    4404 for an unknown query and 4422 for a bad `after`. Messages from the client are
+    ignored.
     """
     socket = _EventSocket(websocket)
     # Accepted first, even without the key: a close code reaches the client only on an open
@@ -189,7 +219,7 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
     async with state.hub.subscribe(query_id, after) as subscription, \
             anyio.create_task_group() as tasks:
         tasks.start_soon(socket.watch_peer, tasks.cancel_scope)
-        await socket.stream(subscription)
+        await socket.stream(subscription, state.settings.heartbeat_seconds)
         tasks.cancel_scope.cancel()
 
 
@@ -236,12 +266,21 @@ class _EventSocket:
                 self.phase = _Phase.CLOSED
                 stream.cancel()
 
-    async def stream(self, subscription: Subscription) -> None:
-        """Send the subscription's events, then its last event, then close."""
+    async def stream(self, subscription: Subscription, heartbeat: float) -> None:
+        """Send the subscription's events, with a progress event after `heartbeat` seconds
+        without one, then its last event, then close."""
         gone = None
         try:
-            async for record in subscription:
-                await self.send(_event_json(record, event="batch"))
+            while True:
+                record = await subscription.next(timeout=heartbeat)
+                if record is not None:
+                    await self.send(_event_json(record, event="batch"))
+                elif subscription.ended is not None:
+                    break
+                else:   # timed out: the log is read, `through` >= 0
+                    through = subscription.complete_through()
+                    await self.send(f'{{"id": {through}, "event": "progress", '
+                                    f'"data": {_progress_json(through)}}}')
                 if self.phase is not _Phase.OPEN:
                     return
         except SubscriptionGone as exc:

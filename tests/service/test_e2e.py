@@ -122,6 +122,8 @@ def _ws_events(url: str, query_id: int, after: int) -> list[tuple[int, dict]]:
                 message = json.loads(ws.recv(timeout=2))
             except TimeoutError:
                 return out
+            if message["event"] == "progress":  # sent only once nothing was left to send
+                return out
             out.append((message["id"], message["data"]))
 
 

@@ -30,6 +30,7 @@ from tests.service.fakes import FakeEngine, FakeStore, payload
 KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 Q, OTHER = 1, 2
+RETRY_MS = 1500
 
 
 def make_app(store: FakeStore, app_checks_key: bool = True) -> FastAPI:
@@ -38,8 +39,9 @@ def make_app(store: FakeStore, app_checks_key: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         hub = Hub(store, buffer=4, page_size=2)
-        # Pings often, so "a ping came" tells a test the stream has sent all it had.
-        settings = Settings(api_key=KEY, sse_ping_seconds=0.02)
+        # Progress often, so "a progress event came" tells a test the stream has sent all
+        # it had.
+        settings = Settings(api_key=KEY, heartbeat_seconds=0.02, sse_retry_ms=RETRY_MS)
         app.state.motifstream = SimpleNamespace(settings=settings, store=store, hub=hub)
         try:
             yield
@@ -74,8 +76,8 @@ def service() -> Iterator[Service]:
         yield Service(client, store, hub, engine)
 
 
-def sse(response: httpx.Response) -> Iterator[dict[str, str]]:
-    """The events of a text/event-stream response, each as its fields."""
+def sse_blocks(response: httpx.Response) -> Iterator[dict[str, str]]:
+    """The blocks of a text/event-stream response, each as its fields."""
     event: dict[str, str] = {}
     for line in response.iter_lines():
         if not line:
@@ -87,14 +89,34 @@ def sse(response: httpx.Response) -> Iterator[dict[str, str]]:
         event[name or "comment"] = value.removeprefix(" ")
 
 
+def sse(response: httpx.Response) -> Iterator[dict[str, str]]:
+    """The events of a text/event-stream response, after the `retry:` block it opens with."""
+    blocks = sse_blocks(response)
+    assert next(blocks) == {"retry": str(RETRY_MS)}
+    yield from blocks
+
+
 def until_idle(events: Iterator[dict[str, str]]) -> list[dict[str, str]]:
-    """The events before the first ping (a ping comes only when nothing is left to send)."""
+    """The events before the first progress event (one comes only when nothing is left to
+    send)."""
     got = []
     for event in events:
-        if event.get("comment") == "ping":
+        if event.get("event") == "progress":
             return got
         got.append(event)
-    raise AssertionError(f"the stream ended without a ping after {got}")
+    raise AssertionError(f"the stream ended without a progress event after {got}")
+
+
+def without_progress(events: Iterator[dict[str, str]]) -> list[dict[str, str]]:
+    return [event for event in events if event.get("event") != "progress"]
+
+
+def receive(ws) -> dict:
+    """The next WebSocket message that is not a progress event."""
+    while True:
+        message = ws.receive_json()
+        if message.get("event") != "progress":
+            return message
 
 
 def wait_for_subscribers(hub: Hub, query_id: int, count: int) -> None:
@@ -120,7 +142,7 @@ def test_sse_sends_history_then_live_events_then_deleted(service):
         service.engine.batch(Q)
         assert until_idle(events) == [{"event": "batch", "data": payload(5, Q), "id": "5"}]
         service.engine.delete(Q)
-        assert list(events) == [{"event": "deleted", "data": '{"query": 1}'}]
+        assert without_progress(events) == [{"event": "deleted", "data": '{"query": 1}'}]
 
 
 def test_sse_resumes_after_last_event_id(service):
@@ -156,7 +178,79 @@ def test_sse_shutdown_ends_the_stream(service):
         events = sse(response)
         assert until_idle(events) == []
         service.client.portal.call(service.hub.close)
-        assert list(events) == [{"event": "shutdown", "data": '{"query": 1}'}]
+        assert without_progress(events) == [{"event": "shutdown", "data": '{"query": 1}'}]
+
+
+def progress_through(events: Iterator[dict[str, str]], seq: int) -> list[dict[str, str]]:
+    """The events up to the first progress event through `seq` (included); each progress
+    event's id is its `through`, and never goes back."""
+    got, last = [], -1
+    for event in events:
+        got.append(event)
+        if event.get("event") == "progress":
+            through = json.loads(event["data"])["through"]
+            assert event["id"] == str(through) and through >= last
+            last = through
+            if through >= seq:
+                return got
+    raise AssertionError(f"the stream ended before progress through {seq}: {got}")
+
+
+def test_sse_progress_advances_past_batches_that_did_not_touch_the_query(service):
+    with service.client.stream("GET", "/v1/queries/1/events?after=3") as response:
+        events = sse(response)
+        assert until_idle(events) == []
+        last = [service.engine.batch(OTHER) for _ in range(3)][-1]  # 4, 5, 6: Q untouched
+        got = progress_through(events, last)
+        assert {event["event"] for event in got} == {"progress"}
+        assert got[-1] == {"event": "progress", "data": '{"through": 6}', "id": "6"}
+        service.engine.batch(Q)
+        assert until_idle(events) == [{"event": "batch", "data": payload(7, Q), "id": "7"}]
+
+
+def test_sse_progress_id_is_a_resume_cursor(service):
+    with service.client.stream("GET", "/v1/queries/1/events?after=0") as response:
+        events = sse(response)
+        until_idle(events)
+        service.engine.batch(OTHER)  # 4
+        last_event_id = progress_through(events, 4)[-1]["id"]
+    service.engine.batch(Q)  # 5
+    with service.client.stream("GET", "/v1/queries/1/events",
+                               headers={"Last-Event-ID": last_event_id}) as response:
+        assert until_idle(sse(response)) == [
+            {"event": "batch", "data": payload(5, Q), "id": "5"}]
+
+
+def test_sse_works_with_an_event_source(service):
+    """What a browser's EventSource makes of the stream (the WHATWG parsing rules): the
+    reconnection time from `retry:`, the named events it dispatches (none reaches
+    `onmessage`, whose type is "message"), and the lastEventId it would reconnect with."""
+    with service.client.stream("GET", "/v1/queries/1/events?after=1") as response:
+        dispatched, reconnection_ms, last_event_id = [], None, ""
+        kind, data, event_id = "", [], None
+        for line in response.iter_lines():
+            if line == "":  # dispatch, as EventSource does: only blocks with data
+                if event_id is not None:
+                    last_event_id = event_id
+                if data:
+                    dispatched.append((kind or "message", "\n".join(data), last_event_id))
+                kind, data, event_id = "", [], None
+                if dispatched and dispatched[-1][0] == "progress":
+                    break
+                continue
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "retry":
+                reconnection_ms = int(value)
+            elif name == "event":
+                kind = value
+            elif name == "data":
+                data.append(value)
+            elif name == "id":
+                event_id = value
+    assert reconnection_ms == RETRY_MS
+    assert dispatched == [("batch", payload(3, Q), "3"),
+                          ("progress", '{"through": 3}', "3")]
 
 
 def test_sse_unknown_query_is_404(service):
@@ -185,47 +279,61 @@ def test_sse_needs_the_api_key(service):
 # ---- WebSocket -------------------------------------------------------------------------
 def test_ws_sends_history_then_live_events_then_deleted(service):
     with service.client.websocket_connect("/v1/queries/1/ws?after=0") as ws:
-        assert [ws.receive_json(), ws.receive_json()] == [batch_message(1), batch_message(3)]
+        assert [receive(ws), receive(ws)] == [batch_message(1), batch_message(3)]
         service.engine.batch(OTHER)
         service.engine.batch(Q)
-        assert ws.receive_json() == batch_message(5)
+        assert receive(ws) == batch_message(5)
         service.engine.delete(Q)
-        assert ws.receive_json() == {"event": "deleted", "data": {"query": 1}}
+        assert receive(ws) == {"event": "deleted", "data": {"query": 1}}
         with pytest.raises(WebSocketDisconnect) as closed:
-            ws.receive_json()
+            receive(ws)
         assert closed.value.code == 1000
+
+
+def test_ws_progress_advances_past_batches_that_did_not_touch_the_query(service):
+    with service.client.websocket_connect("/v1/queries/1/ws?after=1") as ws:
+        assert receive(ws) == batch_message(3)
+        for _ in range(2):
+            service.engine.batch(OTHER)  # 4, 5
+        through = 0
+        while through < 5:
+            message = ws.receive_json()
+            assert message["event"] == "progress", message
+            assert message["id"] == message["data"]["through"] >= through
+            through = message["id"]
+        assert through == 5
 
 
 def test_ws_without_cursor_starts_with_the_backfill_event(service):
     with service.client.websocket_connect("/v1/queries/1/ws") as ws:
-        assert ws.receive_json() == batch_message(0)
+        assert receive(ws) == batch_message(0)
 
 
 def test_ws_client_leaving_ends_its_subscription(service):
     with service.client.websocket_connect("/v1/queries/1/ws?after=1") as ws:
-        assert ws.receive_json() == batch_message(3)
+        assert receive(ws) == batch_message(3)
         ws.send_text("ignored")
         service.engine.batch(Q)
-        assert ws.receive_json() == batch_message(4)
+        assert receive(ws) == batch_message(4)
     wait_for_subscribers(service.hub, Q, 0)
 
 
 def test_ws_pruned_cursor_is_gone(service):
     service.store.prune(Q, through=1)
     with service.client.websocket_connect("/v1/queries/1/ws?after=0") as ws:
-        assert ws.receive_json() == {"event": "gone", "data": {"earliest": 1}}
+        assert receive(ws) == {"event": "gone", "data": {"earliest": 1}}
         with pytest.raises(WebSocketDisconnect) as closed:
-            ws.receive_json()
+            receive(ws)
         assert closed.value.code == 4410
 
 
 def test_ws_shutdown_ends_the_stream(service):
     with service.client.websocket_connect("/v1/queries/1/ws?after=1") as ws:
-        assert ws.receive_json() == batch_message(3)
+        assert receive(ws) == batch_message(3)
         service.client.portal.call(service.hub.close)
-        assert ws.receive_json() == {"event": "shutdown", "data": {"query": 1}}
+        assert receive(ws) == {"event": "shutdown", "data": {"query": 1}}
         with pytest.raises(WebSocketDisconnect) as closed:
-            ws.receive_json()
+            receive(ws)
         assert closed.value.code == 1001
 
 
@@ -238,7 +346,7 @@ def test_ws_refuses_a_missing_or_wrong_key_with_1008(headers):
     with TestClient(app) as client, \
             client.websocket_connect("/v1/queries/1/ws", headers=dict(headers)) as ws, \
             pytest.raises(WebSocketDisconnect) as refused:
-        ws.receive_json()
+        receive(ws)
     assert (refused.value.code, refused.value.reason) == (1008, "missing or wrong API key")
     assert app.state.motifstream.hub.stats(Q).subscribers == 0
 
@@ -257,7 +365,7 @@ def test_ws_accepts_the_key_as_access_token(service):
     # Browsers cannot set headers on a WebSocket.
     with service.client.websocket_connect(f"/v1/queries/1/ws?after=1&access_token={KEY}",
                                           headers={"Authorization": ""}) as ws:
-        assert ws.receive_json() == batch_message(3)
+        assert receive(ws) == batch_message(3)
 
 
 @pytest.mark.parametrize(("path", "code", "reason"), [
@@ -268,7 +376,7 @@ def test_ws_accepts_the_key_as_access_token(service):
 def test_ws_unknown_query_or_bad_cursor_closes(service, path, code, reason):
     with service.client.websocket_connect(path) as ws, \
             pytest.raises(WebSocketDisconnect) as closed:
-        ws.receive_json()
+        receive(ws)
     assert (closed.value.code, closed.value.reason) == (code, reason)
 
 
@@ -305,12 +413,19 @@ def polled_store() -> FakeStore:
 
 
 def results(response: httpx.Response) -> tuple[list[int], int, int]:
+    """The page's event ids, `next` and `last_batch`; `complete_through` is `next` here."""
+    page = polled(response)
+    assert page.complete_through == page.next
+    return [event.id for event in page.events], page.next, page.last_batch
+
+
+def polled(response: httpx.Response) -> ResultsPublic:
     assert response.status_code == 200, response.text
     page = ResultsPublic.model_validate_json(response.content)
     assert page.query == Q
     for event in page.events:
         assert event.data == json.loads(payload(event.id, Q))
-    return [event.id for event in page.events], page.next, page.last_batch
+    return page
 
 
 @pytest.mark.anyio
@@ -322,6 +437,24 @@ async def test_poll_pages_through_the_events(polled_store):
         assert results(await client.get(url, params={"after": 4})) == ([], 4, 4)
         polled_store.commit((Q,))
         assert results(await client.get(url, params={"after": 4})) == ([5], 5, 5)
+
+
+@pytest.mark.anyio
+async def test_poll_is_complete_through_batches_that_did_not_touch_the_query(polled_store):
+    async with polling_client(polled_store) as client:
+        url = "/v1/queries/1/results"
+        for _ in range(3):
+            polled_store.commit((OTHER,))  # 5, 6, 7
+        page = polled(await client.get(url, params={"after": 4}))
+        assert (page.events, page.complete_through, page.next, page.last_batch) == ([], 7, 7, 7)
+        # A full page is complete only through its last event, whatever came later.
+        page = polled(await client.get(url, params={"after": 0, "limit": 2}))
+        assert ([e.id for e in page.events], page.complete_through) == ([1, 3], 3)
+        page = polled(await client.get(url, params={"after": 3, "limit": 2}))
+        assert ([e.id for e in page.events], page.complete_through) == ([4], 7)
+        # A cursor ahead of the log stays where it is; the page is complete through the log.
+        page = polled(await client.get(url, params={"after": 50}))
+        assert (page.complete_through, page.next) == (7, 50)
 
 
 @pytest.mark.anyio

@@ -342,3 +342,34 @@ async def test_bad_arguments():
     hub = Hub(store, buffer=1)
     with pytest.raises(ValueError, match="after must be >= 0"):
         hub.subscribe(Q, after=-1)
+
+
+async def test_complete_through_counts_only_what_was_handed_out():
+    store, hub, engine = make(buffer=8)
+    for touched in [(Q,), (OTHER,), (Q,)]:
+        engine.batch(*touched)  # 1, 2, 3
+    async with hub.subscribe(Q, after=None) as subscription:
+        assert subscription.complete_through() == -1  # the log is not read yet
+        assert await take(subscription, 1) == [1]
+        assert subscription.complete_through() == 1  # event 3 is read but not handed out
+        assert await take(subscription, 1) == [3]
+        assert await subscription.next(timeout=0.01) is None
+        assert subscription.complete_through() == 3
+        engine.batch(OTHER)  # 4, 5: untouched
+        engine.batch(OTHER)
+        assert subscription.complete_through() == 5
+        engine.batch(Q)  # 6: buffered live, not handed out
+        engine.batch(OTHER)  # 7
+        assert subscription.complete_through() == 5
+        assert await take(subscription, 1) == [6]
+        assert subscription.complete_through() == 7
+
+
+async def test_complete_through_never_passes_the_last_batch_published():
+    store, hub, engine = make()
+    engine.batch(Q)  # 1
+    async with hub.subscribe(Q, after=40) as subscription:  # a cursor ahead of the log
+        assert await subscription.next(timeout=0.01) is None
+        assert subscription.complete_through() == 1
+        store.commit((OTHER,))  # 2: committed, not yet published
+        assert subscription.complete_through() == 1

@@ -79,7 +79,8 @@ def test_backfill_delivers_current_matches_first(client):
                                                "max_matches_per_batch": 4}).json()
     c = client.get(f"/v1/queries/{counts['id']}/results").json()["events"]
     m = client.get(f"/v1/queries/{matches['id']}/results").json()["events"]
-    assert c[0]["data"] == {"batch": 0, "backfill": True, "positive": 6, "negative": 0}
+    assert c[0]["data"] == {"batch": 0, "time": counts["created_at"], "backfill": True,
+                            "positive": 6, "negative": 0}
     assert m[0]["data"]["positive"] == 6 and m[0]["data"]["truncated"] is True
     assert len(m[0]["data"]["added"]) == 4
     assert all(sorted(row) == [1, 2, 3] for row in m[0]["data"]["added"])
