@@ -73,6 +73,9 @@ def _parse_args(argv):
     add_setup_args(p)
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
     p.add_argument("--json", type=Path, help="append one JSON line per query to this file")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
+                        " needs matplotlib: the plots extra)")
     p.add_argument(
         "--check", action="store_true",
         help="verify each query's positive matches against static counts before/after",
@@ -97,6 +100,8 @@ def _parse_args(argv):
                         "share of each batch's wall time")
     p.add_argument("--verbose", action="store_true", help="progress lines on stderr")
     args = p.parse_args(argv)
+    if args.plot and not args.json:
+        p.error("--plot draws the --json file: give --json")
     resolve_queries_dir(args)
     return args
 
@@ -272,8 +277,9 @@ def _kernel_clock(args, backend: str):
     return KERNEL_CLOCK
 
 
-def run(args, backend: str) -> list[dict]:
-    """Run the experiment on a resolved backend; return one record per query."""
+def run(args, backend: str, header: dict | None = None) -> list[dict]:
+    """Run the experiment on a resolved backend; return one record per query, each opening
+    with `header` (the run's date, command and device: what a figure of it names)."""
     verbose = args.verbose or sys.stderr.isatty()
 
     def log(msg: str) -> None:
@@ -309,6 +315,7 @@ def run(args, backend: str) -> list[dict]:
                 res, result, wall, exact = measure_alone(engine, query, batch, undo, args.check,
                                                          str(path))
                 record = {
+                    **(header or {}),
                     "kind": kind,
                     "index": i,
                     "query": str(path),
@@ -354,13 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     # Resolved up front so that "auto" is reported as what actually ran.
     backend = resolve_backend(args.backend)
-    records = run(args, backend)
-    print("\n".join(f"{key}: {value}" for key, value in run_header(backend).items()))
+    header = run_header(backend)
+    records = run(args, backend, header)
+    print("\n".join(f"{key}: {value}" for key, value in header.items()))
     print(f"graph: {args.graph} ({args.num_labels} random labels, seed {args.label_seed}); "
           f"{INSERT_FRACTION:.0%} insertion batch, seed {args.seed}; "
           f"{args.size}-vertex queries from {args.queries_dir}")
     print()
     print(_table(records, args.kinds))
+    if args.plot:
+        from benchmarks.plots import plot_beside
+        plot_beside(args.json)
     failed = [r for r in records if r.get("check") is False]
     if failed:
         print(f"\n{len(failed)} queries FAILED the static-count check", file=sys.stderr)

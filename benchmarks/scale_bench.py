@@ -92,7 +92,12 @@ def main(argv=None) -> int:
                     help="a CPU engine applies the same batches; counts must agree")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="append result lines here")
+    ap.add_argument("--plot", action="store_true",
+                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
+                        " needs matplotlib: the plots extra)")
     args = ap.parse_args(argv)
+    if args.plot and not args.json:
+        ap.error("--plot draws the --json file: give --json")
     backend = resolve_backend(args.backend)
     header = run_header(backend, "benchmarks.scale_bench", argv)
 
@@ -205,6 +210,9 @@ def main(argv=None) -> int:
                 "queries": sum(len(v) for v in qids.values()), **_stats(seconds),
                 "matches_per_batch_median": int(statistics.median(matches)),
                 "cross_checked": len(engines) > 1})
+    if args.plot:
+        from benchmarks.plots import plot_beside
+        plot_beside(args.json)
     return 0
 
 

@@ -23,6 +23,7 @@ import datetime
 import http.client
 import io
 import json
+import os
 import platform
 import shlex
 import socket
@@ -40,6 +41,7 @@ from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
 from benchmarks.querygen import QueryGenerator, write_query_set
 from gpu.io.graphs import load_graph, write_graph
 from gpu.io.streams import split_stream
+from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,9 +67,15 @@ def _parse_args(argv):
     p.add_argument("--synchronous", default="full", choices=("full", "normal"))
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
+                        " needs matplotlib: the plots extra)")
     p.add_argument("--log", type=Path, default=REPO / "bench-out" / "service-bench-server.log",
                    help="the server's log")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.plot and not args.json:
+        p.error("--plot draws the --json file: give --json")
+    return args
 
 
 class EdgeCycle:
@@ -292,7 +300,11 @@ def main(argv=None) -> int:
               shlex.join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.node()}, {platform.processor() or platform.machine()}, "
                          f"Python {platform.python_version()}",
-              "backend": args.backend, "synchronous": args.synchronous,
+              "backend": args.backend,
+              # The server reads its layout from the environment (service/settings.py).
+              "device_graph": os.environ.get("MOTIFSTREAM_DEVICE_GRAPH",
+                                             Settings.model_fields["device_graph"].default),
+              "synchronous": args.synchronous,
               "clients": args.clients, "client": args.client, "subscribers": args.subscribers,
               "graph": f"{args.graph.name}: {initial.num_vertices} vertices, "
                        f"{initial.num_edges} edges (+{len(held_out)} cycled)"}
@@ -351,6 +363,9 @@ def main(argv=None) -> int:
         with args.json.open("a") as f:
             for r in results:
                 f.write(json.dumps({**header, **r}) + "\n")
+    if args.plot:
+        from benchmarks.plots import plot_beside
+        plot_beside(args.json)
     return 0
 
 

@@ -79,6 +79,9 @@ def _parse_args(argv):
                         "packed memory array; lists: the mirrored host lists)")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
     p.add_argument("--json", type=Path, help="append one JSON line per measurement to this file")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
+                        " needs matplotlib: the plots extra)")
     p.add_argument("--check", action="store_true",
                    help="compare counts with static counts (rate: every query; mixed and "
                    "latency: each set's first query); slow on big counts")
@@ -102,6 +105,8 @@ def _parse_args(argv):
                    help="list up to this many matches per query and sign (0: count only)")
     args = p.parse_args(argv)
     resolve_queries_dir(args)
+    if args.plot and not args.json:
+        p.error("--plot draws the --json file: give --json")
     if len(args.latency_batches) != len(args.latency_sizes):
         p.error("--latency-batches needs one count per --latency-sizes")
     if any(n < 1 for n in [*args.latency_sizes, *args.latency_batches]):
@@ -434,7 +439,8 @@ def _parameters(args, experiment: str) -> dict:
     """What fixes one experiment's measurements, recorded with each of its JSON lines."""
     common = {"graph": str(args.graph.resolve()), "num_labels": args.num_labels,
               "label_seed": args.label_seed, "seed": args.seed, "query_size": args.size,
-              "queries_dir": str(args.queries_dir), "max_queries": args.max_queries}
+              "queries_dir": str(args.queries_dir), "max_queries": args.max_queries,
+              "device_graph": args.device_graph}
     own = {"rate": {"rates": args.rates},
            "mixed": {"held_out_fraction": INSERT_FRACTION,
                      "mixed_batch": args.mixed_batch, "mixed_batches": args.mixed_batches,
@@ -499,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if out:
             out.close()
+    if args.plot:
+        from benchmarks.plots import plot_beside
+        plot_beside(args.json)
     if failed:
         print(f"\n{failed} measurements FAILED the static-count check", file=sys.stderr)
         return 1
