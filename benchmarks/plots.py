@@ -367,7 +367,7 @@ def stream_figures(records: list[Record], stem: Path) -> list[Path]:
                                                lambda r: f"{r['kind']}, {executor(r)}").items()):
             rs = sorted(rs, key=lambda r: r["batch_size"])
             xs = [r["batch_size"] for r in rs]
-            ax.plot(xs, [r["apply_batches_per_s"] for r in rs], "o--", color=f"C{i}",
+            ax.plot(xs, [r["apply_batches_per_s"] for r in rs], "v--", color=f"C{i}",
                     label=f"{name}: apply")
             ax.plot(xs, [r["apply_stream_batches_per_s"] for r in rs], "o-", color=f"C{i}",
                     label=f"{name}: apply_stream")
