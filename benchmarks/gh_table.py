@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.plots import PLOT_HELP
 from benchmarks.querygen import KINDS, QueryGenerator, write_query_set
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import resolve_backend
@@ -73,9 +74,7 @@ def _parse_args(argv):
     add_setup_args(p)
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
     p.add_argument("--json", type=Path, help="append one JSON line per query to this file")
-    p.add_argument("--plot", action="store_true",
-                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
-                        " needs matplotlib: the plots extra)")
+    p.add_argument("--plot", action="store_true", help=PLOT_HELP)
     p.add_argument(
         "--check", action="store_true",
         help="verify each query's positive matches against static counts before/after",

@@ -40,6 +40,9 @@ from gpu.config import DEVICE_GRAPHS
 RECORD_KINDS = ("gh_table", "stream_bench", "service_bench", "scale_bench")
 DPI = 100
 CAPTION_WIDTH = 125
+# The benchmarks' --plot flag (drawn by `plot_beside` once the --json file is written).
+PLOT_HELP = ("also draw the --json file's figures beside it (PNG, benchmarks.plots; needs "
+             "matplotlib: the plots extra)")
 
 
 class PlotError(Exception):

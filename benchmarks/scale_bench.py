@@ -29,6 +29,7 @@ import numpy as np
 
 from benchmarks.gh_table import run_header
 from benchmarks.pma_bench import _Rng, canonical, rmat_pairs
+from benchmarks.plots import PLOT_HELP
 from benchmarks.querygen import generate_queries
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import cuda_available, device_memory_bytes, resolve_backend
@@ -92,9 +93,7 @@ def main(argv=None) -> int:
                     help="a CPU engine applies the same batches; counts must agree")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="append result lines here")
-    ap.add_argument("--plot", action="store_true",
-                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
-                        " needs matplotlib: the plots extra)")
+    ap.add_argument("--plot", action="store_true", help=PLOT_HELP)
     args = ap.parse_args(argv)
     if args.plot and not args.json:
         ap.error("--plot draws the --json file: give --json")

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
+from benchmarks.plots import PLOT_HELP
 from benchmarks.querygen import QueryGenerator, write_query_set
 from gpu.io.graphs import load_graph, write_graph
 from gpu.io.streams import split_stream
@@ -67,9 +68,7 @@ def _parse_args(argv):
     p.add_argument("--synchronous", default="full", choices=("full", "normal"))
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
-    p.add_argument("--plot", action="store_true",
-                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
-                        " needs matplotlib: the plots extra)")
+    p.add_argument("--plot", action="store_true", help=PLOT_HELP)
     p.add_argument("--log", type=Path, default=REPO / "bench-out" / "service-bench-server.log",
                    help="the server's log")
     args = p.parse_args(argv)

@@ -57,6 +57,7 @@ from benchmarks.gh_table import (
     run_header,
     warm_up,
 )
+from benchmarks.plots import PLOT_HELP
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import resolve_backend
 from gpu.engine import Engine
@@ -79,9 +80,7 @@ def _parse_args(argv):
                         "packed memory array; lists: the mirrored host lists)")
     p.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
     p.add_argument("--json", type=Path, help="append one JSON line per measurement to this file")
-    p.add_argument("--plot", action="store_true",
-                   help="also draw the --json file's figures beside it (PNG, benchmarks.plots;"
-                        " needs matplotlib: the plots extra)")
+    p.add_argument("--plot", action="store_true", help=PLOT_HELP)
     p.add_argument("--check", action="store_true",
                    help="compare counts with static counts (rate: every query; mixed and "
                    "latency: each set's first query); slow on big counts")
