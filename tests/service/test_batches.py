@@ -107,7 +107,7 @@ def test_rejected_batch_names_the_item_and_changes_nothing(client):
     r = client.post("/v1/batches", json={"insert_edges": [[0, "x"]]})
     assert r.status_code == 422 and "insert_edges[0][1]" in r.json()["detail"]
     r = client.post("/v1/batches", json={"insert_edgez": []})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "insert_edgez"]
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == ["body", "insert_edgez"]
     r = client.post("/v1/batches", content="e 0 1\nq 2 3\n",
                     headers={"content-type": "text/plain"})
     assert r.status_code == 422 and "body:2" in r.json()["detail"]
@@ -134,7 +134,8 @@ def test_idempotency_key_replays_the_stored_answer_and_applies_once(client):
     assert again.json() == first.json()
     assert client.get("/v1/graph").json()["batches"] == first.json()["batch"]
     other = client.post("/v1/batches", json={"insert_vertices": [[702, 0]]}, headers=key)
-    assert other.status_code == 409
+    assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
+    assert "another body" in other.json()["detail"]
     assert client.get("/v1/graph").json()["batches"] == first.json()["batch"]
 
 
@@ -274,7 +275,7 @@ def test_curls_form_default_and_no_content_type_are_read_as_json(client):
         assert r.json()["applied"]["vertices_added"] == 1
     graph = graph_state(client)
     r = client.post("/v1/batches", content="insert_vertices=603", headers={"content-type": form})
-    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid", r.text
+    assert r.status_code == 422 and r.json()["errors"][0]["type"] == "json_invalid", r.text
     r = client.post("/v1/batches", content=b"{}", headers={"content-type": "multipart/form-data"})
     assert r.status_code == 415 and "multipart/form-data" in r.json()["detail"]
     assert graph_state(client) == graph

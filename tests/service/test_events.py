@@ -268,7 +268,7 @@ def test_sse_unknown_query_is_404(service):
 def test_sse_bad_cursor_is_422(service, params, headers, where):
     response = service.client.get("/v1/queries/1/events", params=params, headers=headers)
     assert response.status_code == 422
-    assert [error["loc"] for error in response.json()["detail"]] == [where]
+    assert [error["loc"] for error in response.json()["errors"]] == [where]
 
 
 def test_sse_needs_the_api_key(service):
@@ -463,10 +463,14 @@ async def test_poll_pruned_cursor_is_410(polled_store):
     async with polling_client(polled_store) as client:
         response = await client.get("/v1/queries/1/results", params={"after": 1})
         assert response.status_code == 410
-        assert response.json() == {
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem.pop("request_id") == response.headers["x-request-id"]
+        assert problem == {
+            "type": "about:blank", "title": "Gone", "status": 410, "code": "results_gone",
             "detail": "query 1: events after 1 were pruned; the earliest cursor still served "
                       "is 3",
-            "earliest": 3}
+            "instance": "/v1/queries/1/results", "earliest": 3}
         # Without a cursor: what is retained; with nothing retained, `next` skips the pruned.
         assert results(await client.get("/v1/queries/1/results")) == ([4], 4, 4)
         polled_store.prune(Q, through=4)
@@ -482,7 +486,7 @@ async def test_poll_bad_parameters_are_422(polled_store, params, field):
     async with polling_client(polled_store) as client:
         response = await client.get("/v1/queries/1/results", params=params)
     assert response.status_code == 422
-    assert [error["loc"] for error in response.json()["detail"]] == [["query", field]]
+    assert [error["loc"] for error in response.json()["errors"]] == [["query", field]]
 
 
 @pytest.mark.anyio

@@ -50,7 +50,7 @@ def test_restart_resumes_exactly_where_it_stopped(tmp_path):
         ids = _register(client)
         reference = [client.post("/v1/batches", json=b).json()["results"] for b in batches]
         ref_graph = graph_state(client)
-        ref_queries = client.get("/v1/queries").json()
+        ref_queries = client.get("/v1/queries").json()["queries"]
     # The same stream across three restarts, with snapshots every 5 batches.
     data = tmp_path / "restarted"
     got = []
@@ -64,7 +64,7 @@ def test_restart_resumes_exactly_where_it_stopped(tmp_path):
     assert got == reference
     with running(data, snapshot_every=5) as client:
         assert graph_state(client) == ref_graph
-        queries = client.get("/v1/queries").json()
+        queries = client.get("/v1/queries").json()["queries"]
         for q, ref in zip(queries, ref_queries):
             for key in ("batches_seen", "total_positive", "total_negative", "last_batch"):
                 assert q["stats"][key] == ref["stats"][key], key
