@@ -208,6 +208,17 @@ def _schema_errors(request: Request, errors: list[dict]) -> JSONResponse:
     return _error_body(request, 422, detail, "invalid_input", errors=errors)
 
 
+def add_error_handlers(app: FastAPI) -> None:
+    """Answer every error the app's routes raise as a problem (_error_body)."""
+    for exc_type, status, code in _MAPPED_ERRORS:
+        app.add_exception_handler(exc_type, _error(status, code))
+    app.add_exception_handler(SubscriptionGone, _results_gone)
+    app.add_exception_handler(ValidationError, _invalid_body)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     # Answered by Starlette's outermost middleware, outside the request-id middleware:
     # the header is set here.  (The middleware raises the error on afterwards, and uvicorn
@@ -280,13 +291,7 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     for router in (health.metrics, docs.router, queries.router, batches.router, graph.router,
                    events.router):
         app.include_router(router, dependencies=secured)
-    for exc_type, status, code in _MAPPED_ERRORS:
-        app.add_exception_handler(exc_type, _error(status, code))
-    app.add_exception_handler(SubscriptionGone, _results_gone)
-    app.add_exception_handler(ValidationError, _invalid_body)
-    app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _internal_error)
+    add_error_handlers(app)
     app.batch_fast_path = batches.BatchFastPath(app)
     app.openapi = lambda: openapi_document(app, settings.api_key is not None)
     # Added innermost first: request id (outermost, so every answer and log line has one),

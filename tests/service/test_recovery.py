@@ -7,13 +7,14 @@ import threading
 import time
 from concurrent.futures import Future
 
-from tests.graphs import random_batch, random_data
+from tests.graphs import random_data
 from tests.service.conftest import (
     BACKEND,
     batch_json,
     graph_json,
     graph_state,
     pattern_json,
+    random_service_batch,
     running,
 )
 from tests.service.test_batches import PATTERNS
@@ -34,7 +35,7 @@ def _stream(seed: int, batches: int):
     data = random_data(rng, 14, 2, 2, 0.3)
     start = data.labeled()
     next_id = [100]
-    return start, [batch_json(random_batch(rng, data, 2, 2, next_id)) for _ in range(batches)]
+    return start, [batch_json(random_service_batch(rng, data, 2, 2, next_id)) for _ in range(batches)]
 
 
 def _register(client) -> list[int]:
