@@ -11,10 +11,11 @@ from contextlib import asynccontextmanager
 from http import HTTPStatus
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -172,14 +173,14 @@ def _error(status: int, code: str):
     return handler
 
 
-# The `code` of an HTTPException (raised by routes and dependencies) by status.
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
-               422: "invalid_input"}
-
-
-async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    return _error_body(request, exc.status_code, str(exc.detail),
-                       _HTTP_CODES.get(exc.status_code, "error"), exc.headers)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's (routing's 404 and 405) and FastAPI's HTTPException (routes and
+    dependencies): the status's phrase is the code (not_found, method_not_allowed, ...),
+    but for the 422s, which are invalid input as every other."""
+    status = exc.status_code
+    code = "invalid_input" if status == 422 else \
+        HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    return _error_body(request, status, str(exc.detail), code, exc.headers)
 
 
 async def _results_gone(request: Request, exc: SubscriptionGone) -> JSONResponse:
@@ -215,7 +216,7 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SubscriptionGone, _results_gone)
     app.add_exception_handler(ValidationError, _invalid_body)
     app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
 
 

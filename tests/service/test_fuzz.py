@@ -1091,6 +1091,11 @@ class InterleavedBatches(RuleBasedStateMachine):
             r = self._post(media, encode_batch(batch, media))
             assert r.status_code == 422 and RECORD_AT[media].match(r.json()["detail"]), r.text
             return
+        if not batch:   # refused, as documented (docs/service.md, Batches)
+            event("machine: empty batch")
+            r = self._post(media, encode_batch(batch, media))
+            assert r.status_code == 422 and "the batch is empty" in r.json()["detail"], r.text
+            return
         event(f"machine: valid batch of {len(batch)}")
         r = self._post(media, encode_batch(batch, media))
         assert r.status_code == 200, (batch, r.text)
