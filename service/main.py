@@ -146,10 +146,19 @@ def _error_body(request: Request, status: int, detail: str, code: str,
     as a retry still in flight and a graph already loaded), the request's id (as in
     X-Request-ID and the logs, so that a client's report can be matched with the server's
     log lines) and any `extensions` (`errors`, `earliest`)."""
-    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status,
+    body = {"type": "about:blank", "title": _title(status), "status": status,
             "detail": detail, "instance": request.url.path, "code": code,
             "request_id": request_id(), **extensions}
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+# RFC 9110's names where the running Python's HTTPStatus may have an older one (3.13
+# renamed them), so that a title does not depend on the server's Python.
+_RFC_9110_TITLES = {413: "Content Too Large", 422: "Unprocessable Content"}
+
+
+def _title(status: int) -> str:
+    return _RFC_9110_TITLES.get(status) or HTTPStatus(status).phrase
 
 
 # The errors the app maps to a status and a `code`, most specific first where one is a
@@ -179,7 +188,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     but for the 422s, which are invalid input as every other."""
     status = exc.status_code
     code = "invalid_input" if status == 422 else \
-        HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+        _title(status).lower().replace(" ", "_").replace("-", "_")
     return _error_body(request, status, str(exc.detail), code, exc.headers)
 
 
