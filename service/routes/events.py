@@ -201,8 +201,8 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
     N}}` (every event up to batch N was sent); the last one is `{"event": "gone" | "deleted"
     | "shutdown", "data": {...}}`, then the socket closes with 4410, 1000 or 1001. Refused
     with 1008 without the API key (`Authorization` header or `?access_token=`); closed with
-    4404 for an unknown query and 4422 for a bad `after` or an unknown query parameter. Messages from the client are
-    ignored.
+    4404 for an unknown query and 4422 for a bad `after` or an unknown query parameter.
+    Messages from the client are ignored.
     """
     socket = _EventSocket(websocket)
     # Accepted first, even without the key: a close code reaches the client only on an open
