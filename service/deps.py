@@ -1,10 +1,12 @@
-"""Owns the typed dependencies route handlers ask for: the service state and the API-key check."""
+"""Owns the typed dependencies route handlers ask for: the service state, the API-key check
+and the refusal of unknown query parameters."""
 from __future__ import annotations
 
 import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException
+from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import QueryParams
 from starlette.requests import HTTPConnection
 
@@ -56,3 +58,31 @@ def unauthorized() -> HTTPException:
     """The 401 of a request without the configured API key."""
     return HTTPException(401, "missing or wrong API key (Authorization: Bearer <key>)",
                          headers={"WWW-Authenticate": "Bearer"})
+
+
+# Taken by every route besides its own query parameters: the API key (presented_key).
+ALWAYS_ACCEPTED_PARAMETERS = frozenset(("access_token",))
+
+
+async def reject_unknown_parameters(conn: HTTPConnection) -> None:
+    """Router dependency: 422 naming the first query parameter the route does not take,
+    rather than ignoring it (a misspelt `limt=10` or a `dry_run` sent to a route without
+    one would otherwise do silently what the client did not ask for).  WebSocket routes
+    check their own (a close code must follow the handshake)."""
+    if conn.scope["type"] != "http" or not conn.scope.get("query_string"):
+        return
+    known = ALWAYS_ACCEPTED_PARAMETERS | _query_parameters(conn.scope["route"].dependant)
+    unknown = next((name for name in conn.query_params if name not in known), None)
+    if unknown is not None:
+        raise RequestValidationError([{
+            "loc": ("query", unknown), "type": "extra_forbidden",
+            "msg": f"unknown query parameter (this route takes {', '.join(sorted(known))})"}])
+
+
+def _query_parameters(dependant) -> frozenset[str]:
+    """The query parameters a route's handler and its dependencies declare (FastAPI's
+    Dependant tree)."""
+    names = {field.alias for field in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_parameters(sub)
+    return frozenset(names)

@@ -40,7 +40,8 @@ from gpu.warm_up import warm_up
 from service.ingest import BatchInput, InputError
 from service.labels import LabelDictionary, StagedLabels
 from service.patterns import pattern_of, to_query
-from service.schemas import GraphPublic, QueryCreate, QueryPublic, QueryValidation
+from service.schemas import (GraphPublic, QueryCreate, QueryPage, QueryPublic,
+                             QueryValidation)
 from service.settings import Settings
 from service.standing import Standing
 from storage import BatchRecord, QueryRecord, SnapshotCorrupt, SnapshotRecord
@@ -54,6 +55,14 @@ class ServiceUnavailable(RuntimeError):
 
 class Conflict(RuntimeError):
     """The request conflicts with the service's state (HTTP 409)."""
+
+
+class IdempotencyKeyInFlight(Conflict):
+    """A request with this Idempotency-Key is still being applied (HTTP 409: retry later)."""
+
+
+class IdempotencyKeyReused(InputError):
+    """The Idempotency-Key was used before for a request with another body (HTTP 422)."""
 
 
 class QueryNotFound(KeyError):
@@ -119,8 +128,9 @@ class EngineService:
         self.seq = 0
         self._next_query_id = 1
         self.failure: str | None = None   # why start-up or a rebuild failed
-        # Batches applied whose commit is still running, by Idempotency-Key.
-        self._pending_keys: dict[str, tuple[str, Future]] = {}
+        # The request hash of every batch applied whose commit is still running, by
+        # Idempotency-Key.
+        self._pending_keys: dict[str, str] = {}
         self._keys_lock = threading.Lock()
         self._last_commit: Future | None = None
         # Batches applied whose results may still be on the device (CUDA), in order: see
@@ -305,7 +315,7 @@ class EngineService:
         acknowledged: Future = Future()
         if idempotency is not None:
             with self._keys_lock:
-                self._pending_keys[idempotency[0]] = (idempotency[1], acknowledged)
+                self._pending_keys[idempotency[0]] = idempotency[1]
         self.seq = seq
         self.labels.commit(staged)
         every = self.settings.snapshot_every
@@ -408,28 +418,30 @@ class EngineService:
             commit.add_done_callback(lambda f, done=done: self._committed(done, f))
 
     def _replay(self, key: str, request_hash: str) -> Future | None:
-        """The acknowledgement of an earlier request with this Idempotency-Key, or None."""
+        """The stored answer of an earlier request with this Idempotency-Key, or None when
+        the key is new.  As the IETF Idempotency-Key draft has it: a key used for another
+        body (media type and bytes, `request_hash`) is an IdempotencyKeyReused (422),
+        whether that request is done or not; the same request again while the first is
+        still being applied (not yet durable) is an IdempotencyKeyInFlight (409), since
+        its answer is not known yet."""
         with self._keys_lock:
             pending = self._pending_keys.get(key)
-        if pending is not None:     # still being committed: answer when it is
-            if pending[0] != request_hash:
-                raise Conflict(f"Idempotency-Key {key!r} was used for a different request")
-            replay: Future = Future()
-
-            def forward(f: Future) -> None:
-                if f.exception() is not None:
-                    replay.set_exception(f.exception())
-                else:
-                    replay.set_result(IngestResult(f.result().response, replayed=True))
-            pending[1].add_done_callback(forward)
-            return replay
-        stored = self.store.idempotent(key)
-        if stored is None:
-            return None
-        _, stored_hash, response = stored
+        if pending is not None:
+            stored_hash = pending
+        else:
+            stored = self.store.idempotent(key)
+            if stored is None:
+                return None
+            _, stored_hash, response = stored
         if stored_hash != request_hash:
-            raise Conflict(f"Idempotency-Key {key!r} was used for a different request")
-        replay = Future()
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {key!r} was used for a request with another body; "
+                "use a new key for a new request")
+        if pending is not None:
+            raise IdempotencyKeyInFlight(
+                f"a request with Idempotency-Key {key!r} is still being applied; retry "
+                "once it is answered to get its answer")
+        replay: Future = Future()
         replay.set_result(IngestResult(response, replayed=True))
         return replay
 
@@ -543,8 +555,18 @@ class EngineService:
         standing = self._standing(qid)
         return standing.public(standing.stats(self.hub))
 
-    def list_queries(self) -> list[QueryPublic]:
-        return [s.public(s.stats(self.hub)) for s in self.queries.values()]
+    def list_queries(self, after: int | None, limit: int) -> QueryPage:
+        """The standing queries with an id above `after` (all without one), at most `limit`,
+        by id; `next` is the last one's id when more follow.  Raises InputError for a cursor
+        above every id given out, which no page can have returned."""
+        if after is not None and after >= self._next_query_id:
+            raise InputError(f"after: {after} is past the end: no query id above "
+                             f"{self._next_query_id - 1} has been given out")
+        # Ids are given out in increasing order and `queries` keeps insertion order.
+        listed = [s for s in self.queries.values() if after is None or s.id > after]
+        page = listed[:limit]
+        return QueryPage(queries=[s.public(s.stats(self.hub)) for s in page],
+                         next=page[-1].id if len(listed) > limit else None)
 
     # ---- graph (engine thread) --------------------------------------------------------
     def graph_info(self) -> GraphPublic:
@@ -595,4 +617,5 @@ def _copy_outcome(source: Future, target: asyncio.Future) -> None:
         target.set_result(source.result())
 
 
-__all__ = ["Conflict", "EngineService", "IngestResult", "QueryNotFound", "ServiceUnavailable"]
+__all__ = ["Conflict", "EngineService", "IdempotencyKeyInFlight", "IdempotencyKeyReused",
+           "IngestResult", "QueryNotFound", "ServiceUnavailable"]

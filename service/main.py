@@ -8,12 +8,14 @@ import logging
 import os
 import sys
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -21,8 +23,9 @@ from gpu.config import EngineConfig
 from gpu.io.records import FormatError
 from gpu.plan.query import QueryError
 from service.deps import require_api_key
-from service.engine_service import Conflict, EngineService, QueryNotFound, ServiceUnavailable
-from service.hub import Hub
+from service.engine_service import (Conflict, EngineService, IdempotencyKeyInFlight,
+                                    IdempotencyKeyReused, QueryNotFound, ServiceUnavailable)
+from service.hub import Hub, SubscriptionGone
 from service.ingest import InputError, PayloadTooLarge, UnsupportedMediaType
 from service.labels import LabelError
 from service.logs import HEADER as REQUEST_ID_HEADER
@@ -130,33 +133,100 @@ def _freeze_gc() -> None:
     gc.freeze()
 
 
-def _error_body(detail, status: int, headers: dict | None = None) -> JSONResponse:
-    """Every error answer: its `detail` and the request's id (as in X-Request-ID and the
-    logs), so that a client's report can be matched with the server's log lines."""
-    return JSONResponse({"detail": detail, "request_id": request_id()}, status_code=status,
-                        headers=headers)
+# RFC 9457 media type of every error answer.
+PROBLEM_JSON = "application/problem+json"
 
 
-def _error(status: int):
+def _error_body(request: Request, status: int, detail: str, code: str,
+                headers: dict | None = None, **extensions) -> JSONResponse:
+    """Every error answer, an RFC 9457 problem: `type` (about:blank: the status says what
+    kind of error it is), `title` (the status phrase), `status`, `detail` (what was wrong,
+    naming the field, line or setting), `instance` (the request's path), `code` (a stable
+    name for the case, for clients that must tell two errors of one status apart, such
+    as a retry still in flight and a graph already loaded), the request's id (as in
+    X-Request-ID and the logs, so that a client's report can be matched with the server's
+    log lines) and any `extensions` (`errors`, `earliest`)."""
+    body = {"type": "about:blank", "title": _title(status), "status": status,
+            "detail": detail, "instance": request.url.path, "code": code,
+            "request_id": request_id(), **extensions}
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+# RFC 9110's names where the running Python's HTTPStatus may have an older one (3.13
+# renamed them), so that a title does not depend on the server's Python.
+_RFC_9110_TITLES = {413: "Content Too Large", 422: "Unprocessable Content"}
+
+
+def _title(status: int) -> str:
+    return _RFC_9110_TITLES.get(status) or HTTPStatus(status).phrase
+
+
+# The errors the app maps to a status and a `code`, most specific first where one is a
+# subclass of another (handlers are found through the exception's MRO).
+_MAPPED_ERRORS = (
+    (PayloadTooLarge, 413, "payload_too_large"),
+    (UnsupportedMediaType, 415, "unsupported_media_type"),
+    (IdempotencyKeyReused, 422, "idempotency_key_reused"),
+    (InputError, 422, "invalid_input"), (FormatError, 422, "invalid_input"),
+    (QueryError, 422, "invalid_input"), (LabelError, 422, "invalid_input"),
+    (IdempotencyKeyInFlight, 409, "idempotency_key_in_flight"),
+    (Conflict, 409, "conflict"),
+    (QueryNotFound, 404, "not_found"),
+    (ServiceUnavailable, 503, "unavailable"),
+)
+
+
+def _error(status: int, code: str):
     async def handler(request: Request, exc: Exception) -> JSONResponse:
-        return _error_body(str(exc), status)
+        return _error_body(request, status, str(exc), code)
     return handler
 
 
-async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    return _error_body(exc.detail, exc.status_code, exc.headers)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's (routing's 404 and 405) and FastAPI's HTTPException (routes and
+    dependencies): the status's phrase is the code (not_found, method_not_allowed, ...),
+    but for the 422s, which are invalid input as every other."""
+    status = exc.status_code
+    code = "invalid_input" if status == 422 else \
+        _title(status).lower().replace(" ", "_").replace("-", "_")
+    return _error_body(request, status, str(exc.detail), code, exc.headers)
+
+
+async def _results_gone(request: Request, exc: SubscriptionGone) -> JSONResponse:
+    return _error_body(request, 410, str(exc), "results_gone", earliest=exc.earliest)
 
 
 async def _invalid_body(request: Request, exc: ValidationError) -> JSONResponse:
-    errors = [{"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]}
-              for err in exc.errors(include_url=False, include_input=False)]
-    return _error_body(errors, 422)
+    return _schema_errors(request, [
+        {"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]}
+        for err in exc.errors(include_url=False, include_input=False)])
 
 
 async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = [{"loc": list(err["loc"]), "msg": err["msg"], "type": err["type"]}
-              for err in exc.errors()]
-    return _error_body(errors, 422)
+    return _schema_errors(request, [
+        {"loc": list(err["loc"]), "msg": err["msg"], "type": err["type"]}
+        for err in exc.errors()])
+
+
+def _schema_errors(request: Request, errors: list[dict]) -> JSONResponse:
+    """A 422 for a body or parameter that broke the schema: every error in `errors`
+    ({loc, msg, type}, as FastAPI gives them), the first one in `detail`."""
+    first = errors[0]
+    detail = f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more in `errors`)"
+    return _error_body(request, 422, detail, "invalid_input", errors=errors)
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Answer every error the app's routes raise as a problem (_error_body)."""
+    for exc_type, status, code in _MAPPED_ERRORS:
+        app.add_exception_handler(exc_type, _error(status, code))
+    app.add_exception_handler(SubscriptionGone, _results_gone)
+    app.add_exception_handler(ValidationError, _invalid_body)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -164,7 +234,7 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     # the header is set here.  (The middleware raises the error on afterwards, and uvicorn
     # logs it, with the request's id.)
     rid = request_id()
-    return _error_body("internal server error", 500,
+    return _error_body(request, 500, "internal server error", "internal_error",
                        {REQUEST_ID_HEADER: rid} if rid is not None else None)
 
 
@@ -231,15 +301,7 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     for router in (health.metrics, docs.router, queries.router, batches.router, graph.router,
                    events.router):
         app.include_router(router, dependencies=secured)
-    for exc_type, status in ((PayloadTooLarge, 413), (UnsupportedMediaType, 415),
-                             (InputError, 422), (FormatError, 422), (QueryError, 422),
-                             (LabelError, 422), (Conflict, 409), (QueryNotFound, 404),
-                             (ServiceUnavailable, 503)):
-        app.add_exception_handler(exc_type, _error(status))
-    app.add_exception_handler(ValidationError, _invalid_body)
-    app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _internal_error)
+    add_error_handlers(app)
     app.batch_fast_path = batches.BatchFastPath(app)
     app.openapi = lambda: openapi_document(app, settings.api_key is not None)
     # Added innermost first: request id (outermost, so every answer and log line has one),

@@ -9,15 +9,40 @@ from fastapi.routing import APIWebSocketRoute
 
 from service.schemas import BatchCreate, GraphLoad, QueryCreate
 
-# The error body every 4xx/5xx shares (service/main.py's handlers).
+# The error body every 4xx/5xx shares (service/main.py's _error_body): an RFC 9457
+# problem, as application/problem+json.
+PROBLEM_JSON = "application/problem+json"
 ERROR_SCHEMA = {
-    "title": "Error", "type": "object", "required": ["detail"],
+    "title": "Error", "type": "object",
+    "required": ["type", "title", "status", "detail", "code"],
+    "description": "An RFC 9457 problem detail (application/problem+json).",
     "properties": {
-        "detail": {"description": "what was wrong: a message naming the field, line or "
-                                  "setting, or for schema errors a list of "
-                                  "{loc, msg, type}"},
+        "type": {"type": "string", "format": "uri-reference", "const": "about:blank",
+                 "description": "about:blank: the status says what kind of error it is "
+                                "(`code` tells the cases apart)"},
+        "title": {"type": "string", "description": "the status's phrase, e.g. Conflict"},
+        "status": {"type": "integer", "description": "the HTTP status, repeated"},
+        "detail": {"type": "string",
+                   "description": "what was wrong: a message naming the field, line, "
+                                  "parameter or setting (for schema errors, the first of "
+                                  "`errors`)"},
+        "instance": {"type": "string", "format": "uri-reference",
+                     "description": "the request's path"},
+        "code": {"type": "string", "description": "a stable name for the case: "
+                 "invalid_input, idempotency_key_reused, idempotency_key_in_flight, "
+                 "conflict, not_found, results_gone, payload_too_large, "
+                 "unsupported_media_type, unauthorized, unavailable, internal_error, ..."},
         "request_id": {"type": ["string", "null"],
-                       "description": "the request's X-Request-ID (as in the logs)"}}}
+                       "description": "the request's X-Request-ID (as in the logs)"},
+        "errors": {"type": "array", "description": "schema errors only: every one, as "
+                   "{loc, msg, type} (`loc` e.g. [\"body\", \"insert_edges\", 3, 1] or "
+                   "[\"query\", \"limit\"])",
+                   "items": {"type": "object", "required": ["loc", "msg", "type"],
+                             "properties": {"loc": {"type": "array"},
+                                            "msg": {"type": "string"},
+                                            "type": {"type": "string"}}}},
+        "earliest": {"type": "integer", "description": "410 only: the earliest cursor "
+                     "still served"}}}
 _ERROR_REF = {"$ref": "#/components/schemas/Error"}
 # Answers no route declares itself: (method, path) or (None: any method, path prefix),
 # status, why.
@@ -25,13 +50,16 @@ _ERRORS = (
     (None, "/v1/queries/{query_id}", 404, "No such query"),
     ("post", "/v1/queries", 422, "Invalid pattern or options (nothing registered)"),
     ("post", "/v1/queries:validate", 422, "Invalid pattern"),
-    ("post", "/v1/batches", 409, "Idempotency-Key reused for another request"),
+    ("post", "/v1/batches", 409, "A request with this Idempotency-Key is still being "
+                                 "applied (retry later)"),
     ("post", "/v1/batches", 415, "Unsupported Content-Type"),
-    ("post", "/v1/batches", 422, "Invalid batch (nothing applied)"),
+    ("post", "/v1/batches", 422, "Invalid or empty batch, or an Idempotency-Key used before "
+                                 "for another body (nothing applied)"),
     ("put", "/v1/graph", 409, "The graph is not empty"),
     ("put", "/v1/graph", 413, "Body above max_request_bytes"),
     ("put", "/v1/graph", 415, "Unsupported Content-Type"),
     ("put", "/v1/graph", 422, "Invalid graph (nothing loaded)"),
+    (None, "/v1/", 422, "Invalid input, or an unknown query parameter"),
     (None, "/v1/", 503, "Not available: still recovering, or could not be made durable "
                         "(nothing changed)"),
 )
@@ -53,6 +81,9 @@ def openapi_document(app: FastAPI, secured: bool) -> dict:
             schemas.setdefault(name, sub)
         schemas[model.__name__] = body
     schemas["Error"] = ERROR_SCHEMA
+    # FastAPI's own body for its 422s, replaced by Error everywhere.
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             _declare_errors(path, method, operation["responses"])
@@ -69,7 +100,7 @@ def openapi_document(app: FastAPI, secured: bool) -> dict:
                 else:
                     operation["responses"].setdefault(
                         "401", {"description": "Missing or wrong API key",
-                                "content": {"application/json": {"schema": _ERROR_REF}}})
+                                "content": {PROBLEM_JSON: {"schema": _ERROR_REF}}})
     sockets = _websockets(app)
     schema["x-websockets"] = sockets
     schema["info"]["description"] += "\n\nWebSocket routes (not listed among the paths): " + \
@@ -80,12 +111,17 @@ def openapi_document(app: FastAPI, secured: bool) -> dict:
 
 
 def _declare_errors(path: str, method: str, responses: dict) -> None:
+    """Add the _ERRORS entries that match the operation, then give every 4xx/5xx answer
+    it declares (its own, FastAPI's 422 included) the one body they all have: Error, as
+    application/problem+json."""
     for wanted_method, where, status, why in _ERRORS:
         # An entry for any method names a path prefix; one for a method, a path.
         if (path.startswith(where) if wanted_method is None
                 else method == wanted_method and path == where):
-            entry = responses.setdefault(str(status), {"description": why})
-            entry.setdefault("content", {"application/json": {"schema": _ERROR_REF}})
+            responses.setdefault(str(status), {"description": why})
+    for status, entry in responses.items():
+        if status[0] in "45":
+            entry["content"] = {PROBLEM_JSON: {"schema": _ERROR_REF}}
 
 
 def _websockets(app: FastAPI) -> dict:

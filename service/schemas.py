@@ -76,6 +76,18 @@ class QueryPublic(BaseModel):
     stats: QueryStats | None = None
 
 
+# GET /v1/queries: queries per page by default, and at most.
+QUERY_PAGE_DEFAULT = 100
+QUERY_PAGE_MAX = 1000
+
+
+class QueryPage(BaseModel):
+    # A page of GET /v1/queries, by id.
+    queries: list[QueryPublic]
+    next: int | None = Field(description="Pass as `after` to get the following page; null "
+                                         "on the last page")
+
+
 class QueryValidation(BaseModel):
     # The answer of a validation-only call: the pattern as it would be registered.
     valid: Literal[True] = True

@@ -23,8 +23,3 @@ class ResultsPublic(BaseModel):
                                   "to this batch, whether the batches touched it or not")
     last_batch: int = Field(description="The last batch committed when the page was read")
 
-
-class ResultsGonePublic(BaseModel):
-    # 410: the events after the cursor were pruned by the result retention.
-    detail: str
-    earliest: int = Field(description="The earliest cursor still served")

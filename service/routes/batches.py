@@ -3,24 +3,37 @@ from __future__ import annotations
 
 import hashlib
 
-from fastapi import APIRouter, FastAPI, Header, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.deps import StateDep, bearer_token, key_accepted, unauthorized
+from service.deps import (ALWAYS_ACCEPTED_PARAMETERS, StateDep, bearer_token, key_accepted,
+                          reject_unknown_parameters, unauthorized)
 from service.engine_service import IngestResult
-from service.ingest import JSON, NPY, TEXT, PayloadTooLarge, parse_batch, read_media_type
+from service.ingest import (JSON, NPY, TEXT, InputError, PayloadTooLarge, parse_batch,
+                            read_media_type)
 from service.schemas import BatchPublic
 from service.state import ServiceState
 
-router = APIRouter(prefix="/v1", tags=["batches"])
+router = APIRouter(prefix="/v1", tags=["batches"],
+                   dependencies=[Depends(reject_unknown_parameters)])
 
 PATH = "/v1/batches"
 # Bodies above this are parsed off the event loop.
 _INLINE_PARSE_BYTES = 1 << 16
 # The longest Idempotency-Key accepted (longer ones are a 422).
 _MAX_KEY_LENGTH = 200
+
+# Why an empty batch is refused, per media type: a batch is a sequence number and a result
+# for every query, and a body without updates is far more often a client's mistake (a
+# misnamed file, an empty export) than a wish to record nothing.
+_EMPTY = {JSON: "the batch is empty: insert_vertices, delete_vertices, insert_edges and "
+                "delete_edges are all empty or missing; send at least one update",
+          TEXT: "the batch is empty: the body has no update line (only blank lines or "
+                "comments); send at least one update",
+          NPY: "the batch is empty: the array has no rows; send at least one update"}
 
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/BatchCreate"}},
@@ -32,16 +45,19 @@ _BODY = {"requestBody": {"required": True, "content": {
 
 
 @router.post("/batches", response_model=BatchPublic, openapi_extra=_BODY,
-             responses={409: {"description": "Idempotency-Key reused for another request"},
+             responses={409: {"description": "a request with this Idempotency-Key is still "
+                                             "being applied (retry later)"},
                         413: {"description": "body too large"},
-                        422: {"description": "invalid batch (nothing applied)"},
+                        422: {"description": "invalid or empty batch, or an Idempotency-Key "
+                                             "used before for another body (nothing applied)"},
                         503: {"description": "could not be made durable (nothing applied)"}})
 async def post_batch(request: Request, state: StateDep,
                      idempotency_key: str | None = Header(None, max_length=_MAX_KEY_LENGTH)
                      ) -> Response:
     """Apply one batch atomically, after every earlier one; answered once it is durable.
-    The same `Idempotency-Key` with the same body returns the stored answer and applies
-    nothing again."""
+    A batch without any update is refused (422).  The same `Idempotency-Key` with the same
+    body returns the stored answer and applies nothing again; with another body it is a
+    422, and while the first request is still being applied a 409."""
     return await _ingest(request, state, idempotency_key)
 
 
@@ -64,9 +80,9 @@ class BatchFastPath:
     same limit, runs the route's own parsing and engine call, and writes the stored
     response as it is, waking the event loop once per batch.  Refusals go through the
     app's exception handlers, so every status and body is the route's.  A request it does
-    not take as it is (another path or method, a root path, an Idempotency-Key the route
-    would refuse) goes on to the app: the FastAPI route stays the documented one (OpenAPI)
-    and the reference.
+    not take as it is (another path or method, a root path, an Idempotency-Key or a query
+    parameter the route would refuse) goes on to the app: the FastAPI route stays the
+    documented one (OpenAPI) and the reference.
     """
 
     def __init__(self, app: FastAPI) -> None:
@@ -80,8 +96,9 @@ class BatchFastPath:
                        fallback: ASGIApp) -> None:
         headers = _headers(scope["headers"])
         key = headers.get(b"idempotency-key")
-        if key is not None and len(key) > _MAX_KEY_LENGTH:
-            await fallback(scope, receive, send)    # the route's 422 names the header
+        if (key is not None and len(key) > _MAX_KEY_LENGTH) \
+                or not _only_accepted_parameters(scope["query_string"]):
+            await fallback(scope, receive, send)    # the route's 422 names what is wrong
             return
         state: ServiceState = self.app.state.motifstream
         try:
@@ -110,6 +127,15 @@ class BatchFastPath:
         await send({"type": "http.response.start", "status": 200,
                     "headers": response_headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _only_accepted_parameters(query_string: bytes) -> bool:
+    """Whether the query string has no parameter but those every route takes (the route
+    itself has none)."""
+    if not query_string:
+        return True
+    return all(name in ALWAYS_ACCEPTED_PARAMETERS
+               for name in QueryParams(query_string).keys())
 
 
 # The request headers the fast path reads (Starlette, too, serves the first of repeats).
@@ -154,6 +180,8 @@ async def _ingest_raw(state: ServiceState, headers: dict[bytes, bytes], receive:
         batch = await run_in_threadpool(parse_batch, body, media, settings.max_batch_updates)
     else:
         batch = parse_batch(body, media, settings.max_batch_updates)
+    if batch.size == 0:
+        raise InputError(_EMPTY[batch.media_type])
     key = None
     if idempotency_key is not None:
         key = (idempotency_key, hashlib.sha256(media.encode() + b"\0" + body).hexdigest())

@@ -21,18 +21,20 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, WebSocket
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette import status
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from service.deps import StateDep, key_accepted, presented_key
+from service.deps import (ALWAYS_ACCEPTED_PARAMETERS, StateDep, key_accepted, presented_key,
+                          reject_unknown_parameters)
 from service.hub import Subscription, SubscriptionGone, retained_events
 from service.state import ServiceState
-from service.schemas_events import ResultsGonePublic, ResultsPublic
+from service.schemas_events import ResultsPublic
 from storage import EventRecord, ResultsPruned
 
-router = APIRouter(prefix="/v1/queries", tags=["events"])
+router = APIRouter(prefix="/v1/queries", tags=["events"],
+                   dependencies=[Depends(reject_unknown_parameters)])
 
 MAX_PAGE = 10_000
 
@@ -152,9 +154,8 @@ def _sse_event(event: str, data: str, seq: int | None = None) -> bytes:
 
 @router.get("/{query_id}/results", response_model=ResultsPublic,
             dependencies=[Depends(require_query)],
-            responses={**NOT_FOUND_RESPONSE, 410: {"model": ResultsGonePublic,
-                                          "description": "The cursor is older than the "
-                                                         "result retention"}})
+            responses={**NOT_FOUND_RESPONSE, 410: {"description": "The cursor is older than "
+                                                                  "the result retention"}})
 async def poll_results(
     query_id: int,
     state: StateDep,
@@ -173,10 +174,8 @@ async def poll_results(
 
     try:
         start, events, last_batch = await run_in_threadpool(read)
-    except ResultsPruned as exc:
-        gone = SubscriptionGone(query_id, exc.after, exc.earliest)
-        return JSONResponse(ResultsGonePublic(detail=str(gone), earliest=gone.earliest)
-                            .model_dump(), status_code=410)
+    except ResultsPruned as exc:   # a 410 problem with `earliest` (service/main.py)
+        raise SubscriptionGone(query_id, exc.after, exc.earliest) from None
     if len(events) == limit:    # a full page: later events may follow its last
         through = events[-1].seq
     else:   # every event committed when the log was read, which was after last_batch
@@ -189,6 +188,10 @@ async def poll_results(
     return Response(body, media_type="application/json")
 
 
+# The WebSocket route's query parameters (others close it with 4422).
+_SOCKET_PARAMETERS = ALWAYS_ACCEPTED_PARAMETERS | {"after"}
+
+
 @router.websocket("/{query_id}/ws")
 async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) -> None:
     """The SSE stream's events as WebSocket text messages.
@@ -198,8 +201,8 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
     N}}` (every event up to batch N was sent); the last one is `{"event": "gone" | "deleted"
     | "shutdown", "data": {...}}`, then the socket closes with 4410, 1000 or 1001. Refused
     with 1008 without the API key (`Authorization` header or `?access_token=`); closed with
-    4404 for an unknown query and 4422 for a bad `after`. Messages from the client are
-    ignored.
+    4404 for an unknown query and 4422 for a bad `after` or an unknown query parameter.
+    Messages from the client are ignored.
     """
     socket = _EventSocket(websocket)
     # Accepted first, even without the key: a close code reaches the client only on an open
@@ -207,6 +210,11 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
     await socket.accept()
     if not key_accepted(state.settings, presented_key(websocket)):
         await socket.close(status.WS_1008_POLICY_VIOLATION, "missing or wrong API key")
+        return
+    unknown = next((name for name in websocket.query_params
+                    if name not in _SOCKET_PARAMETERS), None)
+    if unknown is not None:
+        await socket.close(WS_BAD_CURSOR, f"{unknown}: unknown query parameter")
         return
     raw_after = websocket.query_params.get("after")
     after = _cursor(raw_after)

@@ -1,14 +1,15 @@
 """Owns /v1/graph: the data graph's size, labels and backend, and its one-time bulk load."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from service.deps import StateDep
+from service.deps import StateDep, reject_unknown_parameters
 from service.ingest import JSON, TEXT, media_type, parse_graph, read_body
 from service.schemas import GraphPublic
 
-router = APIRouter(prefix="/v1", tags=["graph"])
+router = APIRouter(prefix="/v1", tags=["graph"],
+                   dependencies=[Depends(reject_unknown_parameters)])
 
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/GraphLoad"}},

@@ -1,15 +1,17 @@
 """Owns /v1/queries: register (or only validate), list, inspect and delete standing queries."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
-from service.deps import StateDep
+from service.deps import StateDep, reject_unknown_parameters
 from service.ingest import JSON, TEXT, UnsupportedMediaType, media_type, read_body
-from service.schemas import QueryCreate, QueryPublic, QueryValidation
+from service.schemas import (QUERY_PAGE_DEFAULT, QUERY_PAGE_MAX, QueryCreate, QueryPage,
+                             QueryPublic, QueryValidation)
 
-router = APIRouter(prefix="/v1", tags=["queries"])
+router = APIRouter(prefix="/v1", tags=["queries"],
+                   dependencies=[Depends(reject_unknown_parameters)])
 
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/QueryCreate"}},
@@ -31,7 +33,10 @@ async def _create(request: Request, state, name, deliver, max_matches_per_batch,
 
 
 @router.post("/queries", status_code=201, response_model=QueryPublic | QueryValidation,
-             openapi_extra=_BODY)
+             openapi_extra=_BODY, responses={201: {
+                 "description": "Registered",
+                 "headers": {"Location": {"description": "the new query's URL",
+                                          "schema": {"type": "string"}}}}})
 async def register_query(
         request: Request, response: Response, state: StateDep,
         dry_run: bool = Query(False, description="only validate the pattern"),
@@ -40,11 +45,15 @@ async def register_query(
         max_matches_per_batch: int | None = Query(None, ge=1, description="text/plain only"),
         backfill: bool = Query(False, description="text/plain only")):
     """Register a standing query (JSON `QueryCreate`, or query-file text with the options as
-    query parameters).  Matches list data vertex ids in the order of `pattern.vertices`."""
+    query parameters); answered 201 with the query and its URL in `Location`.  Matches list
+    data vertex ids in the order of `pattern.vertices`."""
     create = await _create(request, state, name, deliver, max_matches_per_batch, backfill)
     result = await state.engine.call(state.engine.register, create, dry_run)
     if dry_run:
         response.status_code = 200
+    else:
+        response.headers["Location"] = \
+            f"{request.scope.get('root_path', '')}/v1/queries/{result.id}"
     return result
 
 
@@ -55,10 +64,18 @@ async def validate_query(request: Request, state: StateDep):
     return await state.engine.call(state.engine.register, create, True)
 
 
-@router.get("/queries", response_model=list[QueryPublic])
-async def list_queries(state: StateDep):
-    """Every standing query with its statistics, by id."""
-    return await state.engine.call(state.engine.list_queries)
+@router.get("/queries", response_model=QueryPage)
+async def list_queries(
+        state: StateDep,
+        limit: Annotated[int, Query(ge=1, le=QUERY_PAGE_MAX, description=(
+            f"queries per page (at most {QUERY_PAGE_MAX})"))] = QUERY_PAGE_DEFAULT,
+        after: Annotated[int | None, Query(ge=0, description=(
+            "cursor: only queries with an id above it (a page's `next`); default: from the "
+            "first"))] = None):
+    """A page of the standing queries with their statistics, by id: at most `limit`, those
+    after `after`.  `next` is the cursor of the following page, null on the last one.  A
+    cursor above every id ever given out is a 422."""
+    return await state.engine.call(state.engine.list_queries, after, limit)
 
 
 @router.get("/queries/{query_id}", response_model=QueryPublic)

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from gpu.io.records import ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL
 from service.main import create_app
 from service.settings import Settings
+from tests.graphs import random_batch
 
 # The executor the service tests run on: cpu by default; the device run sets cuda (and may
 # set the device graph's layout).
@@ -86,3 +87,12 @@ def pattern_json(pattern) -> dict:
     return {"vertices": [{"id": i, "label": lab} for i, lab in enumerate(pattern.labels)],
             "edges": [{"source": a, "target": b, "label": lab}
                       for (a, b), lab in sorted(pattern.edges.items())]}
+
+
+def random_service_batch(rng, data, nlabels: int, nelabels: int, next_id: list[int]):
+    """tests.graphs.random_batch drawn again until it has an update: the service refuses an
+    empty batch (a 422, tests/service/test_http_conventions.py)."""
+    while True:
+        stream = random_batch(rng, data, nlabels, nelabels, next_id)
+        if len(stream):
+            return stream

@@ -55,7 +55,7 @@ def test_openapi_declares_errors_and_the_websocket_route(client):
     assert {"409", "413", "415", "422", "503"} <= set(batch)
     assert {"409", "422"} <= set(paths["/v1/graph"]["put"]["responses"])
     assert "422" in paths["/v1/queries"]["post"]["responses"]
-    error = batch["422"]["content"]["application/json"]["schema"]
+    error = batch["422"]["content"]["application/problem+json"]["schema"]
     assert error == {"$ref": "#/components/schemas/Error"}
     assert "request_id" in spec["components"]["schemas"]["Error"]["properties"]
     assert "/v1/queries/{query_id}/ws" in spec["x-websockets"]

@@ -2,9 +2,9 @@
 never change state.
 
 The requests go to one app per module (small limits, a small graph, two standing queries).
-After each one: the status is below 500; a 4xx body is JSON whose `detail` is a message or a
-list of errors with a `loc`; and when the request was refused, only read, or only validated,
-the observable state is what it was before: GET /v1/graph (less the store and device-pool
+After each one: the status is below 500; a 4xx body is an RFC 9457 problem whose `detail` is
+a message (schema errors listed in `errors`, each with a `loc`); and when the request was
+refused, only read, or only validated, the observable state is what it was before: GET /v1/graph (less the store and device-pool
 sizes), GET /v1/queries
 (less the latencies) and every query's results log. Inputs a generator builds with a defect must
 be refused; arbitrary ones may be accepted, and then their state is the new baseline (a query
@@ -149,7 +149,7 @@ def observable(client) -> dict:
     graph = get_json(client, "/v1/graph")
     for key in HISTORY_DEPENDENT:
         del graph[key]
-    queries = get_json(client, "/v1/queries")
+    queries = get_json(client, "/v1/queries")["queries"]
     for query in queries:
         del query["stats"]["last_latency_ms"], query["stats"]["p99_latency_ms"]
     results = {q["id"]: get_json(client, f"/v1/queries/{q['id']}/results",
@@ -166,19 +166,20 @@ def request(client, method: str, url: str, **kwargs):
 
 
 def assert_error_body(response) -> None:
-    """A 4xx body: JSON with a non-empty `detail` message, or a list of errors with `loc`."""
+    """A 4xx body: an RFC 9457 problem whose `detail` is a non-empty message, with for schema
+    errors a list of `errors` with `loc`."""
     where = f"{response.request.method} {response.request.url} -> {response.status_code}"
-    assert response.headers.get("content-type", "").startswith(JSON), (where, response.text)
-    detail = response.json().get("detail")
-    if isinstance(detail, str):
-        assert detail.strip(), (where, response.text)
-    else:
-        assert isinstance(detail, list) and detail, (where, response.text)
-        for error in detail:
-            assert isinstance(error, dict), (where, response.text)
-            assert isinstance(error.get("loc"), list) and error["loc"], (where, response.text)
-            assert isinstance(error.get("msg"), str) and error["msg"], (where, response.text)
-    text = json.dumps(detail)
+    assert response.headers.get("content-type") == "application/problem+json", \
+        (where, response.text)
+    problem = response.json()
+    assert problem["status"] == response.status_code, (where, response.text)
+    detail = problem.get("detail")
+    assert isinstance(detail, str) and detail.strip(), (where, response.text)
+    for error in problem.get("errors", ()):
+        assert isinstance(error, dict), (where, response.text)
+        assert isinstance(error.get("loc"), list) and error["loc"], (where, response.text)
+        assert isinstance(error.get("msg"), str) and error["msg"], (where, response.text)
+    text = json.dumps(problem)
     assert "Traceback" not in text and " object at 0x" not in text, (where, text)
 
 
@@ -229,7 +230,7 @@ class Api:
     def _accepted(self) -> None:
         # A request the app took may change the state: the queries it registered go again,
         # the rest is the new baseline.
-        for query in get_json(self.client, "/v1/queries"):
+        for query in get_json(self.client, "/v1/queries")["queries"]:
             if query["id"] not in self.queries.values():
                 assert self.client.delete(f"/v1/queries/{query['id']}").status_code == 204
         self.state = observable(self.client)
@@ -1089,6 +1090,11 @@ class InterleavedBatches(RuleBasedStateMachine):
             event("machine: batch the reference rejects")
             r = self._post(media, encode_batch(batch, media))
             assert r.status_code == 422 and RECORD_AT[media].match(r.json()["detail"]), r.text
+            return
+        if not batch:   # refused, as documented (docs/service.md, Batches)
+            event("machine: empty batch")
+            r = self._post(media, encode_batch(batch, media))
+            assert r.status_code == 422 and "the batch is empty" in r.json()["detail"], r.text
             return
         event(f"machine: valid batch of {len(batch)}")
         r = self._post(media, encode_batch(batch, media))

@@ -265,7 +265,10 @@ def test_an_unhandled_error_is_a_500_with_the_request_id(tmp_path):
     with TestClient(app, raise_server_exceptions=False) as client:
         r = client.get("/boom", headers={"X-Request-ID": "bug-report-1"})
     assert r.status_code == 500
-    assert r.json() == {"detail": "internal server error", "request_id": "bug-report-1"}
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json() == {"type": "about:blank", "title": "Internal Server Error", "status": 500,
+                        "detail": "internal server error", "instance": "/boom",
+                        "code": "internal_error", "request_id": "bug-report-1"}
     assert r.headers["x-request-id"] == "bug-report-1"
 
 

@@ -20,13 +20,15 @@ def test_register_list_get_delete(client):
     assert text.status_code == 201, text.text
     assert text.json()["max_matches_per_batch"] == 10_000
     listed = client.get("/v1/queries").json()
-    assert [x["id"] for x in listed] == [q["id"], text.json()["id"]]
+    assert [x["id"] for x in listed["queries"]] == [q["id"], text.json()["id"]]
+    assert listed["next"] is None
     one = client.get(f"/v1/queries/{q['id']}").json()
     assert one["stats"]["batches_seen"] == 0 and one["stats"]["subscribers"] == 0
     assert client.delete(f"/v1/queries/{q['id']}").status_code == 204
     assert client.get(f"/v1/queries/{q['id']}").status_code == 404
     assert client.delete(f"/v1/queries/{q['id']}").status_code == 404
-    assert [x["id"] for x in client.get("/v1/queries").json()] == [text.json()["id"]]
+    assert [x["id"] for x in client.get("/v1/queries").json()["queries"]] == \
+        [text.json()["id"]]
     # Ids are never reused.
     again = client.post("/v1/queries", json={"pattern": TRIANGLE}).json()
     assert again["id"] == text.json()["id"] + 1 and again["name"] == f"query-{again['id']}"
@@ -38,7 +40,7 @@ def test_validation_only_registers_nothing(client):
                           params={"dry_run": "true"})):
         assert r.status_code == 200, r.text
         assert r.json()["valid"] is True and r.json()["edges"] == 3
-    assert client.get("/v1/queries").json() == []
+    assert client.get("/v1/queries").json() == {"queries": [], "next": None}
     first = client.post("/v1/queries", json={"pattern": TRIANGLE}).json()
     assert first["id"] == 1
 
@@ -65,8 +67,8 @@ def test_bad_patterns_are_422_naming_the_problem(client):
         assert r.status_code == 422, (body, r.text)
         assert needle in r.text, (needle, r.text)
     r = client.post("/v1/queries", json={"pattern": TRIANGLE, "deliver": "everything"})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "deliver"]
-    assert client.get("/v1/queries").json() == []
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == ["body", "deliver"]
+    assert client.get("/v1/queries").json() == {"queries": [], "next": None}
 
 
 def test_backfill_delivers_current_matches_first(client):

@@ -7,13 +7,14 @@ import threading
 import time
 from concurrent.futures import Future
 
-from tests.graphs import random_batch, random_data
+from tests.graphs import random_data
 from tests.service.conftest import (
     BACKEND,
     batch_json,
     graph_json,
     graph_state,
     pattern_json,
+    random_service_batch,
     running,
 )
 from tests.service.test_batches import PATTERNS
@@ -34,7 +35,7 @@ def _stream(seed: int, batches: int):
     data = random_data(rng, 14, 2, 2, 0.3)
     start = data.labeled()
     next_id = [100]
-    return start, [batch_json(random_batch(rng, data, 2, 2, next_id)) for _ in range(batches)]
+    return start, [batch_json(random_service_batch(rng, data, 2, 2, next_id)) for _ in range(batches)]
 
 
 def _register(client) -> list[int]:
@@ -50,7 +51,7 @@ def test_restart_resumes_exactly_where_it_stopped(tmp_path):
         ids = _register(client)
         reference = [client.post("/v1/batches", json=b).json()["results"] for b in batches]
         ref_graph = graph_state(client)
-        ref_queries = client.get("/v1/queries").json()
+        ref_queries = client.get("/v1/queries").json()["queries"]
     # The same stream across three restarts, with snapshots every 5 batches.
     data = tmp_path / "restarted"
     got = []
@@ -64,7 +65,7 @@ def test_restart_resumes_exactly_where_it_stopped(tmp_path):
     assert got == reference
     with running(data, snapshot_every=5) as client:
         assert graph_state(client) == ref_graph
-        queries = client.get("/v1/queries").json()
+        queries = client.get("/v1/queries").json()["queries"]
         for q, ref in zip(queries, ref_queries):
             for key in ("batches_seen", "total_positive", "total_negative", "last_batch"):
                 assert q["stats"][key] == ref["stats"][key], key
