@@ -47,13 +47,19 @@ def test_events_carry_their_batch_and_time_and_polls_advance_past_untouched_batc
                           params={"after": page["next"]}).json()["events"] == []
 
 
+def _two_events(client) -> tuple[int, int]:
+    """A query and two batches that each give it an event: (query id, first batch)."""
+    _graph(client)
+    qid = client.post("/v1/queries", json={"pattern": EDGE}).json()["id"]
+    first = _batch(client, (0, 1))
+    _batch(client, (2, 3))
+    return qid, first
+
+
 def test_the_timer_prunes_between_the_multiples_of_prune_every(tmp_path):
     with running(tmp_path / "data", result_retention=1, prune_every=1000,
                  prune_seconds=0.05) as client:
-        _graph(client)
-        qid = client.post("/v1/queries", json={"pattern": EDGE}).json()["id"]
-        first = _batch(client, (0, 1))
-        _batch(client, (2, 3))
+        qid, first = _two_events(client)
         url = f"/v1/queries/{qid}/results"
         deadline = time.monotonic() + 10
         while (r := client.get(url, params={"after": 0})).status_code != 410:
@@ -66,10 +72,7 @@ def test_the_timer_prunes_between_the_multiples_of_prune_every(tmp_path):
 def test_without_the_timer_nothing_is_pruned_before_prune_every(tmp_path):
     with running(tmp_path / "data", result_retention=1, prune_every=1000,
                  prune_seconds=0) as client:
-        _graph(client)
-        qid = client.post("/v1/queries", json={"pattern": EDGE}).json()["id"]
-        first = _batch(client, (0, 1))
-        _batch(client, (2, 3))
+        qid, first = _two_events(client)
         time.sleep(0.2)
         page = client.get(f"/v1/queries/{qid}/results", params={"after": 0}).json()
         assert [event["id"] for event in page["events"]] == [first, first + 1]
