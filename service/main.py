@@ -33,9 +33,10 @@ from service.logs import log_config, request_id, request_id_middleware
 from service.metrics import Metrics
 from service.openapi import openapi_document
 from service.retention import start_pruning, stop_pruning
-from service.routes import batches, docs, events, graph, health, queries
+from service.routes import batches, docs, events, graph, health, queries, webhooks
 from service.settings import Settings
 from service.state import ServiceState
+from service.webhooks import Deliverer
 from storage import Store
 
 log = logging.getLogger("motifstream.service")
@@ -66,10 +67,13 @@ async def lifespan(app: FastAPI):
     # and requests wait their turn on the engine thread.
     startup = asyncio.create_task(_start(state, app.state.freeze_gc_when_ready))
     pruning = start_pruning(store, settings.prune_seconds)
+    app.state.webhooks = deliverer = Deliverer(store, hub, settings)
+    await deliverer.start()
     try:
         yield
     finally:
         await stop_pruning(pruning)
+        await deliverer.close()
         await asyncio.shield(asyncio.gather(startup, return_exceptions=True))
         await asyncio.to_thread(engine.close)
         await hub.close()
@@ -299,7 +303,7 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     secured = [Depends(require_api_key)]
     app.include_router(health.health)
     for router in (health.metrics, docs.router, queries.router, batches.router, graph.router,
-                   events.router):
+                   events.router, webhooks.router):
         app.include_router(router, dependencies=secured)
     add_error_handlers(app)
     app.batch_fast_path = batches.BatchFastPath(app)

@@ -94,6 +94,14 @@ class Settings(BaseSettings):
     # Per-route HTTP metrics (http_* in /metrics).  Off saves each request a few tens of
     # microseconds of the event loop's time (docs/service.md): for the highest batch rates.
     http_metrics: bool = True
+    # Webhooks (service/webhooks.py): a delivery is tried at most webhook_attempts times,
+    # waiting webhook_backoff_seconds after the first failure, twice that after the second,
+    # and so on up to webhook_backoff_max_seconds; then the event is a dead letter.  Each
+    # POST may take webhook_timeout_seconds.
+    webhook_attempts: int = Field(8, ge=1)
+    webhook_backoff_seconds: float = Field(0.5, ge=0)
+    webhook_backoff_max_seconds: float = Field(60.0, ge=0)
+    webhook_timeout_seconds: float = Field(10.0, gt=0)
 
     def numba_threads(self) -> int:
         """The engine thread's Numba thread count: engine_threads, or three quarters of

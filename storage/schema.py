@@ -78,6 +78,27 @@ MIGRATIONS: tuple[Migration, ...] = (
             created_at TEXT NOT NULL
         );
     """),
+    # Webhooks (service/webhooks.py): where a query's events are pushed, how far they were
+    # delivered (the durable cursor a restart resumes from) and the events given up on.
+    Migration(2, "webhooks", """
+        CREATE TABLE webhooks (
+            query_id INTEGER PRIMARY KEY REFERENCES queries (id) ON DELETE CASCADE,
+            url TEXT NOT NULL,
+            secret TEXT NOT NULL,
+            delivered_through INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        );
+
+        CREATE TABLE webhook_dead_letters (
+            query_id INTEGER NOT NULL REFERENCES queries (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            payload TEXT NOT NULL,
+            attempts INTEGER NOT NULL,
+            error TEXT NOT NULL,
+            failed_at TEXT NOT NULL,
+            PRIMARY KEY (query_id, seq)
+        ) WITHOUT ROWID;
+    """),
 )
 
 

@@ -43,6 +43,7 @@ REPLAY_PAGE = 64
 
 _QUERY_COLUMNS = transactions.QUERY_COLUMNS
 _SNAPSHOT_COLUMNS = transactions.SNAPSHOT_COLUMNS
+_WEBHOOK_COLUMNS = "query_id, url, secret, delivered_through, created_at"
 
 
 class Store:
@@ -216,6 +217,21 @@ class Store:
         self._writer.submit(transactions.insert_labels,
                             {str(k): int(v) for k, v in new_labels.items()}).result()
 
+    def set_webhook(self, query_id: int, url: str, secret: str,
+                    delivered_through: int | None) -> int:
+        """transactions.set_webhook; returns the webhook's cursor."""
+        return self._writer.submit(transactions.set_webhook, int(query_id), url, secret,
+                                   delivered_through, _now()).result()
+
+    def delete_webhook(self, query_id: int) -> bool:
+        return self._writer.submit(transactions.delete_webhook, int(query_id)).result()
+
+    def webhook_delivered(self, query_id: int, seq: int,
+                          dead_letter: tuple[str, int, str, str] | None = None) -> None:
+        """transactions.webhook_delivered: the cursor on to ``seq``, maybe a dead letter."""
+        self._writer.submit(transactions.webhook_delivered, int(query_id), int(seq),
+                            dead_letter).result()
+
     # ------------------------------------------------------------------ reads
 
     def last_seq(self) -> int:
@@ -263,6 +279,27 @@ class Store:
                 (int(query_id), int(after), int(limit)),
             ).fetchall()
         return [EventRecord(*row) for row in rows]
+
+    def webhooks(self) -> list[tuple[int, str, str, int, str]]:
+        """Every webhook: (query_id, url, secret, delivered_through, created_at)."""
+        with self._read() as conn:
+            return conn.execute(f"SELECT {_WEBHOOK_COLUMNS} FROM webhooks"
+                                " ORDER BY query_id").fetchall()
+
+    def webhook(self, query_id: int) -> tuple[int, str, str, int, str] | None:
+        with self._read() as conn:
+            return conn.execute(f"SELECT {_WEBHOOK_COLUMNS} FROM webhooks WHERE query_id = ?",
+                                (int(query_id),)).fetchone()
+
+    def webhook_dead_letters(self, query_id: int, after: int, limit: int
+                             ) -> list[tuple[int, str, int, str, str]]:
+        """Up to ``limit`` dead letters of a query with seq > ``after``, oldest first:
+        (seq, payload, attempts, error, failed_at)."""
+        with self._read() as conn:
+            return conn.execute(
+                "SELECT seq, payload, attempts, error, failed_at FROM webhook_dead_letters"
+                " WHERE query_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (int(query_id), int(after), int(limit))).fetchall()
 
     def batches_after(self, seq: int) -> Iterator[tuple[int, UpdateStream]]:
         """The stored batches with seq > ``seq``, ascending, for replay."""

@@ -227,6 +227,43 @@ def insert_labels(conn: sqlite3.Connection, labels: dict[str, int]) -> None:
             raise ValueError(f"label {name!r} is already mapped to {row[0]}, not {label_id}")
 
 
+def set_webhook(conn: sqlite3.Connection, query_id: int, url: str, secret: str,
+                delivered_through: int | None, created_at: str) -> int:
+    """Point the query's webhook at ``url`` (created, or its URL and secret replaced); its
+    cursor becomes ``delivered_through``, or stays as it was when that is None (a new
+    webhook then starts after the last stored batch).  Returns the cursor."""
+    if conn.execute("SELECT 1 FROM queries WHERE id = ?", (query_id,)).fetchone() is None:
+        raise ValueError(f"query {query_id} not found")
+    row = conn.execute("SELECT delivered_through FROM webhooks WHERE query_id = ?",
+                       (query_id,)).fetchone()
+    if delivered_through is None:
+        delivered_through = row[0] if row is not None else meta(conn, "last_seq")
+    conn.execute(
+        "INSERT INTO webhooks (query_id, url, secret, delivered_through, created_at)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (query_id) DO UPDATE SET url = excluded.url,"
+        " secret = excluded.secret, delivered_through = excluded.delivered_through",
+        (query_id, url, secret, delivered_through, created_at))
+    return delivered_through
+
+
+def delete_webhook(conn: sqlite3.Connection, query_id: int) -> bool:
+    """Remove the query's webhook (its dead letters stay with the query); False if none."""
+    return conn.execute("DELETE FROM webhooks WHERE query_id = ?", (query_id,)).rowcount > 0
+
+
+def webhook_delivered(conn: sqlite3.Connection, query_id: int, seq: int,
+                      dead_letter: tuple[str, int, str, str] | None) -> None:
+    """Move the webhook's cursor on to ``seq`` (never back), recording the event as a dead
+    letter ``(payload, attempts, error, failed_at)`` when it was given up on."""
+    if dead_letter is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO webhook_dead_letters"
+            " (query_id, seq, payload, attempts, error, failed_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (query_id, seq, *dead_letter))
+    conn.execute("UPDATE webhooks SET delivered_through = max(delivered_through, ?)"
+                 " WHERE query_id = ?", (seq, query_id))
+
+
 def pragma(conn: sqlite3.Connection, name: str) -> object:
     """The writer connection's setting ``name`` (for diagnostics and tests)."""
     if not name.isidentifier():

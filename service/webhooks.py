@@ -1,0 +1,194 @@
+"""Owns webhook delivery: each webhook is one more subscriber of its query's result events,
+POSTed signed to its URL, retried with backoff, at least once, from a durable cursor.
+
+A webhook follows its query through a hub subscription (service/hub.py) opened at its cursor,
+so it is served from the result log and then live, and never slows ingest (a slow receiver
+falls behind onto the log as a slow SSE client does).  Each event is POSTed as the JSON the
+result streams carry (`batch`, `time`, counts...), byte for byte, with
+
+- `X-Motifstream-Signature: sha256=<hex>`, HMAC-SHA256 of the body under the webhook's secret;
+- `X-Motifstream-Batch` (the batch id: a receiver deduplicates redeliveries by it),
+  `X-Motifstream-Query` and `X-Motifstream-Attempt` (1 for the first try).
+
+A 2xx answer delivers it.  A connection error, a timeout, a 5xx or a 429 is retried after
+`webhook_backoff_seconds`, doubling up to `webhook_backoff_max_seconds`, at most
+`webhook_attempts` tries in all; any other answer (a 3xx, a 4xx) will not change by retrying.
+An event given up on goes to the query's dead-letter log, and delivery goes on with the next.
+Events go out one at a time, in batch order.
+
+The cursor (the last batch delivered or dead-lettered) is committed after each event, so a
+restart resumes after it: an event whose POST succeeded but whose cursor was not yet committed
+is delivered again (at least once; the batch id tells the receiver).  Delivery runs as asyncio
+tasks on the event loop, never on the engine thread; store writes leave the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import httpx2
+
+from service.hub import Hub, SubscriptionGone
+from service.settings import Settings
+from storage import EventRecord, StorageError, Store
+
+log = logging.getLogger("motifstream.webhooks")
+
+SIGNATURE_HEADER = "X-Motifstream-Signature"
+BATCH_HEADER = "X-Motifstream-Batch"
+QUERY_HEADER = "X-Motifstream-Query"
+ATTEMPT_HEADER = "X-Motifstream-Attempt"
+# A webhook cursor before every event (a backfill event may carry batch 0).
+EVERY_RETAINED = -1
+
+
+def signature(secret: str, body: bytes) -> str:
+    """The signature header's value for `body`: what a receiver recomputes and compares
+    (with a constant-time comparison) to authenticate a delivery."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def retryable(status: int) -> bool:
+    """Whether an answer of `status` may change on a later try: the receiver's failure (5xx)
+    or its request to slow down (429)."""
+    return status >= 500 or status == 429
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A query's webhook as stored (Store.webhook's row)."""
+
+    query_id: int
+    url: str
+    secret: str
+    delivered_through: int  # the cursor: every event up to this batch was handled
+    created_at: str
+
+
+class Deliverer:
+    """Runs one delivery task per webhook; made and closed by the lifespan."""
+
+    def __init__(self, store: Store, hub: Hub, settings: Settings,
+                 transport: httpx2.AsyncBaseTransport | None = None) -> None:
+        """`transport` replaces the network (tests hand in an ASGI app or a mock)."""
+        self.store = store
+        self.hub = hub
+        self.attempts = settings.webhook_attempts
+        self.backoff = settings.webhook_backoff_seconds
+        self.backoff_max = settings.webhook_backoff_max_seconds
+        # Redirects are not followed: a signed POST re-sent elsewhere is not what was set up.
+        self._client = httpx2.AsyncClient(timeout=settings.webhook_timeout_seconds,
+                                          transport=transport, follow_redirects=False)
+        self._tasks: dict[int, asyncio.Task] = {}
+
+    async def start(self) -> None:
+        """Resume every stored webhook from its cursor."""
+        for row in await asyncio.to_thread(self.store.webhooks):
+            self._follow(Webhook(*row))
+
+    async def set(self, query_id: int, url: str, secret: str, after: int | None) -> Webhook:
+        """Create or replace the query's webhook and (re)start its delivery, from `after`
+        (None: where it was, or after the last committed batch for a new one)."""
+        # Stopped first, so its last cursor write cannot land after the new cursor.
+        await self._stop(query_id)
+        try:
+            await asyncio.to_thread(self.store.set_webhook, query_id, url, secret, after)
+        finally:
+            webhook = await self.get(query_id)
+            if webhook is not None:
+                self._follow(webhook)
+        assert webhook is not None
+        return webhook
+
+    async def get(self, query_id: int) -> Webhook | None:
+        row = await asyncio.to_thread(self.store.webhook, query_id)
+        return None if row is None else Webhook(*row)
+
+    async def remove(self, query_id: int) -> bool:
+        """Stop and forget the query's webhook (its dead letters stay); False if it had none."""
+        await self._stop(query_id)
+        return await asyncio.to_thread(self.store.delete_webhook, query_id)
+
+    async def close(self) -> None:
+        """Stop every delivery (what is in flight is delivered again after a restart)."""
+        for query_id in list(self._tasks):
+            await self._stop(query_id)
+        await self._client.aclose()
+
+    def _follow(self, webhook: Webhook) -> None:
+        task = asyncio.create_task(self._run(webhook), name=f"webhook-{webhook.query_id}")
+        self._tasks[webhook.query_id] = task
+        task.add_done_callback(lambda done: self._forget(webhook.query_id, done))
+
+    def _forget(self, query_id: int, task: asyncio.Task) -> None:
+        if self._tasks.get(query_id) is task:
+            del self._tasks[query_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook of query %d stopped", query_id, exc_info=task.exception())
+
+    async def _stop(self, query_id: int) -> None:
+        task = self._tasks.pop(query_id, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self, webhook: Webhook) -> None:
+        """Deliver the query's events after the cursor until the query is deleted or the
+        hub closes."""
+        cursor = webhook.delivered_through
+        while True:
+            after = None if cursor == EVERY_RETAINED else cursor
+            try:
+                async with self.hub.subscribe(webhook.query_id, after) as subscription:
+                    async for event in subscription:
+                        await self._deliver(webhook, event)
+                        cursor = event.seq
+                    return
+            except SubscriptionGone as exc:
+                # The receiver was unreachable for longer than the result retention.
+                log.error("webhook of query %d: the events after batch %d were pruned before "
+                          "they were delivered; going on after batch %d", webhook.query_id,
+                          cursor, exc.earliest)
+                cursor = exc.earliest
+
+    async def _deliver(self, webhook: Webhook, event: EventRecord) -> None:
+        body = event.payload.encode()
+        headers = {"Content-Type": "application/json",
+                   SIGNATURE_HEADER: signature(webhook.secret, body),
+                   BATCH_HEADER: str(event.seq), QUERY_HEADER: str(webhook.query_id)}
+        error = ""
+        attempt = 0
+        while attempt < self.attempts:
+            if attempt:
+                await asyncio.sleep(min(self.backoff * 2 ** (attempt - 1), self.backoff_max))
+            attempt += 1
+            try:
+                response = await self._client.post(
+                    webhook.url, content=body, headers={**headers, ATTEMPT_HEADER: str(attempt)})
+            except httpx2.RequestError as exc:  # connection refused, timeout, protocol error
+                error = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.is_success:
+                await self._advance(webhook, event.seq, None)
+                return
+            error = f"HTTP {response.status_code}"
+            if not retryable(response.status_code):
+                break
+        log.warning("webhook of query %d: batch %d is a dead letter after %d attempts (%s)",
+                    webhook.query_id, event.seq, attempt, error)
+        now = datetime.now(timezone.utc).isoformat()
+        await self._advance(webhook, event.seq, (event.payload, attempt, error, now))
+
+    async def _advance(self, webhook: Webhook, seq: int,
+                       dead_letter: tuple[str, int, str, str] | None) -> None:
+        try:
+            await asyncio.to_thread(self.store.webhook_delivered, webhook.query_id, seq,
+                                    dead_letter)
+        except StorageError as exc:
+            # The event was handled; a restart before the next commit delivers it again.
+            log.error("webhook of query %d: could not record batch %d: %s",
+                      webhook.query_id, seq, exc)
