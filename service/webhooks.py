@@ -16,9 +16,10 @@ A 2xx answer delivers it.  A connection error, a timeout, a 5xx or a 429 is retr
 An event given up on goes to the query's dead-letter log, and delivery goes on with the next.
 Events go out one at a time, in batch order.
 
-The cursor (the last batch delivered or dead-lettered) is committed after each event, so a
-restart resumes after it: an event whose POST succeeded but whose cursor was not yet committed
-is delivered again (at least once; the batch id tells the receiver).  Delivery runs as asyncio
+The cursor (the last batch delivered or dead-lettered) is committed after each event, or after
+the last of the events that were already waiting (at most CURSOR_COMMIT_EVERY), so a restart
+resumes after it: an event whose POST succeeded but whose cursor was not yet committed is
+delivered again (at least once; the batch id tells the receiver).  Delivery runs as asyncio
 tasks on the event loop, never on the engine thread; store writes leave the loop.
 """
 from __future__ import annotations
@@ -44,6 +45,9 @@ QUERY_HEADER = "X-Motifstream-Query"
 ATTEMPT_HEADER = "X-Motifstream-Attempt"
 # A webhook cursor before every event (a backfill event may carry batch 0).
 EVERY_RETAINED = -1
+# The most events delivered between two commits of the cursor: events already waiting
+# (a burst, or a log being caught up) share one store transaction.
+CURSOR_COMMIT_EVERY = 64
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -84,6 +88,9 @@ class Deliverer:
         self._client = httpx2.AsyncClient(timeout=settings.webhook_timeout_seconds,
                                           transport=transport, follow_redirects=False)
         self._tasks: dict[int, asyncio.Task] = {}
+        # Held while a webhook is replaced or removed, so that two requests at once cannot
+        # leave two tasks delivering one query's events.
+        self._changing = asyncio.Lock()
 
     async def start(self) -> None:
         """Resume every stored webhook from its cursor."""
@@ -93,14 +100,15 @@ class Deliverer:
     async def set(self, query_id: int, url: str, secret: str, after: int | None) -> Webhook:
         """Create or replace the query's webhook and (re)start its delivery, from `after`
         (None: where it was, or after the last committed batch for a new one)."""
-        # Stopped first, so its last cursor write cannot land after the new cursor.
-        await self._stop(query_id)
-        try:
-            await asyncio.to_thread(self.store.set_webhook, query_id, url, secret, after)
-        finally:
-            webhook = await self.get(query_id)
-            if webhook is not None:
-                self._follow(webhook)
+        async with self._changing:
+            # Stopped first, so its last cursor write cannot land after the new cursor.
+            await self._stop(query_id)
+            try:
+                await asyncio.to_thread(self.store.set_webhook, query_id, url, secret, after)
+            finally:    # the old webhook goes on if the new one could not be stored
+                webhook = await self.get(query_id)
+                if webhook is not None:
+                    self._follow(webhook)
         assert webhook is not None
         return webhook
 
@@ -110,8 +118,9 @@ class Deliverer:
 
     async def remove(self, query_id: int) -> bool:
         """Stop and forget the query's webhook (its dead letters stay); False if it had none."""
-        await self._stop(query_id)
-        return await asyncio.to_thread(self.store.delete_webhook, query_id)
+        async with self._changing:
+            await self._stop(query_id)
+            return await asyncio.to_thread(self.store.delete_webhook, query_id)
 
     async def close(self) -> None:
         """Stop every delivery (what is in flight is delivered again after a restart)."""
@@ -145,8 +154,11 @@ class Deliverer:
             try:
                 async with self.hub.subscribe(webhook.query_id, after) as subscription:
                     async for event in subscription:
-                        await self._deliver(webhook, event)
-                        cursor = event.seq
+                        waiting = subscription.ready(CURSOR_COMMIT_EVERY - 1)
+                        for each in (event, *waiting):
+                            await self._deliver(webhook, each)
+                            cursor = each.seq
+                        await self._advance(webhook, cursor, None)
                     return
             except SubscriptionGone as exc:
                 # The receiver was unreachable for longer than the result retention.
@@ -173,8 +185,7 @@ class Deliverer:
                 error = f"{type(exc).__name__}: {exc}"
                 continue
             if response.is_success:
-                await self._advance(webhook, event.seq, None)
-                return
+                return      # its cursor is committed with the events delivered with it
             error = f"HTTP {response.status_code}"
             if not retryable(response.status_code):
                 break
@@ -185,9 +196,16 @@ class Deliverer:
 
     async def _advance(self, webhook: Webhook, seq: int,
                        dead_letter: tuple[str, int, str, str] | None) -> None:
+        write = asyncio.ensure_future(asyncio.to_thread(
+            self.store.webhook_delivered, webhook.query_id, seq, dead_letter))
         try:
-            await asyncio.to_thread(self.store.webhook_delivered, webhook.query_id, seq,
-                                    dead_letter)
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # Let the write land before the task ends: a webhook replaced meanwhile
+                # (Deliverer.set) stores its new cursor only after this one.
+                await asyncio.gather(write, return_exceptions=True)
+                raise
         except StorageError as exc:
             # The event was handled; a restart before the next commit delivers it again.
             log.error("webhook of query %d: could not record batch %d: %s",

@@ -6,6 +6,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
@@ -84,9 +85,16 @@ def _no_webhook(query_id: int) -> HTTPException:
 
 
 @router.put("/{query_id}/webhook", response_model=WebhookPublic)
-async def set_webhook(query_id: int, body: WebhookSet, deliverer: DelivererDep):
+async def set_webhook(query_id: int, body: WebhookSet, state: StateDep,
+                      deliverer: DelivererDep):
     """Push the query's result events to `url` (replacing any webhook it had), each a
     signed POST, retried with backoff, at least once (docs/service.md, Webhooks)."""
+    if body.after is not None:
+        last = await run_in_threadpool(state.store.last_seq)
+        if body.after > last:   # it would skip the events of batches not yet applied
+            raise RequestValidationError([{
+                "loc": ("body", "after"), "type": "less_than_equal",
+                "msg": f"after {body.after} is past the last batch, {last}"}])
     return _public(await deliverer.set(query_id, body.url, body.secret, body.after))
 
 

@@ -211,7 +211,8 @@ def test_put_replaces_the_webhook_and_delete_stops_it(tmp_path, receiver):
             qid = _query(client)
             _hook(client, qid, other.url)
             first = _batch(client, 0, 1)
-            wait_for(lambda: other.delivered() == [first])
+            wait_for(lambda: client.get(f"/v1/queries/{qid}/webhook").json()
+                     ["delivered_through"] == first)
             # A new URL keeps the cursor; `after` replays from an earlier batch.
             assert _hook(client, qid, receiver.url)["delivered_through"] == first
             assert _hook(client, qid, receiver.url, after=-1)["delivered_through"] == -1
@@ -241,6 +242,7 @@ def test_deleting_the_query_deletes_its_webhook(tmp_path, receiver):
     ({"url": "http:///nohost", "secret": SECRET}, "url"),
     ({"url": "http://127.0.0.1/x", "secret": "short"}, "secret"),
     ({"url": "http://127.0.0.1/x", "secret": SECRET, "after": -2}, "after"),
+    ({"url": "http://127.0.0.1/x", "secret": SECRET, "after": 1}, "after"),   # past the end
     ({"url": "http://127.0.0.1/x", "secret": SECRET, "retries": 3}, "retries"),
 ])
 def test_a_bad_webhook_is_refused_naming_the_field_and_changes_nothing(tmp_path, body, field):
