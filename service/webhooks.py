@@ -174,9 +174,11 @@ class Deliverer:
                    BATCH_HEADER: str(event.seq), QUERY_HEADER: str(webhook.query_id)}
         error = ""
         attempt = 0
+        delay = min(self.backoff, self.backoff_max)
         while attempt < self.attempts:
             if attempt:
-                await asyncio.sleep(min(self.backoff * 2 ** (attempt - 1), self.backoff_max))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max)
             attempt += 1
             try:
                 response = await self._client.post(

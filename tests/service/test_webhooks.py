@@ -10,9 +10,15 @@ import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import asyncio
+
+import httpx2
 import pytest
 
-from service.webhooks import ATTEMPT_HEADER, BATCH_HEADER, QUERY_HEADER, SIGNATURE_HEADER
+from service.settings import Settings
+from service.webhooks import (ATTEMPT_HEADER, BATCH_HEADER, QUERY_HEADER, SIGNATURE_HEADER,
+                              Deliverer, Webhook)
+from storage import EventRecord
 from tests.service.conftest import running
 
 EDGE = {"vertices": [{"id": 0, "label": 0}, {"id": 1, "label": 0}],
@@ -260,3 +266,41 @@ def test_an_unknown_query_has_no_webhook(tmp_path):
         assert (r.status_code, r.json()["detail"]) == (404, "query 7 not found")
         assert client.get("/v1/queries/7/webhook/dead-letters").status_code == 404
         assert client.get("/v1/queries/7/webhook").status_code == 404
+
+
+class _CursorLog:
+    """Stands in for the store: records Deliverer's cursor writes."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple] = []
+
+    def webhook_delivered(self, query_id, seq, dead_letter) -> None:
+        self.writes.append((query_id, seq, dead_letter))
+
+
+def test_the_backoff_doubles_up_to_its_cap_then_the_event_is_a_dead_letter(monkeypatch):
+    delays: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        delays.append(seconds)
+
+    settings = Settings(webhook_attempts=6, webhook_backoff_seconds=1.0,
+                        webhook_backoff_max_seconds=5.0)
+    store = _CursorLog()
+    event = EventRecord(3, 12, '{"batch": 12}')
+    webhook = Webhook(3, "http://receiver.test/hook", SECRET, 11, "2026-11-25T00:00:00+00:00")
+
+    async def deliver() -> None:
+        transport = httpx2.MockTransport(lambda request: httpx2.Response(503))
+        deliverer = Deliverer(store, None, settings, transport=transport)
+        monkeypatch.setattr(asyncio, "sleep", no_wait)
+        try:
+            await deliverer._deliver(webhook, event)
+        finally:
+            monkeypatch.undo()
+            await deliverer.close()
+
+    asyncio.run(deliver())
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    [(query_id, seq, (payload, attempts, error, _))] = store.writes
+    assert (query_id, seq, payload, attempts, error) == (3, 12, event.payload, 6, "HTTP 503")
