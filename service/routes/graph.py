@@ -79,13 +79,7 @@ async def load_graph(
 async def export_graph(state: StateDep):
     """The graph as of the latest batch applied, as a graph file (the format PUT /v1/graph
     and the CLI read), streamed in chunks; string labels are written as their names."""
-    engine = state.engine
-
-    def capture() -> tuple[int, LabeledGraph, dict[int, str]]:
-        engine._caught_up()
-        return engine.seq, engine.engine.to_labeled(), engine.labels.by_id()
-
-    seq, graph, names = await engine.call(capture)
+    seq, graph, names = await state.engine.call(state.engine.graph_now)
     return StreamingResponse(iterate_in_threadpool(graph_file_chunks(graph, names, seq)),
                              media_type=f"{TEXT}; charset=utf-8",
                              headers={BATCH_HEADER: str(seq)})
