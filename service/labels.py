@@ -108,7 +108,7 @@ def text_safe(name: str) -> bool:
     """Whether `name` can stand in a text body as itself (one token, not an integer)."""
     data = name.encode()
     return bool(data) and not _INTEGER.fullmatch(data) and \
-        not any(c in data for c in b" \t\r\n\v\f#,")
+        not any(c in data for c in b" \t\r\n\v\f#")
 
 
 @dataclass
