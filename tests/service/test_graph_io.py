@@ -88,7 +88,7 @@ def test_export_of_an_empty_graph(client):
     assert r.text.splitlines()[1] == "t 0 0"
 
 
-def test_export_streams_in_chunks(client, monkeypatch):
+def test_export_across_chunk_boundaries(client, monkeypatch):
     from service.routes import graph as graph_route
     monkeypatch.setattr(graph_route, "EXPORT_CHUNK_ROWS", 3)
     text = "".join(f"v {i} {i % 4}\n" for i in range(10)) + \
