@@ -41,7 +41,7 @@ export PYTHONPATH=$PWD
 # stage collects tests/service).
 python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontainers fastapi \
     'uvicorn[standard]' pydantic pydantic-settings prometheus-client orjson httpx2 websockets \
-    asgi-correlation-id python-json-logger prometheus-fastapi-instrumentator fastapi-offline 2>&1 \
+    asgi-correlation-id python-json-logger prometheus-fastapi-instrumentator fastapi-offline python-multipart 2>&1 \
     | tail -2
 # pytest-xdist (with execnet) runs the tests on every core when its wheels are in .whl
 # (tests/conftest.py); without them the tests run in one process.  The image's

@@ -606,6 +606,29 @@ class EngineService:
                  graph.num_edges, time.perf_counter() - t0)
         return self.graph_info()
 
+    def graph_now(self) -> tuple[int, LabeledGraph, dict[int, str]]:
+        """(batch, a copy of the graph, label names by id) as of the last batch, once
+        committed: GET /v1/graph/export."""
+        self._caught_up()
+        return self.seq, self.engine.to_labeled(), self.labels.by_id()
+
+    def take_snapshot(self) -> Future:
+        """Snapshot the graph as of the last batch, once committed, on the snapshot thread
+        (after any periodic snapshot queued there, which may be of the same batch); the
+        future's result is its SnapshotRecord.  POST /v1/snapshots."""
+        self._caught_up()
+        if self._is_empty():
+            # A snapshot would count as a loaded graph, and refuse PUT /v1/graph.
+            raise Conflict("there is nothing to snapshot: no graph was loaded and no batch "
+                           "applied")
+        latest = self.store.latest_snapshot()
+        if latest is not None and latest.seq == self.seq:
+            taken: Future = Future()
+            taken.set_result(latest)
+            return taken
+        return self._snapshots.submit(self.store.record_snapshot, self.seq,
+                                      self.engine.to_labeled())
+
 
 def _copy_outcome(source: Future, target: asyncio.Future) -> None:
     if target.cancelled():

@@ -6,13 +6,17 @@ thread (`to_stream`), because the label dictionary changes as batches commit.
 """
 from __future__ import annotations
 
+import gzip
 import io
+import tempfile
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib import format as npy_format
+from starlette.formparsers import MultiPartException, MultiPartParser
 
+from gpu.io.edge_lists import parse_edge_list
 from gpu.io.graphs import parse_graph_text
 from gpu.io.records import (
     ADD_VERTEX,
@@ -26,13 +30,18 @@ from gpu.io.records import (
     UpdateStream,
 )
 from gpu.io.streams import parse_updates_text
-from service.labels import STRING_LABEL_BASE, StagedLabels
+from gpu.io.text import first_content_line
+from service.labels import (GRAPH_LABEL_TOKENS, STREAM_LABEL_TOKENS, STRING_LABEL_BASE,
+                            StagedLabels, TextLabelNames, parse_named)
 from service.schemas import BatchCreate, GraphLoad
 
 JSON = "application/json"
 TEXT = "text/plain"
 NPY = "application/x-npy"
 MEDIA_TYPES = (JSON, TEXT, NPY)
+CSV = "text/csv"
+MULTIPART = "multipart/form-data"
+GRAPH_MEDIA_TYPES = (JSON, TEXT, CSV, MULTIPART)
 
 # Record order of a JSON batch; a record's line number maps back to (field, index).
 _JSON_FIELDS = (("insert_vertices", ADD_VERTEX), ("delete_vertices", DELETE_VERTEX),
@@ -50,11 +59,16 @@ class BatchInput:
     size: int
     _json: BatchCreate | None = None
     _stream: UpdateStream | None = None
+    _names: TextLabelNames | None = None
 
     def to_stream(self, staged: StagedLabels) -> UpdateStream:
-        if self._stream is not None:
+        if self._stream is None:
+            return _json_stream(self._json, staged)
+        if self._names is None or not self._names.names:
             return self._stream
-        return _json_stream(self._json, staged)
+        s = self._stream
+        return UpdateStream(s.kind, s.a, s.b, self._names.resolve(s.label, staged), s.line,
+                            s.source)
 
     def where(self, line: int) -> str:
         """Where record `line` (1-based) came from, for error messages."""
@@ -79,14 +93,15 @@ def parse_batch(body: bytes, media_type: str, max_updates: int) -> BatchInput:
         _check_size(size, max_updates)
         return BatchInput(JSON, size, _json=batch)
     if media_type == TEXT:
-        stream = parse_updates_text(body, source="body")
+        stream, names = parse_named(parse_updates_text, body, STREAM_LABEL_TOKENS, "body")
         _check_size(len(stream), max_updates)
-        bad = np.flatnonzero(stream.label >= STRING_LABEL_BASE)
+        # With names, labels from STRING_LABEL_BASE up are their stand-ins.
+        bad = [] if names.names else np.flatnonzero(stream.label >= STRING_LABEL_BASE)
         if len(bad):
             raise FormatError("body", int(stream.line[bad[0]]),
                               f"label {int(stream.label[bad[0]])} out of range "
                               f"[0, {STRING_LABEL_BASE})")
-        return BatchInput(TEXT, len(stream), _stream=stream)
+        return BatchInput(TEXT, len(stream), _stream=stream, _names=names)
     if media_type == NPY:
         stream = _npy_stream(body, max_updates)
         return BatchInput(NPY, len(stream), _stream=stream)
@@ -254,10 +269,15 @@ class GraphInput:
     """A PUT /v1/graph body, checked for structure; labels resolve on the engine thread."""
     _json: GraphLoad | None = None
     _graph: LabeledGraph | None = None
+    _names: TextLabelNames | None = None
 
     def to_graph(self, staged: StagedLabels) -> LabeledGraph:
         if self._graph is not None:
-            return self._graph
+            g, names = self._graph, self._names
+            if names is None or not names.names:
+                return g
+            return LabeledGraph(g.vertex_ids, names.resolve(g.vertex_labels, staged),
+                                g.edge_src, g.edge_dst, names.resolve(g.edge_labels, staged))
         load = self._json
         ids = [_vertex_id(v[0], f"vertices[{i}][0]") for i, v in enumerate(load.vertices)]
         labels = [staged.resolve(v[1], f"vertices[{i}][1]") for i, v in enumerate(load.vertices)]
@@ -277,17 +297,117 @@ class GraphInput:
             raise InputError(f"{where}: {exc.reason}") from None
 
 
-def parse_graph(body: bytes, media: str) -> GraphInput:
+@dataclass(frozen=True)
+class EdgeListLabels:
+    """How an edge list's vertices get labels, as the CLI's --labels / --num-labels
+    --label-seed: a labels file's bytes (`<id> <label>` lines) or K random labels."""
+    file: bytes | None = None
+    num_labels: int | None = None
+    seed: int | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.file is not None or self.num_labels is not None or self.seed is not None
+
+
+def parse_graph(body: bytes, media: str, labels: EdgeListLabels = EdgeListLabels(),
+                source: str = "body") -> GraphInput:
+    """Check a PUT /v1/graph body's structure: JSON, or (text/plain, text/csv, a
+    multipart form's `graph` part) a graph file or an edge list, told apart by the first
+    line as the CLI does; raises InputError, FormatError or pydantic's ValidationError."""
     if media == JSON:
+        if labels.given:
+            raise InputError("num_labels, label_seed and labels apply to edge lists only; "
+                             "a JSON graph has its own labels")
         return GraphInput(_json=GraphLoad.model_validate_json(body))
-    if media == TEXT:
-        graph = parse_graph_text(body, source="body")
+    if media in (TEXT, CSV):
+        graph, names = _graph_text(_gunzipped(body), labels, source)
         if graph.num_vertices == 0:
-            raise InputError("body: the graph has no vertices; a bulk load needs at least one")
+            raise InputError(f"{source}: the graph has no vertices; a bulk load needs at "
+                             "least one")
         for name, values in (("vertex", graph.vertex_labels), ("edge", graph.edge_labels)):
-            if len(values) and int(values.max()) >= STRING_LABEL_BASE:
-                raise InputError(f"body: {name} label {int(values.max())} out of range "
+            if not names.names and len(values) and int(values.max()) >= STRING_LABEL_BASE:
+                raise InputError(f"{source}: {name} label {int(values.max())} out of range "
                                  f"[0, {STRING_LABEL_BASE})")
-        return GraphInput(_graph=graph)
-    raise UnsupportedMediaType(f"Content-Type {media!r} is not a graph format; use "
-                               f"{JSON} or {TEXT} (t/v/e lines)")
+        return GraphInput(_graph=graph, _names=names)
+    raise UnsupportedMediaType(f"Content-Type {media!r} is not a graph format; use one of "
+                               f"{', '.join(GRAPH_MEDIA_TYPES)}")
+
+
+def _gunzipped(data: bytes) -> bytes:
+    """As the CLI's reader: a gzip body (sniffed by its magic) is decompressed."""
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as exc:
+        raise InputError(f"not a readable gzip stream ({exc})") from None
+
+
+def _graph_text(data: bytes, labels: EdgeListLabels, source: str
+                ) -> tuple[LabeledGraph, TextLabelNames]:
+    # As gpu.io.graphs.load_graph tells them apart (it reads from a path only).
+    tokens = first_content_line(data, b"#")[2]
+    if tokens[:1] in ([b"t"], [b"v"], [b"e"]) and len(tokens) > 1:
+        if labels.given:
+            raise InputError(f"{source} is a graph file with its own labels; num_labels, "
+                             "label_seed and labels apply to edge lists only")
+        return parse_named(parse_graph_text, data, GRAPH_LABEL_TOKENS, source)
+    if labels.file is None and labels.num_labels is None:
+        raise InputError(f"{source} is an edge list without labels; give num_labels=K "
+                         "(and label_seed=S), or a `labels` part (multipart/form-data)")
+    if labels.file is not None and labels.num_labels is not None:
+        raise InputError("give num_labels or a labels file, not both")
+    if labels.file is not None and labels.seed is not None:
+        raise InputError("label_seed applies to num_labels only, not to a labels file")
+    if labels.file is None:
+        return parse_edge_list(data, source, None, labels.num_labels, labels.seed or 0), \
+            TextLabelNames(source)
+    # The labels-file reader reads a path: the part goes through a temporary file, whose
+    # name errors then must not show.
+    with tempfile.NamedTemporaryFile(prefix="motifstream-labels-") as handle:
+        handle.write(_gunzipped(labels.file))
+        handle.flush()
+        try:
+            graph = parse_edge_list(data, source, handle.name, None, 0)
+        except FormatError as exc:
+            if exc.path != handle.name:
+                raise
+            raise FormatError("labels", exc.line, exc.reason) from None
+    return graph, TextLabelNames(source)
+
+
+# The parts a multipart/form-data PUT /v1/graph may have: the graph and its labels file.
+GRAPH_PARTS = ("graph", "labels")
+
+
+async def read_graph_form(headers, body: bytes, labels: EdgeListLabels
+                          ) -> tuple[bytes, EdgeListLabels]:
+    """The `graph` part of a multipart/form-data body and, with the `labels` part, the
+    labels to give it (`curl -F graph=@edges.txt -F labels=@labels.txt`)."""
+    async def chunks():
+        yield body
+
+    parser = MultiPartParser(headers, chunks(), max_files=len(GRAPH_PARTS),
+                             max_fields=len(GRAPH_PARTS), max_part_size=len(body) + 1)
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise InputError(f"body: not a readable multipart/form-data body ({exc.message})"
+                         ) from None
+    parts = {}
+    try:
+        for name, value in form.multi_items():
+            if name not in GRAPH_PARTS:
+                raise InputError(f"body: unknown part {name!r}; a graph upload has the parts "
+                                 f"{' and '.join(GRAPH_PARTS)}")
+            if name in parts:
+                raise InputError(f"body: part {name!r} given twice")
+            parts[name] = value.encode() if isinstance(value, str) else await value.read()
+    finally:
+        await form.close()
+    if "graph" not in parts:
+        raise InputError("body: the `graph` part is missing (the graph file or edge list)")
+    if "labels" in parts:
+        labels = EdgeListLabels(parts["labels"], labels.num_labels, labels.seed)
+    return parts["graph"], labels

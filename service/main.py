@@ -33,7 +33,7 @@ from service.logs import log_config, request_id, request_id_middleware
 from service.metrics import Metrics
 from service.openapi import openapi_document
 from service.retention import start_pruning, stop_pruning
-from service.routes import batches, docs, events, graph, health, queries, webhooks
+from service.routes import batches, docs, events, graph, health, queries, snapshots, webhooks
 from service.settings import Settings
 from service.state import ServiceState
 from service.webhooks import Deliverer
@@ -303,7 +303,7 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     secured = [Depends(require_api_key)]
     app.include_router(health.health)
     for router in (health.metrics, docs.router, queries.router, batches.router, graph.router,
-                   events.router, webhooks.router):
+                   events.router, webhooks.router, snapshots.router):
         app.include_router(router, dependencies=secured)
     add_error_handlers(app)
     app.batch_fast_path = batches.BatchFastPath(app)

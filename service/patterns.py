@@ -1,9 +1,10 @@
-"""Owns standing-query patterns: JSON or query-file text in, the engine's QueryGraph out."""
+"""Owns standing-query patterns: JSON or query-file text (labels integers or names) in, the
+engine's QueryGraph out."""
 from __future__ import annotations
 
 from gpu.io.graphs import parse_graph_text
 from gpu.plan.query import QueryError, QueryGraph
-from service.labels import StagedLabels
+from service.labels import GRAPH_LABEL_TOKENS, StagedLabels, parse_named
 from service.schemas import Pattern, PatternEdge, PatternVertex
 
 
@@ -11,13 +12,13 @@ def pattern_of(spec: Pattern | str) -> Pattern:
     """The JSON form of a pattern given as JSON or as query-file text (t/v/e lines)."""
     if isinstance(spec, Pattern):
         return spec
-    graph = parse_graph_text(spec, source="pattern")
+    graph, names = parse_named(parse_graph_text, spec.encode(), GRAPH_LABEL_TOKENS, "pattern")
     if graph.num_vertices == 0:
         raise QueryError("pattern: the query text has no vertices")
     return Pattern(
-        vertices=[PatternVertex(id=int(i), label=int(lab))
+        vertices=[PatternVertex(id=int(i), label=names.name_of(lab))
                   for i, lab in zip(graph.vertex_ids.tolist(), graph.vertex_labels.tolist())],
-        edges=[PatternEdge(source=int(u), target=int(v), label=int(lab))
+        edges=[PatternEdge(source=int(u), target=int(v), label=names.name_of(lab))
                for u, v, lab in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(),
                                     graph.edge_labels.tolist())])
 

@@ -1,20 +1,38 @@
-"""Owns /v1/graph: the data graph's size, labels and backend, and its one-time bulk load."""
+"""Owns /v1/graph: the data graph's size, labels and backend, its one-time bulk load and its
+export as a graph file."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
-from starlette.concurrency import run_in_threadpool
+from typing import Annotated, Iterator
 
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+
+from gpu.io.records import LabeledGraph
 from service.deps import StateDep, reject_unknown_parameters
-from service.ingest import JSON, TEXT, media_type, parse_graph, read_body
+from service.ingest import (CSV, JSON, MULTIPART, TEXT, EdgeListLabels, media_type,
+                            parse_graph, read_body, read_graph_form)
+from service.labels import STRING_LABEL_BASE, text_safe
 from service.schemas import GraphPublic
 
 router = APIRouter(prefix="/v1", tags=["graph"],
                    dependencies=[Depends(reject_unknown_parameters)])
 
+# The response header naming the batch an export is consistent with.
+BATCH_HEADER = "X-Motifstream-Batch"
+# Lines formatted per chunk of an export: bounded memory whatever the graph's size.
+EXPORT_CHUNK_ROWS = 1 << 16
+
+_GRAPH_TEXT = ("a graph file (t/v/e lines; labels may be names) or an edge list (SNAP or "
+               "CSV, with num_labels or a labels part)")
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/GraphLoad"}},
-    TEXT: {"schema": {"type": "string", "description": "graph file: v <id> <label>, "
-                                                       "e <u> <v> [label] lines"}}}}}
+    TEXT: {"schema": {"type": "string", "description": _GRAPH_TEXT}},
+    CSV: {"schema": {"type": "string", "description": _GRAPH_TEXT}},
+    MULTIPART: {"schema": {"type": "object", "required": ["graph"], "properties": {
+        "graph": {"type": "string", "format": "binary", "description": _GRAPH_TEXT},
+        "labels": {"type": "string", "format": "binary",
+                   "description": "<id> <label> lines for an edge-list graph"}}}}}}}
 
 
 @router.get("/graph", response_model=GraphPublic)
@@ -25,10 +43,25 @@ async def get_graph(state: StateDep):
 
 @router.put("/graph", response_model=GraphPublic, openapi_extra=_BODY,
             responses={409: {"description": "the graph is not empty"}})
-async def load_graph(request: Request, state: StateDep):
-    """Bulk-load the initial graph; only while the graph is empty and no batch was applied."""
+async def load_graph(
+        request: Request, state: StateDep,
+        num_labels: Annotated[int | None, Query(
+            ge=1, le=STRING_LABEL_BASE,
+            description="an edge list's vertices get labels drawn uniformly from [0, K)")] = None,
+        label_seed: Annotated[int | None, Query(
+            ge=0, description="the seed of num_labels' labels (default 0)")] = None):
+    """Bulk-load the initial graph; only while the graph is empty and no batch was applied.
+    Takes every graph the CLI takes: JSON, a graph file, or an edge list labelled by
+    `num_labels` (and `label_seed`) or by a labels file (multipart/form-data parts
+    `graph` and `labels`); text may be gzip-compressed."""
     body = await read_body(request, state.settings.max_request_bytes)
-    graph = await run_in_threadpool(parse_graph, body, media_type(request.headers))
+    media = media_type(request.headers)
+    labels = EdgeListLabels(num_labels=num_labels, seed=label_seed)
+    source = "body"
+    if media == MULTIPART:
+        body, labels = await read_graph_form(request.headers, body, labels)
+        media, source = TEXT, "graph"
+    graph = await run_in_threadpool(parse_graph, body, media, labels, source)
     engine = state.engine
 
     def load():
@@ -36,3 +69,39 @@ async def load_graph(request: Request, state: StateDep):
         return engine.load_graph(graph.to_graph(staged), staged)
 
     return await engine.call(load)
+
+
+@router.get("/graph/export", response_class=StreamingResponse, responses={200: {
+    "content": {TEXT: {"schema": {"type": "string"}}},
+    "description": "the graph file: a comment naming the batch, `t n m`, `v <id> <label>` "
+                   f"lines, then `e <u> <v> <label>` lines; the {BATCH_HEADER} header names "
+                   "the batch too"}})
+async def export_graph(state: StateDep):
+    """The graph as of the latest batch applied, as a graph file (the format PUT /v1/graph
+    and the CLI read), streamed in chunks; string labels are written as their names."""
+    seq, graph, names = await state.engine.call(state.engine.graph_now)
+    return StreamingResponse(iterate_in_threadpool(graph_file_chunks(graph, names, seq)),
+                             media_type=f"{TEXT}; charset=utf-8",
+                             headers={BATCH_HEADER: str(seq)})
+
+
+def graph_file_chunks(graph: LabeledGraph, names: dict[int, str], seq: int) -> Iterator[str]:
+    """`graph` as graph-file text, EXPORT_CHUNK_ROWS lines at a time.  A label name that
+    cannot stand as one token in text (`text_safe`) is written as its integer id, which
+    only a JSON load reads back (docs/service.md)."""
+    shown = {label: name if text_safe(name) else label for label, name in names.items()}
+
+    def label_text(labels) -> list:
+        return [shown.get(label, label) for label in labels.tolist()]
+
+    yield (f"# motifstream graph export: batch {seq}, {graph.num_vertices} vertices, "
+           f"{graph.num_edges} edges\nt {graph.num_vertices} {graph.num_edges}\n")
+    for start in range(0, graph.num_vertices, EXPORT_CHUNK_ROWS):
+        rows = slice(start, start + EXPORT_CHUNK_ROWS)
+        yield "".join(f"v {v} {lab}\n" for v, lab in zip(
+            graph.vertex_ids[rows].tolist(), label_text(graph.vertex_labels[rows])))
+    for start in range(0, graph.num_edges, EXPORT_CHUNK_ROWS):
+        rows = slice(start, start + EXPORT_CHUNK_ROWS)
+        yield "".join(f"e {u} {v} {lab}\n" for u, v, lab in zip(
+            graph.edge_src[rows].tolist(), graph.edge_dst[rows].tolist(),
+            label_text(graph.edge_labels[rows])))

@@ -72,7 +72,8 @@ OPTIONS = {"triangle": {"deliver": "counts", "backfill": True},
 BODY_ROUTES = [("POST", "/v1/batches"), ("POST", "/v1/queries"),
                ("POST", "/v1/queries:validate"), ("PUT", "/v1/graph")]
 MEDIA_OF = {"/v1/batches": {JSON, TEXT, NPY}, "/v1/queries": {JSON, TEXT},
-            "/v1/queries:validate": {JSON, TEXT}, "/v1/graph": {JSON, TEXT}}
+            "/v1/queries:validate": {JSON, TEXT}, "/v1/graph": {JSON, TEXT, "text/csv",
+                                                                 "multipart/form-data"}}
 CONTENT_TYPES = [JSON, TEXT, NPY, "application/xml", "text/plain; charset=latin-1",
                  "Application/JSON; charset=utf-8", "multipart/form-data; boundary=x",
                  "application/octet-stream", "*/*", "", None]
@@ -439,7 +440,7 @@ def _json_defect(draw, batch: list[tuple]) -> bytes:
 BAD_LINES = ["x 1 2", "v", "v 1", "e 1", "-e 1", "v -1 0", "e -1 2", "v 1 0 9", "e 1 2 0 9",
              "e 3 3", "-e 4 4", f"v 1 {STRING_LABEL_BASE}", f"e 1 2 {2**31}", f"e 1 {MISSING}",
              f"-e {MISSING} 2", "v 1.5 0", "v 0x1 0", f"v {2**63} 0", "v 1 -1", "V 1 0",
-             "v 1 person", "e 1 2 x", "t 1 0"]
+             "v 1 person 9", "e 1 2 " + "x" * 257, "t 1 0"]
 
 
 def _text_defect(draw, batch: list[tuple]) -> bytes:
@@ -748,7 +749,7 @@ def defective_graphs(draw) -> tuple[str, bytes]:
     lines += [f"e {a} {b}" for a, b, _ in edges]
     bad = draw(st.sampled_from([f"v {vids[0]} 1", f"e {vids[0]} {vids[0]}", f"e {vids[0]} 99",
                                 f"v 30 {STRING_LABEL_BASE}", f"v 30 {2**31}", "v -1 0", "v 1",
-                                "x 1 2", "e 1", "v 30 person", "v 30 0\ne 30 31"]))
+                                "x 1 2", "e 1", "v 30 " + "n" * 257, "v 30 0\ne 30 31"]))
     lines.insert(draw(st.integers(n, len(lines))), bad)
     return TEXT, "\n".join(lines).encode()
 
