@@ -3,6 +3,7 @@
     python -m benchmarks.apply_profile [--size 1] [--batches 3000] [--rounds 3] [--cprofile]
     python -m benchmarks.apply_profile --size 100 --shared-region-threads 4 0
     python -m benchmarks.apply_profile --queued 1 8 --group-region-edges 4 64
+    python -m benchmarks.apply_profile --backend cuda [--device-graph lists] --cprofile
 
 Same setup as benchmarks.service_bench (GH, 5 random labels, 10% of the edges held out,
 the 10 dense 6-vertex queries standing, counts only) without HTTP or the store: batches
@@ -16,6 +17,7 @@ listing (which inflates every Python call several times over: use it for call co
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import cProfile
 import functools
 import io
@@ -36,7 +38,7 @@ from gpu import pipeline
 from gpu.cpu import executor
 from gpu.graph import lists
 from gpu.plan import leaf_counts, signatures, upkeep
-from gpu.config import EngineConfig
+from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph, read_query
 from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
@@ -90,6 +92,24 @@ class Sections:
 
 def instrument(sections: Sections) -> None:
     wrap = sections.wrap
+    try:    # the CUDA executor's steps, where CuPy is installed
+        from gpu.cuda import device_graph, executor as cuda_executor, signatures as cuda_sig
+        from gpu.graph.pma import array as pma_array, view as pma_view
+    except ImportError:
+        pass
+    else:
+        for name in ("sync", "set_ranks", "clear_ranks"):
+            wrap(cuda_executor.DeviceMirror, name, f"DeviceMirror.{name}")
+        for name in ("_apply", "_refresh_view", "_label_slots", "stored_labels"):
+            wrap(device_graph.PmaGraph, name, f"PmaGraph.{name}")
+        wrap(cuda_sig.DeviceSignatures, "apply", "DeviceSignatures.apply")
+        wrap(pma_array.PackedMemoryArray, "apply", "PackedMemoryArray.apply")
+        wrap(pma_view.ListView, "refresh", "ListView.refresh")
+        wrap(cuda_executor, "launch_cuda_counts", "launch_cuda_counts")
+        wrap(cuda_executor.PendingMatches, "resolve", "PendingMatches.resolve (waits)")
+        wrap(device_graph.DeviceEdgeGraph, "find_edge", "DeviceEdgeGraph.find_edge")
+        from gpu.cuda import batch_prep
+        wrap(batch_prep.DevicePrep, "edge_changes", "DevicePrep.edge_changes (device)")
     wrap(engine_module, "normalize", "batch.normalize")
     for name in ("_start", "_leaf_edges", "_query_arrays", "_incremental", "_count_shared",
                  "_mutate"):
@@ -123,11 +143,17 @@ def add_setup_args(p: argparse.ArgumentParser, size: int) -> None:
                    default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
     p.add_argument("--queries", type=int, default=10)
     p.add_argument("--size", type=int, default=size, help="edges per batch")
+    p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
+                   help="the CUDA executor's graph layout")
 
 
 def gh_engine(args, initial, config: EngineConfig) -> Engine:
-    """A CPU engine on `initial` with the first `args.queries` dense queries standing."""
-    engine = Engine(initial, backend="cpu", config=config)
+    """An engine (`--backend`) on `initial` with the first `args.queries` dense queries
+    standing."""
+    if args.backend == "cuda":
+        config = dataclasses.replace(config, device_graph=args.device_graph)
+    engine = Engine(initial, backend=args.backend, config=config)
     for i in range(args.queries):
         path = args.queries_dir / f"dense_{i}.graph"
         engine.add_query(QueryGraph.from_labeled(read_query(path), path.stem))

@@ -10,7 +10,9 @@
 #   service-tests  the service and storage tests with the service on the cuda executor
 #                (MOTIFSTREAM_TEST_DEVICE_GRAPH=lists: on the mirrored host lists)
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags;
-#                SERVICE_BACKEND=cpu runs it on the CPU executor, on the device host's cores)
+#                SERVICE_BACKEND=cpu runs it on the CPU executor, on the device host's cores;
+#                SERVICE_PROFILE=1 writes the server's per-thread profile to
+#                $OUT/service-profile.txt, benchmarks/sampler.py: py-spy cannot attach there)
 #   apply-profile  benchmarks.apply_profile (the CPU executor on the host's cores; APPLY_ARGS
 #                adds flags, e.g. "--queued 1 8 --group-region-edges 4 64"; APPLY_TIMEOUT
 #                bounds it, seconds, default 400)
@@ -43,6 +45,11 @@ python3 -m pip install -q --no-index --find-links .whl hypothesis sortedcontaine
     'uvicorn[standard]' pydantic pydantic-settings prometheus-client orjson httpx2 websockets \
     asgi-correlation-id python-json-logger prometheus-fastapi-instrumentator fastapi-offline python-multipart 2>&1 \
     | tail -2
+# pyarrow (the arrow extra: Arrow IPC batch bodies) only when its wheel came: at 55 MB it
+# does not fit the device tool's 64 MiB carry beside the others, and its tests skip without.
+if ls .whl/pyarrow-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --find-links .whl pyarrow 2>&1 | tail -2
+fi
 # pytest-xdist (with execnet) runs the tests on every core when its wheels are in .whl
 # (tests/conftest.py); without them the tests run in one process.  The image's
 # pytest-benchmark warns under xdist (an error here): every pytest run has -p no:benchmark.
@@ -72,7 +79,8 @@ for stage in "${stages[@]}"; do
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-bench)
             python3 -m benchmarks.service_bench --graph "$GRAPH" --backend "${SERVICE_BACKEND:-cuda}" \
-                --json "$OUT/service-bench.jsonl" ${SERVICE_ARGS:-} 2>&1 \
+                --json "$OUT/service-bench.jsonl" ${SERVICE_PROFILE:+--profile "$OUT/service-profile.txt"} \
+                ${SERVICE_ARGS:-} 2>&1 \
                 | tee "$OUT/service-bench.txt" | tail -20 ;;
         apply-profile)
             timeout "${APPLY_TIMEOUT:-400}" python3 -m benchmarks.apply_profile --graph "$GRAPH" \

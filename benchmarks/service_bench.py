@@ -15,6 +15,7 @@ about 0.06 ms of CPU a request) rather than `http.client` (`--client http.client
 a request, plus its share of the GIL among the client threads).
 
     python -m benchmarks.service_bench [--sizes 1 100 10000] [--seconds 20] [--json F]
+        [--profile F]   (the server's per-thread profile, benchmarks/sampler.py)
 """
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def _parse_args(argv):
     p.add_argument("--synchronous", default="full", choices=("full", "normal"))
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
+    p.add_argument("--profile", type=Path,
+                   help="run the server under benchmarks.sampler and write its per-thread "
+                        "profile here when it stops")
     p.add_argument("--plot", action="store_true", help=PLOT_HELP)
     p.add_argument("--log", type=Path, default=REPO / "bench-out" / "service-bench-server.log",
                    help="the server's log")
@@ -214,8 +218,12 @@ class SseSubscriber(threading.Thread):
 
 
 def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
-    command = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir),
-               "--port", str(args.port), "--backend", args.backend, "--graph", str(graph_file),
+    # With --profile the server runs under the ptrace-free sampler (benchmarks/sampler.py),
+    # which writes its report when the server stops.
+    profile = ([] if args.profile is None else
+               ["-m", "benchmarks.sampler", "--out", str(args.profile)])
+    command = [sys.executable, *profile, "-m", "service.cli", "serve",
+               "--data-dir", str(data_dir), "--port", str(args.port), "--backend", args.backend, "--graph", str(graph_file),
                "--synchronous", args.synchronous, "--log-level", "warning"]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     print(f"server log: {log.name}")

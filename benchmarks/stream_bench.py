@@ -100,6 +100,11 @@ def _parse_args(argv):
     g.add_argument("--latency-batches", type=int, nargs="+", default=[200, 50, 5],
                    help="batches per size, one number per --latency-sizes")
     g = p.add_argument_group("pipeline")
+    g.add_argument("--batch-group-edges", type=int, default=EngineConfig.batch_group_edges,
+                   help="EngineConfig.batch_group_edges (0: no batch groups on the CPU)")
+    g.add_argument("--device-batch-group-edges", type=int,
+                   default=EngineConfig.device_batch_group_edges,
+                   help="EngineConfig.device_batch_group_edges (0: no batch groups on CUDA)")
     g.add_argument("--list-limit", type=int, default=0,
                    help="list up to this many matches per query and sign (0: count only)")
     args = p.parse_args(argv)
@@ -220,7 +225,9 @@ class _StandingSet:
 
 
 def _engine(args, initial, backend: str) -> Engine:
-    return Engine(initial, backend=backend, config=EngineConfig(device_graph=args.device_graph))
+    return Engine(initial, backend=backend, config=EngineConfig(
+        device_graph=args.device_graph, batch_group_edges=args.batch_group_edges,
+        device_batch_group_edges=args.device_batch_group_edges))
 
 
 def run_rate(args, backend, graph, sets, emit, log) -> list[dict]:
@@ -439,7 +446,8 @@ def _parameters(args, experiment: str) -> dict:
     common = {"graph": str(args.graph.resolve()), "num_labels": args.num_labels,
               "label_seed": args.label_seed, "seed": args.seed, "query_size": args.size,
               "queries_dir": str(args.queries_dir), "max_queries": args.max_queries,
-              "device_graph": args.device_graph}
+              "device_graph": args.device_graph, "batch_group_edges": args.batch_group_edges,
+              "device_batch_group_edges": args.device_batch_group_edges}
     own = {"rate": {"rates": args.rates},
            "mixed": {"held_out_fraction": INSERT_FRACTION,
                      "mixed_batch": args.mixed_batch, "mixed_batches": args.mixed_batches,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpu.batch_edges import (CONFLICT, DYING_INSERT, LOOP, MISSING, NEGATIVE_LABEL,
+                             Rejection, distinct, edge_changes)
 from gpu.io.records import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
                             UpdateStream)
 
@@ -48,28 +50,19 @@ class EffectiveBatch:
     ignored: dict[str, int] = field(default_factory=_counts)
 
 
-def _distinct(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """From one stable sort: the distinct keys (ascending), the index of each one's first
-    record, and the index of the first record (in record order) whose key appeared
-    earlier with another value, or -1."""
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else order
-    first_value = np.repeat(v[starts], np.diff(np.r_[starts, len(k)]))
-    bad = order[v != first_value]
-    return k[starts], order[starts], int(bad.min()) if len(bad) else -1
-
-
 def _first_duplicate_conflict(keys: np.ndarray, values: np.ndarray) -> int:
     """Index of the first record (in record order) whose key appeared earlier with another
     value, or -1."""
     if len(keys) < 2:
         return -1
-    return _distinct(keys, values)[2]
+    bad = int(distinct(np, keys, values)[2])
+    return bad if bad < len(keys) else -1
 
 
-def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
-    """Validate `stream` against `graph` and compute its effective changes."""
+def normalize(stream: UpdateStream, graph, device=None) -> EffectiveBatch:
+    """Validate `stream` against `graph` and compute its effective changes; with `device`
+    (the CUDA executor's DevicePrep) the edge records of a batch with at least
+    `device.min_records` of them are settled on the device (gpu/batch_edges.py)."""
     if len(stream) == 1:
         single = _single_edge(stream, graph)
         if single is not None:
@@ -122,87 +115,29 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
     ignored["vertices_deleted"] += int((~found).sum())
     del_slots = del_slots[found].astype(np.int32)
 
-    # ---- edge endpoints -------------------------------------------------
+    # ---- edges: on the host, or on the device (gpu/batch_edges.py) --------------------
     ei = np.flatnonzero((kind == INSERT_EDGE) | (kind == DELETE_EDGE))
-    loops = ei[a[ei] == b[ei]]
-    if len(loops):
-        reject(loops[0], f"edge ({a[loops[0]]}, {b[loops[0]]}) is a self-loop")
-    ends = np.concatenate([a[ei], b[ei]])
-    slots = graph.ids.lookup(ends)
-    if len(add_ids):
-        pos = np.searchsorted(add_ids, ends)
-        pos = np.minimum(pos, len(add_ids) - 1)
-        is_new = (slots < 0) & (add_ids[pos] == ends)
-        slots[is_new] = add_slots[pos[is_new]]
-    missing = np.flatnonzero(slots < 0)
-    if len(missing):
-        first = missing[np.argmin(missing % len(ei))]   # earliest record, not earliest end
-        i = ei[first % len(ei)]
-        reject(i, f"edge ({a[i]}, {b[i]}): vertex {ends[first]} does not exist and is "
-                  f"not added in this batch")
-    su, sv = slots[: len(ei)], slots[len(ei):]
-    dying = np.zeros(len(ei), dtype=bool)
-    if len(del_slots):
-        dying = np.isin(su, del_slots) | np.isin(sv, del_slots)
-    is_insert = kind[ei] == INSERT_EDGE
-    dying_insert = np.flatnonzero(dying & is_insert)
-    if len(dying_insert):
-        i = ei[dying_insert[0]]
-        reject(i, f"edge ({a[i]}, {b[i]}) touches a vertex deleted in this batch")
-
-    lo = np.minimum(su, sv).astype(np.int64)
-    hi = np.maximum(su, sv).astype(np.int64)
-    key = lo << 32 | hi
-    lab = label[ei]
-
-    # ---- inserts ---------------------------------------------------------
-    ins = np.flatnonzero(is_insert)
-    # Stored edge labels are never negative (the device graph marks ranks with them).
-    negative = ins[lab[ins] < 0]
-    if len(negative):
-        i = ei[negative[0]]
-        reject(i, f"edge ({a[i]}, {b[i]}) is inserted with label {label[i]}; edge labels "
-                  f"must be >= 0")
-    # One sort finds both conflicting duplicates and the distinct inserts (sorted again
-    # below only when some inserts cancel against deletes).
-    ins_keys, first, bad = _distinct(key[ins], lab[ins])
-    if bad >= 0:
-        i = ei[ins[bad]]
-        reject(i, f"edge ({a[i]}, {b[i]}) is inserted twice with different labels")
-    dels = np.flatnonzero(~is_insert & ~dying)
-    ignored["edges_deleted"] += int(dying.sum())
-    # Inserts and deletes of one edge cancel.  (np.isin sorts; np.intersect1d's unique
-    # hashes, 0.9 s for a million keys, and most batches only insert or only delete.)
-    drop_i = np.isin(key[ins], key[dels]) if len(ins) and len(dels) else None
-    if drop_i is not None and drop_i.any():
-        drop_d = np.isin(key[dels], key[ins])
-        ignored["edges_inserted"] += int(drop_i.sum())
-        ignored["edges_deleted"] += int(drop_d.sum())
-        ins, dels = ins[~drop_i], dels[~drop_d]
-        ins_keys, first = np.unique(key[ins], return_index=True)
-
-    ignored["edges_inserted"] += len(ins) - len(ins_keys)
-    ins_labels = lab[ins][first].astype(np.int32)
-    # The inserted and the deleted edges looked up together (one read of a device graph).
-    looked_up = np.concatenate([ins_keys, key[dels]])
-    stored = _stored_labels(graph, (looked_up >> 32).astype(np.int32),
-                            (looked_up & 0xFFFFFFFF).astype(np.int32))
-    iu = (ins_keys >> 32).astype(np.int32)
-    iv = (ins_keys & 0xFFFFFFFF).astype(np.int32)
-    exists = stored[:len(ins_keys)] >= 0
-    ignored["edges_inserted"] += int(exists.sum())
-    iu, iv, ins_labels = iu[~exists], iv[~exists], ins_labels[~exists]
-
-    # ---- deletes ---------------------------------------------------------
-    # A delete names the edge when its label is omitted or equals the stored one; as the
-    # batch is a set, an edge goes when any of its delete records names it.
-    stored = stored[len(ins_keys):]
-    names = (stored >= 0) & ((lab[dels] == NO_LABEL) | (lab[dels] == stored))
-    del_keys, first = np.unique(key[dels][names], return_index=True)
-    ignored["edges_deleted"] += len(dels) - len(del_keys)
-    du = (del_keys >> 32).astype(np.int32)
-    dv = (del_keys & 0xFFFFFFFF).astype(np.int32)
-    dl = stored[names][first].astype(np.int32)
+    host = (a[ei], b[ei], label[ei], kind[ei] == INSERT_EDGE, add_ids, add_slots, del_slots)
+    if device is not None and len(ei) >= device.min_records:
+        changes = device.edge_changes(graph, host)
+    else:
+        changes = edge_changes(np, _HostLookups(graph), *host)
+    if isinstance(changes, Rejection):
+        i = ei[changes.record]
+        edge = f"edge ({a[i]}, {b[i]})"
+        reject(i, {
+            LOOP: f"{edge} is a self-loop",
+            MISSING: f"{edge}: vertex {(a, b)[changes.end][i]} does not exist and is not "
+                     f"added in this batch",
+            DYING_INSERT: f"{edge} touches a vertex deleted in this batch",
+            # Stored edge labels are never negative (the device graph marks ranks with them).
+            NEGATIVE_LABEL: f"{edge} is inserted with label {label[i]}; edge labels must "
+                            f"be >= 0",
+            CONFLICT: f"{edge} is inserted twice with different labels"}[changes.check])
+    ignored["edges_inserted"] += changes.ignored_inserts
+    ignored["edges_deleted"] += changes.ignored_deletes
+    iu, iv, ins_labels = changes.insert_u, changes.insert_v, changes.insert_labels
+    du, dv, dl = changes.delete_u, changes.delete_v, changes.delete_labels
     if len(del_slots):
         xu, xv, xl = graph.incident_edges(del_slots)
         du, dv, dl = np.concatenate([du, xu]), np.concatenate([dv, xv]), np.concatenate([dl, xl])
@@ -221,6 +156,19 @@ def normalize(stream: UpdateStream, graph) -> EffectiveBatch:
 
 
 _NO_INT32 = np.empty(0, dtype=np.int32)
+
+
+class _HostLookups:
+    """What gpu/batch_edges.py asks of the graph, answered on the host."""
+
+    def __init__(self, graph) -> None:
+        self.graph = graph
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        return self.graph.ids.lookup(ids)
+
+    def stored(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+        return stored_labels(self.graph, us, vs)
 
 
 def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
@@ -260,7 +208,84 @@ def _single_edge(stream: UpdateStream, graph) -> EffectiveBatch | None:
     return EffectiveBatch(**effective, applied=applied, ignored=ignored)
 
 
-def _stored_labels(graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
+@dataclass
+class PendingEdges:
+    """A batch of edge records of one kind (all inserts or all deletes) between existing
+    vertices, each edge once, that is valid whatever the graph's edges are: which of its
+    records apply waits for the stored labels of its edges (`resolve`), so that the
+    batches of a batch group are looked up together, in one read of the graph (one
+    device round trip on CUDA instead of one per batch).  Edges as slots u < v, sorted."""
+    inserting: bool
+    u: np.ndarray               # int32
+    v: np.ndarray               # int32
+    labels: np.ndarray          # int32: the inserted labels, or a delete's (NO_LABEL: any)
+
+    def __len__(self) -> int:
+        return len(self.u)
+
+    def keys(self) -> list[int]:
+        """The edges as u << 32 | v (a batch group's test for shared edges)."""
+        return ((self.u.astype(np.int64) << 32) | self.v).tolist()
+
+    def resolve(self, stored: np.ndarray) -> EffectiveBatch:
+        """The batch's effective changes given the stored label of each of its edges (-1:
+        absent), as `normalize` makes them: an insert of an existing edge, or a delete of
+        a missing one or naming another label, is ignored."""
+        applied, ignored = _counts(), _counts()
+        if self.inserting:
+            new = stored < 0
+            kind = "edges_inserted"
+            effective = {"insert_u": self.u[new], "insert_v": self.v[new],
+                         "insert_labels": self.labels[new]}
+        else:
+            new = (stored >= 0) & ((self.labels == NO_LABEL) | (self.labels == stored))
+            kind = "edges_deleted"
+            effective = {"delete_u": self.u[new], "delete_v": self.v[new],
+                         "delete_labels": stored[new].astype(np.int32)}
+        applied[kind] = int(new.sum())
+        ignored[kind] = len(new) - applied[kind]
+        empty = _NO_INT32
+        parts = {"add_ids": np.empty(0, dtype=np.int64), "add_labels": empty,
+                 "add_slots": empty, "delete_slots": empty, "delete_u": empty,
+                 "delete_v": empty, "delete_labels": empty, "insert_u": empty,
+                 "insert_v": empty, "insert_labels": empty}
+        parts.update(effective)
+        return EffectiveBatch(**parts, applied=applied, ignored=ignored)
+
+
+def pending_edges(stream: UpdateStream, graph, limit: int) -> PendingEdges | None:
+    """The batch as PendingEdges when it is one (at most `limit` records, every record an
+    insert, or every one a delete, of a distinct edge between two distinct existing
+    vertices, inserted labels >= 0); None for any other batch, which `normalize` takes
+    (and rejects where it must).  Reads the vertex table only."""
+    kind = stream.kind
+    count = len(kind)
+    if count == 0 or count > limit:
+        return None
+    first = int(kind[0])
+    if first != INSERT_EDGE and first != DELETE_EDGE:
+        return None
+    if count > 1 and (kind != first).any():
+        return None
+    slots = graph.ids.lookup(np.concatenate([stream.a, stream.b]))
+    su, sv = slots[:count], slots[count:]
+    if (slots < 0).any() or (su == sv).any():
+        return None
+    labels = np.asarray(stream.label, dtype=np.int32)
+    inserting = first == INSERT_EDGE
+    if inserting and (labels < 0).any():
+        return None
+    u, v = np.minimum(su, sv), np.maximum(su, sv)
+    if count > 1:
+        key = (u.astype(np.int64) << 32) | v
+        order = np.argsort(key)
+        if (key[order][1:] == key[order][:-1]).any():
+            return None     # an edge twice: normalize's rules for duplicates
+        u, v, labels = u[order], v[order], labels[order]
+    return PendingEdges(inserting, u, v, labels)
+
+
+def stored_labels(graph, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
     """The stored label of each edge; -1 when absent or when an endpoint is still
     unborn."""
     out = np.full(len(us), -1, dtype=np.int32)

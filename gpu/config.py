@@ -40,11 +40,21 @@ class EngineConfig:
     # than serial_below_tasks edges and searches them serially (count_small), and larger
     # phases run query by query.
     shared_region_threads: int = 4
-    # CPU executor: batches started one after another (Engine.start, apply_stream: the
-    # service's queue) that each only insert, or only delete, edges share one search, a
-    # batch group of at most this many edges, each batch's counts still its own (0: off;
-    # gpu/pipeline.py BatchGroup).
+    # Batches started one after another (Engine.start, apply_stream: the service's queue)
+    # that each only insert, or only delete, edges share one lookup, one update and one
+    # search, a batch group of at most this many edges, each batch's counts still its own
+    # (0: off; gpu/pipeline.py BatchGroup).
     batch_group_edges: int = 64
+    # The same on the CUDA executor, where a group's fixed cost (a lookup, an update of
+    # the device graph, a launch per query size) is larger and its search cheaper: on the
+    # H100, 100-edge batches streamed at 480/s in groups of 1,024 edges, 1,000/s in groups
+    # of 4,096 and 2,200/s in groups of 16,384 (docs/benchmarks.md).  A group takes only
+    # what is queued, so a lone batch never waits for others.
+    device_batch_group_edges: int = 16384
+    # CUDA executor with the `pma` layout and its view: a batch with at least this many
+    # edge records is validated and settled on the device (gpu/cuda/batch_prep.py);
+    # smaller ones on the host, where a few records cost less than the launches.
+    device_prep_records: int = 4096
     # CPU executor: with shared_region_threads Numba threads or more, a batch group of at
     # least this many edges runs in one parallel region (count_phase); a smaller one, and
     # every group on a smaller machine, is searched serially.  On the H100 host's 16 cores
@@ -85,11 +95,11 @@ class EngineConfig:
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
                      "share_capacity", "share_every", "leaf_group_min",
                      "serial_below_tasks", "pma_segment_size", "launch_pairs",
-                     "group_region_edges"):
+                     "group_region_edges", "device_prep_records"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
-        for name in ("shared_region_threads", "batch_group_edges"):
+        for name in ("shared_region_threads", "batch_group_edges", "device_batch_group_edges"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"EngineConfig.{name} must be a non-negative integer, got "
@@ -106,10 +116,12 @@ class EngineConfig:
     def tiny(cls) -> "EngineConfig":
         """Smallest settings: forces growth, relocation, one-task chunks, the grouped
         search of every leaf-rooted pair of tasks, deep window trees in the PMA, one
-        update edge per CUDA launch, batch groups that fill after three edges, and the
-        packed memory array's own checks of every batch."""
+        update edge per CUDA launch, batch groups that fill after three edges, every
+        batch's edge records settled on the device, and the packed memory array's own
+        checks of every batch."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, serial_below_tasks=1,
                    pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
-                   batch_group_edges=3, pma_checks=True)
+                   batch_group_edges=3, device_batch_group_edges=3, pma_checks=True,
+                   device_prep_records=1)

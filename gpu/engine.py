@@ -8,9 +8,10 @@
   3. positive matches on the graph after the batch, started from the
      inserted edges.
 
-On the CPU executor, small batches that `start` (or `apply_stream`) takes one after
-another, each only inserting or only deleting edges, share one search, and on CUDA a
-started batch's totals come back while the next one starts: see gpu/pipeline.py.
+Small batches that `start` (or `apply_stream`) takes one after another, each only
+inserting or only deleting edges, share one lookup, one update and one search (a batch
+group), and on CUDA a started batch's totals come back while the next one starts: see
+gpu/pipeline.py.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 from gpu import clock, pipeline
 from gpu.cpu import interpreted
 from gpu.plan import upkeep
-from gpu.batch import BatchRejected, EffectiveBatch, normalize
+from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges
 from gpu.config import EngineConfig
 from gpu.cuda.device import resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
@@ -95,7 +96,13 @@ class Engine:
         self._next_id = 1
         self.batches_applied = 0
         self._device_seconds = 0.0      # the last batch's device graph and candidate sync
-        self._group: BatchGroup | None = None      # open batch group (CPU executor)
+        self._group: BatchGroup | None = None      # open batch group
+        # Large batches' edge records validated on the device (gpu/cuda/batch_prep.py).
+        self._prep = None
+        if self._device is not None and self.config.device_graph == "pma" and \
+                self.config.pma_view:
+            from gpu.cuda.batch_prep import DevicePrep
+            self._prep = DevicePrep(self._device.graph, self.config.device_prep_records)
         if self._device is not None:
             self._device.sync(self.graph)
             # Signatures and candidate bits live on the device (gpu/cuda/signatures.py).
@@ -221,6 +228,23 @@ class Engine:
                                  self.config.share_capacity, self.config.share_every,
                                  self.config.launch_pairs)
 
+    def _count_by_batch_on_device(self, qids: list[int], us, vs, labels, runs: np.ndarray
+                                  ) -> np.ndarray:
+        """A batch group's counts on the device: every query's matches started from each
+        run of the update edges us-vs (`runs`: the runs' lengths, ranked in edge order),
+        shape (queries, runs), read back in one copy."""
+        from gpu.cuda.executor import count_cuda_runs
+        jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
+        ranks = np.arange(1, len(us) + 1, dtype=np.int32)
+        edges = self._device.upload_edges(us, vs, labels, ranks)
+        self._device.set_ranks(us, vs, edges)
+        try:
+            return count_cuda_runs(self._device, jobs, edges, runs, self.config.work_sharing,
+                                   self.config.share_capacity, self.config.share_every,
+                                   self.config.launch_pairs)
+        finally:
+            self._device.clear_ranks()
+
     def _region_phase(self, us, minimum: int | None = None) -> bool:
         """Whether a CPU phase runs in parallel regions: with `shared_region_threads` Numba
         threads or more, when it has `minimum` (serial_below_tasks) edges or more.  A
@@ -289,8 +313,8 @@ class Engine:
         """Apply one batch atomically (as `apply`) and start its matching: the batch is
         applied when this returns, and `finish()` of what it returns gives its BatchResult.
         On the CUDA executor counted queries' totals may still be on the device until
-        then, so the caller can start the next batch first (as apply_stream does).  On the
-        CPU executor a batch that can be part of a batch group (BatchGroup) waits for the
+        then, so the caller can start the next batch first (as apply_stream does).  A batch
+        that can be part of a batch group (BatchGroup) waits for the
         batches started after it: its updates and search run when any member of its group
         is finished, when a batch that cannot join is started, or at any other engine call
         that reads the graph or the queries (read `graph` itself only after one)."""
@@ -311,6 +335,12 @@ class Engine:
         """
         return pipeline.stream(self, streams, list_limit)
 
+    @property
+    def group_edges(self) -> int:
+        """The most edges of a batch group on this engine's executor (0: no groups)."""
+        return (self.config.batch_group_edges if self._device is None
+                else self.config.device_batch_group_edges)
+
     def flush(self) -> None:
         """Apply and search the open batch group, if any (every other engine call that
         reads the graph or the queries does this first)."""
@@ -323,16 +353,17 @@ class Engine:
         if not isinstance(list_limit, Mapping):
             list_limit = dict.fromkeys(self._queries, list_limit)
         t0 = clock.now()
-        batch = normalize(stream, self.graph)
-        group = self._group
-        if group is not None and not (pipeline.groupable(self, batch, list_limit)
-                                      and group.admits(batch, self.config.batch_group_edges)):
-            # The batch comes after the group's updates: validated again once they are in.
-            self.flush()
-            batch = normalize(stream, self.graph)
-        if pipeline.groupable(self, batch, list_limit):
-            self.batches_applied += 1
-            return pipeline.join_group(self, batch, list_limit, t0)
+        if pipeline.groupable(self, list_limit):
+            limit = self.group_edges
+            edges = pending_edges(stream, self.graph, limit)
+            if edges is not None:
+                if self._group is not None and not self._group.admits(edges, limit):
+                    self.flush()
+                self.batches_applied += 1
+                return pipeline.join_group(self, edges, list_limit, t0)
+        # Validated against the graph with every batch before it in.
+        self.flush()
+        batch = normalize(stream, self.graph, self._prep)
         if self._device is not None and len(batch.add_slots):
             slots = max(self.graph.num_slots, int(batch.add_slots.max()) + 1)
             problem = self._device.admit(batch.add_labels, slots)

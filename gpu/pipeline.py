@@ -1,11 +1,12 @@
-"""Batches `Engine.start` has started and not yet finished: results still on the device and
-the CPU executor's batch groups.
+"""Batches `Engine.start` has started and not yet finished: results still on the device, and
+batch groups.
 
 `Engine.start` applies a batch and starts its matching; `PendingBatch.finish` gives its
 result.  On CUDA the counted totals come back behind the kernels (`Deferred`), so
 `stream` starts batch i+1 before it finishes batch i and the host work of one overlaps
-the kernels of the other.  On the CPU executor consecutive small batches that each only
-insert, or only delete, edges wait in a `BatchGroup` and share one search.
+the kernels of the other.  On either executor consecutive small batches that each only
+insert, or only delete, edges wait in a `BatchGroup` and share one lookup, one graph
+update and one search.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpu import clock
-from gpu.batch import EffectiveBatch
+from gpu.batch import EffectiveBatch, PendingEdges, stored_labels
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu
 from gpu.results import BatchResult, MatchSet, QueryDelta
 
@@ -49,7 +50,7 @@ class PendingBatch:
     Its times are gpu.clock readings, which leave Numba's compiling out: `started` when
     the batch came, `host_done` when its host work ended (for a group member, when the
     group's search did)."""
-    batch: EffectiveBatch
+    batch: EffectiveBatch       # a batch group member's PendingEdges until its group runs
     list_limit: Mapping[int, int]
     negative: dict
     positive: dict
@@ -140,7 +141,13 @@ class BatchGroup:
     """Consecutive batches that each only insert, or each only delete, distinct edges
     between existing vertices, with every standing query counted: their updates and their
     matching wait (Engine.start returns at once) until one of them is finished or the
-    engine is used otherwise, then run as one phase, one search for the whole group.
+    engine is used otherwise, then run as one phase, one search for the whole group, on
+    either executor.
+
+    A member comes as PendingEdges (gpu/batch.py): which of its records apply is decided
+    when the group runs, by one lookup of all the members' edges in the graph as it was
+    before the group.  That is each member's own graph for its edges: no two members
+    share an edge (`admits`), and a group changes no vertex.
 
     Exact per batch by the total-order rule (an update edge ranked below a task's own edge
     is off limits, so each match is found from its lowest-ranked update edge), with the
@@ -156,7 +163,8 @@ class BatchGroup:
     never a sufficient one, so the counts do not change.
 
     The group is the engine's own machinery: it updates the engine's graph and searches
-    through the engine's private steps (_mutate, _leaf_edges, _shared_queries, _run_batch)."""
+    through the engine's private steps (_mutate, _leaf_edges, _shared_queries, _run_batch,
+    _count_by_batch_on_device)."""
 
     def __init__(self, engine: Engine, inserting: bool) -> None:
         self.engine = engine
@@ -167,20 +175,17 @@ class BatchGroup:
         self.done = False
         self.error: BaseException | None = None
 
-    def admits(self, batch: EffectiveBatch, limit: int) -> bool:
-        """Whether `batch` (normalized against the graph without this group's updates,
-        `groupable`) can join: same kind, room left, and none of its edges in the
+    def admits(self, edges: PendingEdges, limit: int) -> bool:
+        """Whether `edges` can join: same kind, room left, and none of its edges in the
         group."""
-        us, vs, _ = _side(batch, self.inserting)
-        if len(us) == 0 or self.edges + len(us) > limit:
+        if edges.inserting != self.inserting or self.edges + len(edges) > limit:
             return False
-        keys = _edge_keys(us, vs)
-        return self.keys.isdisjoint(keys)
+        return self.keys.isdisjoint(edges.keys())
 
     def add(self, pending: PendingBatch) -> None:
-        us, vs, _ = _side(pending.batch, self.inserting)
-        self.keys.update(_edge_keys(us, vs))
-        self.edges += len(us)
+        edges = pending.batch
+        self.keys.update(edges.keys())
+        self.edges += len(edges)
         self.members.append(pending)
         pending.group = self
 
@@ -197,6 +202,18 @@ class BatchGroup:
             raise RuntimeError(f"the batch group of this batch failed: {self.error!r}") \
                 from self.error
 
+    def _resolve(self) -> None:
+        """Each member's effective changes, from one lookup of every member's edges."""
+        members = self.members
+        us = np.concatenate([m.batch.u for m in members])
+        vs = np.concatenate([m.batch.v for m in members])
+        stored = stored_labels(self.engine.graph, us, vs)
+        lo = 0
+        for member in members:
+            hi = lo + len(member.batch)
+            member.batch = member.batch.resolve(stored[lo:hi])
+            lo = hi
+
     def _apply_and_search(self) -> None:
         """The group's updates and one search for all of it; each member gets its own
         counts, and an even share of the time.  A group of one batch runs as any batch
@@ -207,6 +224,11 @@ class BatchGroup:
         self.done = True
         members = self.members
         n = len(members)
+        t0 = clock.now()
+        self._resolve()
+        lookup = (clock.now() - t0) / n
+        for member in members:
+            member.timings["validate"] += lookup
         if n == 1:
             alone = members[0]
             ran = engine._run_batch(alone.batch, alone.list_limit, False, alone.started)
@@ -220,8 +242,7 @@ class BatchGroup:
         order = range(n - 1, -1, -1) if self.inserting else range(n)
         parts = [_side(members[i].batch, self.inserting) for i in order]
         us, vs, labels = (np.concatenate([p[k] for p in parts]) for k in range(3))
-        edge_batch = np.concatenate([np.full(len(p[0]), i, dtype=np.int32)
-                                     for i, p in zip(order, parts, strict=True)])
+        runs = np.array([len(p[0]) for p in parts], dtype=np.int64)
         none = _NO_VERTICES
         kind, other = ("insert", "delete") if self.inserting else ("delete", "insert")
         combined = EffectiveBatch(add_ids=np.empty(0, dtype=np.int64), add_labels=none,
@@ -234,7 +255,10 @@ class BatchGroup:
             engine._mutate(combined)
         engine._leaf_edges(us, vs, labels, -1)
         t1 = clock.now()
-        totals = self._count(us, vs, labels, edge_batch)
+        # Columns in edge order (the runs of `order`), then put in batch order.
+        by_run = self._count(us, vs, labels, runs)
+        totals = np.empty_like(by_run)
+        totals[:, list(order)] = by_run
         t2 = clock.now()
         if self.inserting:
             engine._leaf_edges(us, vs, labels, +1)
@@ -253,45 +277,42 @@ class BatchGroup:
             pending.timings["match"], pending.timings["update"] = match, update
             pending.host_done = t3
 
-    def _count(self, us, vs, labels, edge_batch) -> np.ndarray:
-        """Every query's counts per batch of the group's edges: shape (queries, batches)."""
-        engine, nbatch = self.engine, len(self.members)
+    def _count(self, us, vs, labels, runs: np.ndarray) -> np.ndarray:
+        """Every query's counts per run of the group's edges (`runs`: the length of each
+        run, one batch's edges each): shape (queries, runs)."""
+        engine, nruns = self.engine, len(runs)
         qids = engine.query_ids()
-        if not qids:
-            return np.zeros((0, nbatch), dtype=np.int64)
+        if not qids or len(us) == 0:
+            return np.zeros((len(qids), nruns), dtype=np.int64)
+        if engine._device is not None:
+            return engine._count_by_batch_on_device(qids, us, vs, labels, runs)
+        edge_batch = np.repeat(np.arange(nruns, dtype=np.int32), runs)
         queries = engine._shared_queries(qids)
         # Leaf groups off: a grouped search would mix the batches' tasks.
         if engine._region_phase(us, engine.config.group_region_edges):
             return count_phase_cpu(engine.graph, queries, engine._updates, us, vs, labels, 0,
-                                   edge_batch, nbatch)
+                                   edge_batch, nruns)
         return count_small_cpu(engine.graph, queries, engine._updates, us, vs, labels, 0,
-                               _NO_TASK_BOUND, edge_batch, nbatch)
+                               _NO_TASK_BOUND, edge_batch, nruns)
 
 
-def groupable(engine: Engine, batch: EffectiveBatch, list_limit: Mapping[int, int]) -> bool:
-    """Whether `batch` can be part of a batch group: on the CPU executor, with every
-    query counted, a batch that only inserts or only deletes at most
-    `batch_group_edges` edges, with nothing ignored (an ignored record may be one the
-    group's updates would apply) and no vertex added or deleted."""
-    limit = engine.config.batch_group_edges
-    if engine.backend != "cpu" or limit == 0 or len(batch.add_ids) or \
-            len(batch.delete_slots) or any(batch.ignored.values()):
-        return False
-    inserts, deletes = len(batch.insert_u), len(batch.delete_u)
-    if (inserts == 0) == (deletes == 0) or inserts + deletes > limit:
+def groupable(engine: Engine, list_limit: Mapping[int, int]) -> bool:
+    """Whether the engine's batches may form batch groups now: groups are on
+    (`Engine.group_edges`) and every standing query is counted."""
+    if engine.group_edges == 0:
         return False
     return all(list_limit.get(qid, 0) <= 0 for qid in engine.query_ids())
 
 
-def join_group(engine: Engine, batch: EffectiveBatch, list_limit: Mapping[int, int],
+def join_group(engine: Engine, edges: PendingEdges, list_limit: Mapping[int, int],
                t0: float) -> PendingBatch:
-    """Add a `groupable` batch to the engine's open group (one that admits it), or open
-    one; t0 is when the batch came."""
+    """Add a batch (PendingEdges, `groupable`) to the engine's open group, which must admit
+    it, or open one; t0 is when the batch came."""
     group = engine._group
     if group is None:
-        group = engine._group = BatchGroup(engine, inserting=len(batch.insert_u) > 0)
+        group = engine._group = BatchGroup(engine, inserting=edges.inserting)
     now = clock.now()
-    pending = PendingBatch(batch, list_limit, {}, {}, {}, t0, now,
+    pending = PendingBatch(edges, list_limit, {}, {}, {}, t0, now,
                            {"validate": now - t0, "match": 0.0, "update": 0.0,
                             "device_update": 0.0})
     group.add(pending)
@@ -302,7 +323,3 @@ def _side(batch: EffectiveBatch, inserting: bool) -> tuple[np.ndarray, ...]:
     """A batch's inserted or deleted edges: (u, v, labels)."""
     return (batch.insert_u, batch.insert_v, batch.insert_labels) if inserting else \
         (batch.delete_u, batch.delete_v, batch.delete_labels)
-
-
-def _edge_keys(us: np.ndarray, vs: np.ndarray) -> list[int]:
-    return ((us.astype(np.int64) << 32) | vs.astype(np.int64)).tolist()

@@ -8,9 +8,13 @@ region (more tasks than that), the leaf counts and leaf groups of queries with d
 vertices, listing, vertex records, and the static count and listing behind a backfill.
 On CUDA the packed memory array takes a small batch in one launch and a larger one
 (over 1,024 directed updates) on its general path, whose CuPy kernels compile on first
-use too: one batch of each kind runs.
+use too: one batch of each kind runs.  So do the CuPy kernels that settle a large batch's
+edge records on the device (gpu/cuda/batch_prep.py): the throw-away engine sends every
+batch there, one of them with an insert and a delete of one edge cancelling.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -50,7 +54,8 @@ def _edges(kind, src, dst) -> UpdateStream:
 
 def warm_up(backend: str, config: EngineConfig | None = None) -> None:
     """Run every kind of batch once on a throw-away engine of `backend`."""
-    config = config or EngineConfig()
+    # Every batch's edge records settled on the device (CUDA): its kernels compile here.
+    config = dataclasses.replace(config or EngineConfig(), device_prep_records=1)
     src, dst = _ring([1, 2, 5])
     graph = LabeledGraph(np.arange(_VERTICES), np.zeros(_VERTICES), src, dst,
                          np.zeros(len(src)))
@@ -72,6 +77,10 @@ def warm_up(backend: str, config: EngineConfig | None = None) -> None:
         (UpdateStream.from_records([(ADD_VERTEX, 1000, 0, 0), (INSERT_EDGE, 1000, 0, 0),
                                     (INSERT_EDGE, 1000, 1, 0)]),
          UpdateStream.from_records([(DELETE_VERTEX, 1000, 0, NO_LABEL)])),
+        # An insert and a delete of edge 0-40 cancel; edge 0-1 goes, then comes back.
+        (UpdateStream.from_records([(INSERT_EDGE, 0, 40, 0), (DELETE_EDGE, 0, 40, NO_LABEL),
+                                    (DELETE_EDGE, 0, 1, NO_LABEL)]),
+         _edges(INSERT_EDGE, [0], [1])),
     ]
     for list_limit in (0, listed):      # every query counted, then one of them listed
         for inserted, deleted in pairs:

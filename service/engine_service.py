@@ -340,10 +340,11 @@ class EngineService:
 
     @property
     def pipelined(self) -> bool:
-        """Whether a batch queued behind another starts before the other is finished: on
-        CUDA its host work then overlaps the other's kernels; on the CPU (unless the
-        cpu_batch_groups setting is off) the batches queued form a batch group, one search
-        for all of them (gpu/pipeline.py), and are handed to the writer together."""
+        """Whether a batch queued behind another starts before the other is finished: the
+        batches queued then form a batch group (gpu/pipeline.py: one lookup, one update
+        and one search for all of them), handed to the writer together, and on CUDA a
+        batch's host work overlaps the kernels of the one before.  Always on CUDA; on
+        the CPU unless the cpu_batch_groups setting is off."""
         if self.pipeline is not None:
             return self.pipeline
         return self.backend == "cuda" or self.settings.cpu_batch_groups

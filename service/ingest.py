@@ -1,8 +1,13 @@
-"""Owns the batch bodies the API accepts (JSON, update-stream text, NumPy .npy) and their
-conversion to the engine's UpdateStream, with errors that name the field, index or line.
+"""Owns the batch bodies the API accepts (JSON, update-stream text, NumPy .npy, Arrow IPC)
+and their conversion to the engine's UpdateStream, with errors that name the field, index,
+line, row or column.
 
 Structure is checked where the request arrives; labels are resolved on the engine
-thread (`to_stream`), because the label dictionary changes as batches commit.
+thread (`to_stream`), because the label dictionary changes as batches commit.  pyarrow
+is optional (the `arrow` extra): it is imported on the first Arrow body.
+
+Past 500 lines on purpose: the formats share their checks (`_rows_stream`, `_check_size`)
+and error classes, and a module per format would import them all back from here.
 """
 from __future__ import annotations
 
@@ -38,7 +43,14 @@ from service.schemas import BatchCreate, GraphLoad
 JSON = "application/json"
 TEXT = "text/plain"
 NPY = "application/x-npy"
-MEDIA_TYPES = (JSON, TEXT, NPY)
+# Arrow IPC, the stream and the file format (what pandas, polars and DuckDB write).
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+ARROW_FILE = "application/vnd.apache.arrow.file"
+ARROW = (ARROW_STREAM, ARROW_FILE)
+MEDIA_TYPES = (JSON, TEXT, NPY, ARROW_STREAM, ARROW_FILE)
+# An Arrow batch's columns, in the .npy array's order: kind, the vertex or the edge's
+# endpoints, label.
+ARROW_COLUMNS = ("kind", "u", "v", "label")
 CSV = "text/csv"
 MULTIPART = "multipart/form-data"
 GRAPH_MEDIA_TYPES = (JSON, TEXT, CSV, MULTIPART)
@@ -79,7 +91,7 @@ class BatchInput:
                     return f"{name}[{line - 1}]"
                 line -= n
             return f"record {line}"
-        if self.media_type == NPY:
+        if self.media_type == NPY or self.media_type in ARROW:
             return f"row {line - 1}"
         return f"body:{line}"   # as the text parser names lines
 
@@ -105,6 +117,9 @@ def parse_batch(body: bytes, media_type: str, max_updates: int) -> BatchInput:
     if media_type == NPY:
         stream = _npy_stream(body, max_updates)
         return BatchInput(NPY, len(stream), _stream=stream)
+    if media_type in ARROW:
+        stream = _arrow_stream(body, max_updates)
+        return BatchInput(media_type, len(stream), _stream=stream)
     raise UnsupportedMediaType(f"Content-Type {media_type!r} is not a batch format; "
                      f"use one of {', '.join(MEDIA_TYPES)}")
 
@@ -196,15 +211,19 @@ def _npy_stream(body: bytes, max_updates: int) -> UpdateStream:
     if rows.dtype == np.uint64 and (rows > MAX_ID).any():
         bad = int(np.flatnonzero((rows > MAX_ID).any(axis=1))[0])
         raise InputError(f"row {bad}: value out of range")
-    rows = rows.astype(np.int64)
-    kind, a, b, label = rows.T
+    return _rows_stream(*rows.astype(np.int64).T, names=("a", "b"))
+
+
+def _rows_stream(kind, a, b, label, names: tuple[str, str]) -> UpdateStream:
+    """The UpdateStream of int64 columns as the .npy array's, checked row by row; `names`
+    are what errors call the a and b columns."""
     is_edge = (kind == INSERT_EDGE) | (kind == DELETE_EDGE)
     is_delete = (kind == DELETE_VERTEX) | (kind == DELETE_EDGE)
     problems = (
         ((kind < 0) | (kind > 3), ("kind must be 0 (add vertex), 1 (delete vertex), "
                                     "2 (insert edge) or 3 (delete edge)")),
-        (a < 0, "vertex id a must be >= 0"),
-        (is_edge & (b < 0), "vertex id b must be >= 0"),
+        (a < 0, f"vertex id {names[0]} must be >= 0"),
+        (is_edge & (b < 0), f"vertex id {names[1]} must be >= 0"),
         (is_edge & (a == b), "self-loop"),
         ((label < np.where(is_delete, NO_LABEL, 0)) | (label >= STRING_LABEL_BASE),
          f"label out of range [0, {STRING_LABEL_BASE}) (-1 allowed on deletions)"),
@@ -215,6 +234,107 @@ def _npy_stream(body: bytes, max_updates: int) -> UpdateStream:
         raise InputError(f"row {first[0]}: {first[1]}")
     return UpdateStream(kind, a, np.where(is_edge, b, 0), label, np.arange(1, len(kind) + 1),
                         "body")
+
+
+# ---- Arrow IPC ----------------------------------------------------------------------
+
+
+def _arrow_stream(body: bytes, max_updates: int) -> UpdateStream:
+    """The columns ARROW_COLUMNS of an Arrow IPC body, as the .npy array's: kind, u (the
+    vertex, or an edge's first endpoint), v (an edge's second; null on vertex rows), label
+    (null or -1: none, on deletions).  Any integer type; columns pandas writes for its
+    index (`__index_level_0__`) are ignored, other extra columns refused."""
+    table = _arrow_table(body, max_updates)
+    pa = _pyarrow()
+    names = [n for n in table.column_names if not n.startswith("__index_level_")]
+    missing = [n for n in ARROW_COLUMNS if n not in names]
+    if missing:
+        raise InputError(f"body: column {missing[0]!r} is missing; an Arrow batch has the "
+                         f"columns {', '.join(ARROW_COLUMNS)} (found: {', '.join(names)})")
+    extra = [n for n in names if n not in ARROW_COLUMNS]
+    if extra or len(names) != len(set(names)):
+        what = f"unknown column {extra[0]!r}" if extra else "a column given twice"
+        raise InputError(f"body: {what}; an Arrow batch has the columns "
+                         f"{', '.join(ARROW_COLUMNS)}")
+    kind, u, v, label = (_arrow_column(table.column(n), n, pa) for n in ARROW_COLUMNS)
+    for name, values in (("kind", kind), ("u", u)):
+        if values.mask.any():
+            raise InputError(f"row {int(np.argmax(values.mask))}: {name} is null")
+    is_edge = (kind.data == INSERT_EDGE) | (kind.data == DELETE_EDGE)
+    is_insert = (kind.data == ADD_VERTEX) | (kind.data == INSERT_EDGE)
+    for bad, reason in ((v.mask & is_edge, "v is null on an edge row (kind 2 or 3)"),
+                        (label.mask & is_insert, "label is null on an insertion (kind 0 or "
+                                                 "2); null means no label, on deletions")):
+        if bad.any():
+            raise InputError(f"row {int(np.argmax(bad))}: {reason}")
+    return _rows_stream(kind.data, u.data, np.where(v.mask, 0, v.data),
+                        np.where(label.mask, NO_LABEL, label.data), names=("u", "v"))
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.ipc  # noqa: F401 -- the submodule, for pyarrow.ipc below
+    except ImportError:
+        raise UnsupportedMediaType(
+            "Arrow bodies need pyarrow, which this server lacks: install the `arrow` extra "
+            "(pip install 'motifstream[arrow]'), or send application/x-npy") from None
+    return pyarrow
+
+
+# What an Arrow IPC file starts with; a stream starts with its schema message.
+_ARROW_FILE_MAGIC = b"ARROW1"
+
+
+def _arrow_table(body: bytes, max_updates: int):
+    """The body's record batches as one table; the rows are counted batch by batch, so a
+    body over max_updates is refused before the rest is read (or decompressed).  The
+    stream and the file format are told apart by the file's magic, whichever of the two
+    Arrow media types the request named (clients mix them up, and nothing is ambiguous)."""
+    pa = _pyarrow()
+    is_file = body.startswith(_ARROW_FILE_MAGIC)
+    try:
+        if is_file:
+            reader = pa.ipc.open_file(body)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        else:
+            reader = pa.ipc.open_stream(body)
+            batches = iter(reader)
+        kept, rows = [], 0
+        for batch in batches:
+            rows += batch.num_rows
+            _check_size(rows, max_updates)
+            kept.append(batch)
+        return pa.Table.from_batches(kept, schema=reader.schema)
+    except pa.ArrowException as exc:
+        raise InputError(f"body: not a readable Arrow IPC {'file' if is_file else 'stream'} "
+                         f"({exc})") from None
+
+
+@dataclass
+class _Column:
+    """An Arrow column as int64 values and a null mask (values under nulls are 0)."""
+    data: np.ndarray
+    mask: np.ndarray
+
+
+def _arrow_column(column, name: str, pa) -> _Column:
+    kind = column.type
+    if pa.types.is_null(kind):   # an all-null column (`v` of a vertex-only batch)
+        n = len(column)
+        return _Column(np.zeros(n, np.int64), np.ones(n, bool))
+    if not pa.types.is_integer(kind):
+        hint = " (pandas writes float64 for an integer column with NaN: use its Int64 " \
+               "dtype)" if pa.types.is_floating(kind) else ""
+        raise InputError(f"body: column {name!r} has type {kind}; it must be an integer "
+                         f"type{hint}")
+    mask = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else \
+        np.zeros(len(column), bool)
+    values = column.fill_null(0).to_numpy()
+    if values.dtype == np.uint64 and (values > MAX_ID).any():
+        raise InputError(f"row {int(np.argmax(values > MAX_ID))}: {name} out of range "
+                         "[0, 2**63)")
+    return _Column(values.astype(np.int64, copy=False), mask)
 
 
 class UnsupportedMediaType(InputError):

@@ -33,7 +33,9 @@ from service.logs import log_config, request_id, request_id_middleware
 from service.metrics import Metrics
 from service.openapi import openapi_document
 from service.retention import start_pruning, stop_pruning
-from service.routes import batches, docs, events, graph, health, queries, snapshots, webhooks
+from service.kafka import KafkaDeliverer
+from service.routes import (batches, docs, events, graph, health, kafka, queries, snapshots,
+                            webhooks)
 from service.settings import Settings
 from service.state import ServiceState
 from service.webhooks import Deliverer
@@ -69,11 +71,17 @@ async def lifespan(app: FastAPI):
     pruning = start_pruning(store, settings.prune_seconds)
     app.state.webhooks = deliverer = Deliverer(store, hub, settings)
     await deliverer.start()
+    app.state.kafka = kafka_deliverer = KafkaDeliverer(
+        store, hub, backoff=settings.kafka_backoff_seconds,
+        backoff_max=settings.kafka_backoff_max_seconds, timeout=settings.kafka_timeout_seconds)
+    await kafka_deliverer.start()
+    metrics.attach_outputs(webhook=deliverer, kafka=kafka_deliverer)
     try:
         yield
     finally:
         await stop_pruning(pruning)
         await deliverer.close()
+        await kafka_deliverer.close()
         await asyncio.shield(asyncio.gather(startup, return_exceptions=True))
         await asyncio.to_thread(engine.close)
         await hub.close()
@@ -303,7 +311,7 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     secured = [Depends(require_api_key)]
     app.include_router(health.health)
     for router in (health.metrics, docs.router, queries.router, batches.router, graph.router,
-                   events.router, webhooks.router, snapshots.router):
+                   events.router, webhooks.router, kafka.router, snapshots.router):
         app.include_router(router, dependencies=secured)
     add_error_handlers(app)
     app.batch_fast_path = batches.BatchFastPath(app)
@@ -312,7 +320,9 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     # CORS, HTTP metrics, then the batch route.
     app.add_middleware(_BatchRoute, service=app)
     if settings.http_metrics:
-        metrics.instrument_http(app)
+        # The batch route is counted by the metrics middleware itself, not through the
+        # instrumentator's route matching (service/metrics.py HttpMetrics).
+        metrics.instrument_http(app, direct_routes=[("POST", batches.PATH)])
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["*"], allow_headers=["*"],

@@ -102,6 +102,13 @@ class Settings(BaseSettings):
     webhook_backoff_seconds: float = Field(0.5, ge=0)
     webhook_backoff_max_seconds: float = Field(60.0, ge=0)
     webhook_timeout_seconds: float = Field(10.0, gt=0)
+    # Kafka sinks (service/kafka.py): after a failure (broker unreachable, a transaction
+    # refused) a sink starts again after kafka_backoff_seconds, twice that after the next,
+    # up to kafka_backoff_max_seconds, for as long as it takes (Kafka is the log of
+    # record: no dead letters).  A broker call may take kafka_timeout_seconds.
+    kafka_backoff_seconds: float = Field(0.5, ge=0)
+    kafka_backoff_max_seconds: float = Field(60.0, ge=0)
+    kafka_timeout_seconds: float = Field(30.0, gt=0)
 
     def numba_threads(self) -> int:
         """The engine thread's Numba thread count: engine_threads, or three quarters of

@@ -34,8 +34,9 @@ from datetime import datetime, timezone
 import httpx2
 
 from service.hub import Hub, SubscriptionGone
+from service.query_tasks import QueryTasks
 from service.settings import Settings
-from storage import EventRecord, StorageError, Store
+from storage import EventRecord, Store
 
 log = logging.getLogger("motifstream.webhooks")
 
@@ -73,8 +74,12 @@ class Webhook:
     created_at: str
 
 
-class Deliverer:
+class Deliverer(QueryTasks):
     """Runs one delivery task per webhook; made and closed by the lifespan."""
+
+    TASK_PREFIX = "webhook"
+    WHAT = "webhook"
+    LOG = log
 
     def __init__(self, store: Store, hub: Hub, settings: Settings,
                  transport: httpx2.AsyncBaseTransport | None = None) -> None:
@@ -87,7 +92,7 @@ class Deliverer:
         # Redirects are not followed: a signed POST re-sent elsewhere is not what was set up.
         self._client = httpx2.AsyncClient(timeout=settings.webhook_timeout_seconds,
                                           transport=transport, follow_redirects=False)
-        self._tasks: dict[int, asyncio.Task] = {}
+        super().__init__()
         # Held while a webhook is replaced or removed, so that two requests at once cannot
         # leave two tasks delivering one query's events.
         self._changing = asyncio.Lock()
@@ -124,26 +129,8 @@ class Deliverer:
 
     async def close(self) -> None:
         """Stop every delivery (what is in flight is delivered again after a restart)."""
-        for query_id in list(self._tasks):
-            await self._stop(query_id)
+        await self._stop_all()
         await self._client.aclose()
-
-    def _follow(self, webhook: Webhook) -> None:
-        task = asyncio.create_task(self._run(webhook), name=f"webhook-{webhook.query_id}")
-        self._tasks[webhook.query_id] = task
-        task.add_done_callback(lambda done: self._forget(webhook.query_id, done))
-
-    def _forget(self, query_id: int, task: asyncio.Task) -> None:
-        if self._tasks.get(query_id) is task:
-            del self._tasks[query_id]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("webhook of query %d stopped", query_id, exc_info=task.exception())
-
-    async def _stop(self, query_id: int) -> None:
-        task = self._tasks.pop(query_id, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self, webhook: Webhook) -> None:
         """Deliver the query's events after the cursor until the query is deleted or the
@@ -185,12 +172,16 @@ class Deliverer:
                     webhook.url, content=body, headers={**headers, ATTEMPT_HEADER: str(attempt)})
             except httpx2.RequestError as exc:  # connection refused, timeout, protocol error
                 error = f"{type(exc).__name__}: {exc}"
+                self.failures += 1
                 continue
             if response.is_success:
+                self.delivered += 1
                 return      # its cursor is committed with the events delivered with it
             error = f"HTTP {response.status_code}"
+            self.failures += 1
             if not retryable(response.status_code):
                 break
+        self.dead_letters += 1
         log.warning("webhook of query %d: batch %d is a dead letter after %d attempts (%s)",
                     webhook.query_id, event.seq, attempt, error)
         now = datetime.now(timezone.utc).isoformat()
@@ -198,17 +189,5 @@ class Deliverer:
 
     async def _advance(self, webhook: Webhook, seq: int,
                        dead_letter: tuple[str, int, str, str] | None) -> None:
-        write = asyncio.ensure_future(asyncio.to_thread(
-            self.store.webhook_delivered, webhook.query_id, seq, dead_letter))
-        try:
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                # Let the write land before the task ends: a webhook replaced meanwhile
-                # (Deliverer.set) stores its new cursor only after this one.
-                await asyncio.gather(write, return_exceptions=True)
-                raise
-        except StorageError as exc:
-            # The event was handled; a restart before the next commit delivers it again.
-            log.error("webhook of query %d: could not record batch %d: %s",
-                      webhook.query_id, seq, exc)
+        await self._record(webhook.query_id, seq, self.store.webhook_delivered,
+                           webhook.query_id, seq, dead_letter)

@@ -99,6 +99,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (query_id, seq)
         ) WITHOUT ROWID;
     """),
+    # Kafka sinks (service/kafka.py): where a query's events are produced, the client's
+    # settings, and the durable cursor: the last batch delivered and its message's offset in
+    # the query's partition (a restart reads the partition back from there).
+    Migration(3, "kafka_sinks", """
+        CREATE TABLE kafka_sinks (
+            query_id INTEGER PRIMARY KEY REFERENCES queries (id) ON DELETE CASCADE,
+            bootstrap_servers TEXT NOT NULL,
+            topic TEXT NOT NULL,
+            client_settings TEXT NOT NULL,
+            partition INTEGER NOT NULL,
+            delivered_through INTEGER NOT NULL,
+            delivered_offset INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        );
+    """),
 )
 
 

@@ -44,6 +44,8 @@ REPLAY_PAGE = 64
 _QUERY_COLUMNS = transactions.QUERY_COLUMNS
 _SNAPSHOT_COLUMNS = transactions.SNAPSHOT_COLUMNS
 _WEBHOOK_COLUMNS = "query_id, url, secret, delivered_through, created_at"
+_KAFKA_COLUMNS = ("query_id, bootstrap_servers, topic, client_settings, partition,"
+                  " delivered_through, delivered_offset, created_at")
 
 
 class Store:
@@ -232,6 +234,22 @@ class Store:
         self._writer.submit(transactions.webhook_delivered, int(query_id), int(seq),
                             dead_letter).result()
 
+    def set_kafka_sink(self, query_id: int, bootstrap_servers: str, topic: str,
+                       client_settings: str, partition: int, partition_end: int,
+                       delivered_through: int | None) -> int:
+        """transactions.set_kafka_sink; returns the sink's batch cursor."""
+        return self._writer.submit(transactions.set_kafka_sink, int(query_id),
+                                   bootstrap_servers, topic, client_settings, int(partition),
+                                   int(partition_end), delivered_through, _now()).result()
+
+    def delete_kafka_sink(self, query_id: int) -> bool:
+        return self._writer.submit(transactions.delete_kafka_sink, int(query_id)).result()
+
+    def kafka_delivered(self, query_id: int, seq: int, offset: int) -> None:
+        """transactions.kafka_delivered: the cursor on to batch ``seq`` at ``offset``."""
+        self._writer.submit(transactions.kafka_delivered, int(query_id), int(seq),
+                            int(offset)).result()
+
     # ------------------------------------------------------------------ reads
 
     def last_seq(self) -> int:
@@ -289,6 +307,18 @@ class Store:
     def webhook(self, query_id: int) -> tuple[int, str, str, int, str] | None:
         with self._read() as conn:
             return conn.execute(f"SELECT {_WEBHOOK_COLUMNS} FROM webhooks WHERE query_id = ?",
+                                (int(query_id),)).fetchone()
+
+    def kafka_sinks(self) -> list[tuple]:
+        """Every Kafka sink: (query_id, bootstrap_servers, topic, client_settings, partition,
+        delivered_through, delivered_offset, created_at)."""
+        with self._read() as conn:
+            return conn.execute(f"SELECT {_KAFKA_COLUMNS} FROM kafka_sinks"
+                                " ORDER BY query_id").fetchall()
+
+    def kafka_sink(self, query_id: int) -> tuple | None:
+        with self._read() as conn:
+            return conn.execute(f"SELECT {_KAFKA_COLUMNS} FROM kafka_sinks WHERE query_id = ?",
                                 (int(query_id),)).fetchone()
 
     def webhook_dead_letters(self, query_id: int, after: int, limit: int

@@ -227,17 +227,26 @@ def insert_labels(conn: sqlite3.Connection, labels: dict[str, int]) -> None:
             raise ValueError(f"label {name!r} is already mapped to {row[0]}, not {label_id}")
 
 
+def _sink_cursor(conn: sqlite3.Connection, table: str, query_id: int,
+                 delivered_through: int | None) -> int:
+    """The batch cursor a push output (`table`: webhooks or kafka_sinks) of an existing
+    query is set to: `delivered_through`, else the one it has, else the last stored batch
+    (a new output starts with the next batch)."""
+    if conn.execute("SELECT 1 FROM queries WHERE id = ?", (query_id,)).fetchone() is None:
+        raise ValueError(f"query {query_id} not found")
+    if delivered_through is not None:
+        return delivered_through
+    row = conn.execute(f"SELECT delivered_through FROM {table} WHERE query_id = ?",
+                       (query_id,)).fetchone()
+    return row[0] if row is not None else meta(conn, "last_seq")
+
+
 def set_webhook(conn: sqlite3.Connection, query_id: int, url: str, secret: str,
                 delivered_through: int | None, created_at: str) -> int:
     """Point the query's webhook at ``url`` (created, or its URL and secret replaced); its
     cursor becomes ``delivered_through``, or stays as it was when that is None (a new
     webhook then starts after the last stored batch).  Returns the cursor."""
-    if conn.execute("SELECT 1 FROM queries WHERE id = ?", (query_id,)).fetchone() is None:
-        raise ValueError(f"query {query_id} not found")
-    row = conn.execute("SELECT delivered_through FROM webhooks WHERE query_id = ?",
-                       (query_id,)).fetchone()
-    if delivered_through is None:
-        delivered_through = row[0] if row is not None else meta(conn, "last_seq")
+    delivered_through = _sink_cursor(conn, "webhooks", query_id, delivered_through)
     conn.execute(
         "INSERT INTO webhooks (query_id, url, secret, delivered_through, created_at)"
         " VALUES (?, ?, ?, ?, ?) ON CONFLICT (query_id) DO UPDATE SET url = excluded.url,"
@@ -262,6 +271,38 @@ def webhook_delivered(conn: sqlite3.Connection, query_id: int, seq: int,
             (query_id, seq, *dead_letter))
     conn.execute("UPDATE webhooks SET delivered_through = max(delivered_through, ?)"
                  " WHERE query_id = ?", (seq, query_id))
+
+
+def set_kafka_sink(conn: sqlite3.Connection, query_id: int, bootstrap_servers: str, topic: str,
+                   client_settings: str, partition: int, partition_end: int,
+                   delivered_through: int | None, created_at: str) -> int:
+    """Point the query's Kafka sink at ``topic``'s ``partition`` (created, or replaced): its
+    offset cursor becomes ``partition_end`` (the offset before the sink's first message),
+    its batch cursor ``delivered_through``, or stays as it was when that is None (a new sink
+    then starts after the last stored batch).  Returns the batch cursor."""
+    delivered_through = _sink_cursor(conn, "kafka_sinks", query_id, delivered_through)
+    conn.execute(
+        "INSERT OR REPLACE INTO kafka_sinks (query_id, bootstrap_servers, topic,"
+        " client_settings, partition, delivered_through, delivered_offset, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, coalesce((SELECT created_at FROM kafka_sinks"
+        " WHERE query_id = ?), ?))",
+        (query_id, bootstrap_servers, topic, client_settings, partition, delivered_through,
+         partition_end, query_id, created_at))
+    return delivered_through
+
+
+def delete_kafka_sink(conn: sqlite3.Connection, query_id: int) -> bool:
+    """Remove the query's Kafka sink; False if it had none."""
+    return conn.execute("DELETE FROM kafka_sinks WHERE query_id = ?",
+                        (query_id,)).rowcount > 0
+
+
+def kafka_delivered(conn: sqlite3.Connection, query_id: int, seq: int, offset: int) -> None:
+    """Move the Kafka sink's cursor on to batch ``seq``, whose message the broker
+    acknowledged at ``offset`` (neither ever goes back)."""
+    conn.execute("UPDATE kafka_sinks SET delivered_through = max(delivered_through, ?),"
+                 " delivered_offset = max(delivered_offset, ?) WHERE query_id = ?",
+                 (seq, offset, query_id))
 
 
 def pragma(conn: sqlite3.Connection, name: str) -> object:

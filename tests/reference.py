@@ -27,6 +27,11 @@ vertex records. Batch semantics implemented (see the project brief):
 * an insert and a delete of the same edge in one batch cancel (net: the edge is
   left exactly as it was before the batch).
 
+Directed graphs (``directed=True``, issue 22): an edge is the arc ``a -> b``; ``a -> b``
+and ``b -> a`` are different edges and may both exist; every rule above holds per arc
+(an insert and a delete cancel when they name the same arc; deleting ``a -> b`` leaves
+``b -> a``). A match maps every query arc onto a data arc of the same direction and label.
+
 Cases the brief leaves open get a documented choice here, but the engine tests
 never generate them (see ``UNSPECIFIED`` notes inline).
 
@@ -69,35 +74,46 @@ def _zero_counts() -> dict[str, int]:
     return {k: 0 for k in COUNT_KEYS}
 
 
+def edge_key(a: int, b: int, directed: bool):
+    """An edge's key: the arc (a, b) when directed, else the pair {a, b}."""
+    return (a, b) if directed else frozenset((a, b))
+
+
 @dataclass
 class RefQuery:
-    """A query pattern: vertex i has label ``labels[i]``; edges map {a, b} -> label."""
+    """A query pattern: vertex i has label ``labels[i]``; edges map {a, b} (or the arc
+    (a, b) when directed) -> label."""
 
     labels: list[int]
-    edges: dict[frozenset, int] = field(default_factory=dict)
+    edges: dict = field(default_factory=dict)
+    directed: bool = False
 
     @property
     def n(self) -> int:
         return len(self.labels)
 
     @classmethod
-    def build(cls, labels: Sequence[int], edges: Iterable[tuple]) -> "RefQuery":
-        """Edges are ``(a, b)`` (label 0) or ``(a, b, label)`` over indices 0..n-1."""
-        q = cls(list(int(x) for x in labels), {})
+    def build(cls, labels: Sequence[int], edges: Iterable[tuple],
+              directed: bool = False) -> "RefQuery":
+        """Edges are ``(a, b)`` (label 0) or ``(a, b, label)`` over indices 0..n-1 (arcs
+        a -> b when directed)."""
+        q = cls(list(int(x) for x in labels), {}, directed)
         for e in edges:
             a, b = int(e[0]), int(e[1])
             lab = int(e[2]) if len(e) > 2 else DEFAULT_EDGE_LABEL
             assert a != b and 0 <= a < q.n and 0 <= b < q.n, e
-            key = frozenset((a, b))
+            key = edge_key(a, b, directed)
             assert key not in q.edges, f"duplicate query edge {e}"
             q.edges[key] = lab
         return q
 
     def edge_list(self) -> list[tuple[int, int, int]]:
-        """Edges as sorted ``(a, b, label)`` with a < b, in a stable order."""
-        return sorted((min(k), max(k), lab) for k, lab in self.edges.items())
+        """Edges as sorted ``(a, b, label)`` with a < b (arcs as they are when directed),
+        in a stable order."""
+        return _edge_list(self.edges, self.directed)
 
     def is_connected(self) -> bool:
+        """Connected, ignoring direction (weakly connected when directed)."""
         if self.n == 0:
             return False
         seen, stack = {0}, [0]
@@ -105,53 +121,67 @@ class RefQuery:
             x = stack.pop()
             for k in self.edges:
                 if x in k:
-                    (y,) = k - {x}
+                    (y,) = set(k) - {x}
                     if y not in seen:
                         seen.add(y)
                         stack.append(y)
         return len(seen) == self.n
 
 
+def _edge_list(edges: dict, directed: bool) -> list[tuple[int, int, int]]:
+    if directed:
+        return sorted((a, b, lab) for (a, b), lab in edges.items())
+    return sorted((min(k), max(k), lab) for k, lab in edges.items())
+
+
 class RefGraph:
-    """Undirected simple labeled graph as two dicts; see the module docstring."""
+    """Simple labeled graph as two dicts, undirected or directed; see the module
+    docstring."""
 
     def __init__(self, vertices: dict[int, int] | None = None,
-                 edges: dict[frozenset, int] | None = None):
+                 edges: dict | None = None, directed: bool = False):
+        self.directed = directed
         self.vertices: dict[int, int] = dict(vertices or {})
-        self.edges: dict[frozenset, int] = dict(edges or {})
+        self.edges: dict = dict(edges or {})
         for k in self.edges:
-            assert len(k) == 2 and k <= self.vertices.keys(), k
+            assert len(set(k)) == 2 and set(k) <= self.vertices.keys(), k
 
     # ------------------------------------------------------------------ basics
     @classmethod
-    def build(cls, vertices: dict[int, int], edges: Iterable[tuple]) -> "RefGraph":
-        """``edges`` are ``(u, v)`` (label 0) or ``(u, v, label)``."""
-        g = cls(vertices, {})
+    def build(cls, vertices: dict[int, int], edges: Iterable[tuple],
+              directed: bool = False) -> "RefGraph":
+        """``edges`` are ``(u, v)`` (label 0) or ``(u, v, label)`` (arcs u -> v when
+        directed)."""
+        g = cls(vertices, {}, directed)
         for e in edges:
             u, v = int(e[0]), int(e[1])
             lab = int(e[2]) if len(e) > 2 else DEFAULT_EDGE_LABEL
             assert u != v and u in g.vertices and v in g.vertices, e
-            g.edges[frozenset((u, v))] = lab
+            g.edges[g.key(u, v)] = lab
         return g
+
+    def key(self, u: int, v: int):
+        return edge_key(u, v, self.directed)
 
     def copy(self) -> "RefGraph":
         return copy.deepcopy(self)
 
     def has_edge(self, u: int, v: int) -> bool:
-        return frozenset((u, v)) in self.edges
+        return self.key(u, v) in self.edges
 
     def edge_list(self) -> list[tuple[int, int, int]]:
-        return sorted((min(k), max(k), lab) for k, lab in self.edges.items())
+        return _edge_list(self.edges, self.directed)
 
     def snapshot(self) -> tuple:
         """A hashable, comparable picture of the whole graph."""
-        return (tuple(sorted(self.vertices.items())), tuple(self.edge_list()))
+        return (self.directed, tuple(sorted(self.vertices.items())), tuple(self.edge_list()))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RefGraph) and self.snapshot() == other.snapshot()
 
     def __repr__(self) -> str:
-        return f"RefGraph(vertices={self.vertices!r}, edges={self.edge_list()!r})"
+        return (f"RefGraph(vertices={self.vertices!r}, edges={self.edge_list()!r}, "
+                f"directed={self.directed})")
 
     # ------------------------------------------------------------------- batch
     def apply(self, records: Iterable[Record]) -> tuple[dict[str, int], dict[str, int]]:
@@ -162,11 +192,12 @@ class RefGraph:
         records = [tuple(r) for r in records]
         applied, ignored = _zero_counts(), _zero_counts()
 
-        # Split the batch by kind, normalising edge endpoints to frozensets.
+        # Split the batch by kind, normalising edge endpoints to keys (frozensets, or
+        # arcs when directed).
         vertex_adds: list[tuple[int, int]] = []
         vertex_dels: list[int] = []
-        edge_ins: list[tuple[frozenset, int]] = []
-        edge_dels: list[tuple[frozenset, int]] = []
+        edge_ins: list[tuple] = []
+        edge_dels: list[tuple] = []
         for rec in records:
             kind, a, b, label = rec
             a, b, label = int(a), int(b), int(label)
@@ -179,7 +210,7 @@ class RefGraph:
             elif kind in (INSERT_EDGE, DELETE_EDGE):
                 if a == b:
                     raise Rejected(f"self-loop: {rec}")
-                key = frozenset((a, b))
+                key = self.key(a, b)
                 if kind == INSERT_EDGE:
                     edge_ins.append((key, DEFAULT_EDGE_LABEL if label == NO_LABEL else label))
                 else:
@@ -205,12 +236,12 @@ class RefGraph:
         # Rule: every edge endpoint must exist before the batch or be added in it.
         known = set(self.vertices) | added_ids
         for key, _ in edge_ins + edge_dels:
-            missing = key - known
+            missing = set(key) - known
             if missing:
                 raise Rejected(f"edge {sorted(key)} has missing endpoint(s) {sorted(missing)}")
 
         # Rule: two inserts of one edge with different labels reject.
-        insert_label: dict[frozenset, int] = {}
+        insert_label: dict = {}
         for key, lab in edge_ins:
             if insert_label.setdefault(key, lab) != lab:
                 raise Rejected(f"edge {sorted(key)} inserted with labels "
@@ -232,17 +263,17 @@ class RefGraph:
         # Cancel pairs: an edge key with an insert and a delete that could match
         # the inserted label. UNSPECIFIED (not engine-tested): a delete whose
         # explicit label differs from the insert's label does not cancel.
-        def delete_matches_insert(key: frozenset, lab: int) -> bool:
+        def delete_matches_insert(key, lab: int) -> bool:
             return key in insert_label and (lab == NO_LABEL or lab == insert_label[key])
 
         cancelled = {key for key, lab in edge_dels if delete_matches_insert(key, lab)}
 
         # Edge deletions are judged against the pre-batch graph.
-        seen_edel: set[frozenset] = set()
+        seen_edel: set = set()
         for key, lab in edge_dels:
             stored = self.edges.get(key)
             if (key in cancelled
-                    or key & deleted_ids        # the vertex deletion covers it
+                    or set(key) & deleted_ids   # the vertex deletion covers it
                     or stored is None           # deleting a missing edge
                     or (lab != NO_LABEL and lab != stored)  # label mismatch
                     or key in seen_edel):       # UNSPECIFIED: in-batch duplicate
@@ -256,10 +287,10 @@ class RefGraph:
         # UNSPECIFIED (not engine-tested): an insert touching a vertex deleted in
         # the same batch is ignored (the deletion covers it, like deletes); an
         # insert of an edge removed by a non-cancelling delete re-adds it.
-        seen_eins: set[frozenset] = set()
+        seen_eins: set = set()
         for key, lab in edge_ins:
             if (key in cancelled
-                    or key & deleted_ids
+                    or set(key) & deleted_ids
                     or key in new_edges         # already there
                     or key in seen_eins):
                 ignored["edges_inserted"] += 1
@@ -275,7 +306,7 @@ class RefGraph:
                 applied["vertices_deleted"] += 1
             else:
                 ignored["vertices_deleted"] += 1
-        for key in [k for k in new_edges if k & deleted_ids]:
+        for key in [k for k in new_edges if set(k) & deleted_ids]:
             del new_edges[key]
             applied["edges_deleted"] += 1
 
@@ -284,12 +315,15 @@ class RefGraph:
 
     # -------------------------------------------------------------- matching
     def embeddings(self, query: RefQuery) -> set[tuple[int, ...]]:
-        """All injective label- and edge-preserving maps, as data-id tuples.
+        """All injective label- and edge-preserving maps, as data-id tuples (on a
+        directed graph, of a directed query: every query arc onto a data arc of the same
+        direction and label).
 
         Backtracking over query vertices in index order; at each step every data
         vertex is tried and every constraint is checked directly against the
         already-mapped query vertices. Slow and plain by design.
         """
+        assert query.directed == self.directed, "a query matches a graph of its kind"
         n = query.n
         qedges = query.edges
         out: set[tuple[int, ...]] = set()
@@ -308,11 +342,15 @@ class RefGraph:
                 if x in assignment:  # injectivity
                     continue
                 ok = True
-                for j in range(i):
-                    qlab = qedges.get(frozenset((i, j)))
+                # Each pair (i, j) once when undirected; both arcs when directed.
+                pairs = [(i, j, x, assignment[j]) for j in range(i)]
+                if self.directed:
+                    pairs += [(j, i, assignment[j], x) for j in range(i)]
+                for qa, qb, da, db in pairs:
+                    qlab = qedges.get(edge_key(qa, qb, self.directed))
                     if qlab is None:
                         continue
-                    dlab = self.edges.get(frozenset((x, assignment[j])))
+                    dlab = self.edges.get(self.key(da, db))
                     if dlab is None or dlab != qlab:
                         ok = False
                         break

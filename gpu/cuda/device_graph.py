@@ -238,6 +238,23 @@ class PmaGraph:
         with self.streams.changing():   # a read with its read-back: the array's stream
             return self.pma.lookup(cp.asarray(keys), values=True)[1].get()
 
+    def stored_labels_on_device(self, us: cp.ndarray, vs: cp.ndarray,
+                                num_slots: int) -> cp.ndarray:
+        """stored_labels of device arrays (int32, -1 where absent or where an endpoint is
+        not one of the graph's `num_slots` born slots), keyed through the view's label
+        index of each slot; inside `streams.changing()` (gpu/cuda/batch_prep.py)."""
+        assert self.view is not None, "the slots' label indices are kept with the view"
+        if us.shape[0] == 0:
+            return cp.empty(0, dtype=np.int32)
+        born = (us < num_slots) & (vs < num_slots)
+        u = cp.where(born, us, 0).astype(np.uint64)
+        v = cp.where(born, vs, 0)
+        keys = ((u << np.uint64(32))
+                + (self._slot_labels[v].astype(np.uint64) << np.uint64(self.vertex_bits))
+                + v.astype(np.uint64))
+        found = self.pma.lookup(keys, values=True)[1]
+        return cp.where(born, found, -1).astype(np.int32)
+
     def undirected_edges(self) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
         """Every stored edge once as (u, v, label) with u < v, int32 on the device."""
         with self.streams.reading():

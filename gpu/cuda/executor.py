@@ -269,6 +269,29 @@ def execute_cuda_counts(mirror: DeviceMirror, jobs, us: np.ndarray, vs: np.ndarr
                               sharing, share_capacity, share_every, max_pairs).resolve()
 
 
+def count_cuda_runs(mirror: DeviceMirror, jobs, edges: match_launchers.UpdateEdges,
+                    runs: np.ndarray, sharing: bool = True,
+                    share_capacity: int = match_launchers.SHARE_CAPACITY,
+                    share_every: int = match_launchers.SHARE_EVERY,
+                    max_pairs: int = MAX_PAIRS) -> np.ndarray:
+    """Count several queries' matches started from the uploaded update `edges` per run of
+    them (`runs`: the runs' lengths, in edge order: a batch group's batches), one launch
+    per query size: `jobs` is [(qid, task types)]; int64 (jobs, runs) on the host, read
+    back in one copy."""
+    bounds = np.concatenate(([0], np.cumsum(runs)))
+    out = cp.zeros((len(jobs), len(runs)), dtype=np.int64)
+    for n, members in _by_size(jobs).items():
+        launch = SharedLaunch(mirror, [jobs[i] for i in members], edges, max_pairs)
+        if launch.pairs == 0:
+            continue
+        per_edge = launch.edge_totals(sharing, share_capacity, share_every)
+        prefix = cp.concatenate((cp.zeros((len(members), 1), dtype=np.int64),
+                                 cp.cumsum(per_edge, axis=1)), axis=1)
+        at = cp.asarray(bounds)
+        out[cp.asarray(np.asarray(members))] = prefix[:, at[1:]] - prefix[:, at[:-1]]
+    return out.get()
+
+
 _READER: list[cp.cuda.Stream] = []
 
 

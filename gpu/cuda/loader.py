@@ -4,15 +4,16 @@ checks and the thread-per-item launch.
 Each source is compiled through CuPy's `RawModule` with fixed options, once per device;
 a `#line` directive makes compiler errors name the real file and line.  The compile runs
 when the module is first asked for, inside `gpu.clock.compiling()`, so no batch is charged
-for it.  Launchers check
-the dtypes of their arrays and cast their scalars, so a wrong argument fails with a
-message instead of corrupting memory.  The launchers live beside this module, one module
-per kernel family: `match_launchers` (match.cu, tasks.cu, ranks.cu), `pma_launchers`
-(pma.cu, view.cu), `signature_launchers` (signature.cu).  Only import this module where
-`gpu.cuda.device.cuda_available()` is true.
+for it.  Launchers check the dtypes of their arrays and cast their scalars, so a wrong
+argument fails with a message instead of corrupting memory.  The launchers live beside
+this module, one module per kernel family: `match_launchers` (match.cu, tasks.cu,
+ranks.cu), `pma_launchers` (pma.cu, view.cu), `signature_launchers` (signature.cu), and
+`id_mirror` (idmap.cu).  Only import this module where `gpu.cuda.device.cuda_available()`
+is true.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import cupy as cp
@@ -37,15 +38,25 @@ def module(name: str) -> cp.RawModule:
     return raw
 
 
+@functools.cache
+def _dtype(dtype) -> np.dtype:
+    return np.dtype(dtype)
+
+
 def check_array(name: str, array, dtype, ndim: int | None = None) -> None:
-    """Raise unless `array` is a C-contiguous device array of `dtype` (and `ndim`)."""
+    """Raise unless `array` is a C-contiguous device array of `dtype` (and `ndim`).
+
+    Called for every array of every launch (a one-edge batch makes ~140 such calls), so
+    it reads CuPy's own contiguity flag instead of building `array.flags`, and caches
+    the dtypes it compares with."""
     if not isinstance(array, cp.ndarray):
         raise TypeError(f"{name}: expected a device array, got {type(array).__name__}")
-    if array.dtype != np.dtype(dtype):
-        raise TypeError(f"{name}: expected {np.dtype(dtype)}, got {array.dtype}")
+    want = _dtype(dtype)
+    if array.dtype != want:
+        raise TypeError(f"{name}: expected {want}, got {array.dtype}")
     if ndim is not None and array.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got {array.ndim}")
-    if not array.flags.c_contiguous:
+    if not array._c_contiguous:
         raise ValueError(f"{name}: must be C-contiguous")
 
 

@@ -144,6 +144,31 @@ class SharedLaunch:
                      share_every)
         return counts[self.warps * self.queries:]
 
+    def edge_totals(self, sharing: bool, share_capacity: int, share_every: int
+                    ) -> cp.ndarray:
+        """Each query's number of matches started from each update edge (int64
+        [queries, edges], on the device, queued): the pairs' counts (a counting pass
+        by task, as a listing's first), times their orbit multiplicity, summed over each
+        query's task types (consecutive in the stacked plan)."""
+        out = cp.zeros((self.queries, len(self.edges.us)), dtype=np.int64)
+        if self.pairs == 0:
+            return out
+        none = cp.zeros(0, dtype=np.int64)
+        rows = cp.zeros((0, self.n), dtype=np.int32)
+        first_type = cp.asarray(self.first_type)
+        lo = 0
+        for part in self.slices():
+            edges = len(part.us)
+            counts = cp.zeros(edges * self.types, dtype=np.int64)
+            self.run(part, counts, True, none, rows, none, False, sharing, share_capacity,
+                     share_every)
+            by_type = counts.reshape(edges, self.types) * self.plan.multiplicity[None, :]
+            prefix = cp.concatenate((cp.zeros((edges, 1), dtype=np.int64),
+                                     cp.cumsum(by_type, axis=1)), axis=1)
+            out[:, lo:lo + edges] = (prefix[:, first_type[1:]] - prefix[:, first_type[:-1]]).T
+            lo += edges
+        return out
+
     def listing(self, limits: list[int], sharing: bool, share_capacity: int,
                 share_every: int) -> tuple[cp.ndarray, cp.ndarray, list[tuple[int, int]]]:
         """Each query's number of matches (int64 [queries]) and its first limits[q] rows,

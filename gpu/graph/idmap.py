@@ -40,6 +40,21 @@ def _lookup(keys, vals, query, out):
 
 
 @nb.njit(cache=True)
+def _positions(keys, query, out):
+    """The table position of each id of `query`, -1 where absent."""
+    mask = keys.shape[0] - 1
+    for i in range(query.shape[0]):
+        q = query[i]
+        s = _slot(q, mask)
+        out[i] = -1
+        while keys[s] != EMPTY:
+            if keys[s] == q:
+                out[i] = s
+                break
+            s = (s + 1) & mask
+
+
+@nb.njit(cache=True)
 def _insert(keys, vals, new_keys, new_vals):
     """Insert keys known to be absent; returns how many tombstones were reused."""
     mask = keys.shape[0] - 1
@@ -82,6 +97,11 @@ class IdMap:
         self._vals = np.full(size, -1, dtype=np.int32)
         self._live = 0
         self._dead = 0
+        # Table positions written since the last take_changes (None: not recorded), and
+        # how many times the table was replaced, for a copy kept elsewhere (the device's).
+        self._changed: list[np.ndarray] | None = None
+        self._changed_count = 0
+        self.generation = 0
 
     def __len__(self) -> int:
         return self._live
@@ -105,11 +125,38 @@ class IdMap:
         self._reserve(ids.shape[0])
         self._dead -= _insert(self._keys, self._vals, ids, slots)
         self._live += ids.shape[0]
+        self._record(ids)
 
     def delete(self, ids: np.ndarray) -> None:
-        removed = _delete(self._keys, np.ascontiguousarray(ids, dtype=np.int64))
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        self._record(ids)        # before: a deleted id is not found any more
+        removed = _delete(self._keys, ids)
         self._live -= removed
         self._dead += removed
+
+    def record_changes(self) -> None:
+        """Record from now on which table positions change (take_changes)."""
+        if self._changed is None:
+            self._changed = []
+
+    def take_changes(self) -> np.ndarray:
+        """The table positions written since the last call (int64, may repeat); a copy of
+        the table made at the same `generation` is the table again once these positions
+        are copied."""
+        changed, self._changed, self._changed_count = self._changed or [], [], 0
+        return np.concatenate(changed) if changed else np.empty(0, dtype=np.int64)
+
+    def _record(self, ids: np.ndarray) -> None:
+        if self._changed is None or ids.shape[0] == 0:
+            return
+        out = np.empty(ids.shape[0], dtype=np.int64)
+        _positions(self._keys, ids, out)
+        self._changed.append(out[out >= 0])
+        self._changed_count += ids.shape[0]
+        if self._changed_count > self._keys.shape[0] // 4:
+            # More positions than a copy of the whole table would be worth: copied whole.
+            self._changed, self._changed_count = [], 0
+            self.generation += 1
 
     def _reserve(self, extra: int) -> None:
         size = self._keys.shape[0]
@@ -123,3 +170,6 @@ class IdMap:
         self._vals = np.full(size, -1, dtype=np.int32)
         self._dead = 0
         _insert(self._keys, self._vals, keys, vals)
+        self.generation += 1
+        if self._changed is not None:
+            self._changed, self._changed_count = [], 0      # a new table: copied whole

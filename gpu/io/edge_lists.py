@@ -23,9 +23,18 @@ def read_edge_list(path, *, labels_path=None, num_labels=None, seed=0) -> Labele
 
 
 def parse_edge_list(data: bytes, source: str, labels_path, num_labels, seed) -> LabeledGraph:
+    """read_edge_list of the bytes `data`, named `source` in errors.  An edge list without
+    any edge line is a FormatError: loading it as an empty graph hid a misread file."""
     if (labels_path is None) == (num_labels is None):
         raise ValueError("an edge list needs exactly one of labels_path= or num_labels=")
-    recs = parse(without_header(data, EDGE_LIST_GRAMMAR), EDGE_LIST_GRAMMAR, source)
+    body, header = without_header(data, EDGE_LIST_GRAMMAR)
+    recs = parse(body, EDGE_LIST_GRAMMAR, source)
+    if not len(recs.line):
+        # An empty graph is never what a load of an edge list means: say what was read.
+        if header is None:
+            raise FormatError(source, 0, "no edges: the edge list has no `u v` line")
+        raise FormatError(source, header.line,
+                          f"no edges: only the header line {header.text!r}")
     src, dst = recs.fields[:, 0], recs.fields[:, 1]
     keep = np.ones(src.size, dtype=bool)
     keep[first_repeat(np.minimum(src, dst), np.maximum(src, dst))] = False
@@ -52,7 +61,7 @@ def _labels_for(edge_ids: np.ndarray, labels_path, edges_path) -> tuple[np.ndarr
 def read_label_file(path) -> tuple[np.ndarray, np.ndarray]:
     """Read ``<id> <label>`` lines (whitespace or comma, optional header); ids must be unique."""
     source = str(path)
-    recs = parse(without_header(read_bytes(path), LABELS_GRAMMAR), LABELS_GRAMMAR, source)
+    recs = parse(without_header(read_bytes(path), LABELS_GRAMMAR)[0], LABELS_GRAMMAR, source)
     ids, labels = recs.fields[:, 0], recs.fields[:, 1]
     problems = duplicate_problems(
         ids, ids, recs.line, lambda i: f"duplicate label for vertex {ids[i]}"

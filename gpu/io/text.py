@@ -297,7 +297,13 @@ def _parse_fields(tokens, rec: _Record, source: str, lineno: int, width: int) ->
     what = f"'{rec.tag.decode()}' record" if rec.tag else "line"
     if len(tokens) < len(rec.required):
         missing = rec.required[len(tokens)].name
-        raise FormatError(source, lineno, f"{what} is missing the {missing}")
+        if rec.tag:
+            raise FormatError(source, lineno, f"{what} is missing the {missing}")
+        # An untagged line short of fields is most often another delimiter (`0;1`):
+        # show the line, and what separates fields here.
+        raise FormatError(source, lineno, f"{what} {_show(b' '.join(tokens))} is missing the "
+                                          f"{missing} (fields are separated by whitespace "
+                                          "or commas)")
     fields = rec.required + rec.optional
     if not rec.extra_ok and len(tokens) > len(fields):
         raise FormatError(source, lineno, f"unexpected extra token {_show(tokens[len(fields)])}")
@@ -351,12 +357,25 @@ def duplicate_problems(key1, key2, lines, describe) -> list[tuple[int, str]]:
     return [(int(lines[first]), describe(first))]
 
 
-def without_header(data: bytes, grammar: _Grammar) -> bytes:
-    """Blank out the first content line if any of its fields is not an integer (a header)."""
+class Header(NamedTuple):
+    """A header line taken out of an untagged file: its 1-based line number and text."""
+
+    line: int
+    text: str
+
+
+def without_header(data: bytes, grammar: _Grammar) -> tuple[bytes, Header | None]:
+    """Blank out the first content line if it is a header: no field of it is an integer,
+    and it has at least the fields a record needs (`id_1,id_2`).  A line with an integer
+    in it, or with fewer fields (`0;1`, another delimiter), is data, and the parser
+    reports it: taking it for a header had left such a file empty and silently loaded."""
     start, end, tokens = first_content_line(data, grammar.comment_chars)
-    if all(_SIGNED_INT.fullmatch(t) for t in tokens):
-        return data
-    return data[:start] + data[end:]  # keeps the newline: line numbers stay put
+    if len(tokens) < len(grammar.records[0].required) \
+            or any(_SIGNED_INT.fullmatch(t) for t in tokens):
+        return data, None
+    header = Header(data.count(b"\n", 0, start) + 1,
+                    data[start:end].decode("utf-8", errors="backslashreplace").strip())
+    return data[:start] + data[end:], header  # keeps the newline: line numbers stay put
 
 
 def first_content_line(data: bytes, comment_chars: bytes) -> tuple[int, int, list[bytes]]:

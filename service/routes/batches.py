@@ -12,8 +12,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.deps import (ALWAYS_ACCEPTED_PARAMETERS, StateDep, bearer_token, key_accepted,
                           reject_unknown_parameters, unauthorized)
 from service.engine_service import IngestResult
-from service.ingest import (JSON, NPY, TEXT, InputError, PayloadTooLarge, parse_batch,
-                            read_media_type)
+from service.ingest import (ARROW_COLUMNS, ARROW_FILE, ARROW_STREAM, JSON, NPY, TEXT,
+                            InputError, PayloadTooLarge, parse_batch, read_media_type)
 from service.schemas import BatchPublic
 from service.state import ServiceState
 
@@ -33,7 +33,14 @@ _EMPTY = {JSON: "the batch is empty: insert_vertices, delete_vertices, insert_ed
                 "delete_edges are all empty or missing; send at least one update",
           TEXT: "the batch is empty: the body has no update line (only blank lines or "
                 "comments); send at least one update",
-          NPY: "the batch is empty: the array has no rows; send at least one update"}
+          NPY: "the batch is empty: the array has no rows; send at least one update",
+          ARROW_STREAM: "the batch is empty: the table has no rows; send at least one update",
+          ARROW_FILE: "the batch is empty: the table has no rows; send at least one update"}
+_ARROW_BODY = {"schema": {"type": "string", "format": "binary", "description":
+               f"Arrow IPC table, columns {', '.join(ARROW_COLUMNS)} of any integer type, as "
+               "the .npy array's: kind, u (the vertex, or an edge's first endpoint), v (an "
+               "edge's second; null on vertex rows), label (null or -1: none, on deletions); "
+               "needs the `arrow` extra"}}
 
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/BatchCreate"}},
@@ -41,7 +48,8 @@ _BODY = {"requestBody": {"required": True, "content": {
                       "-v <id>, e <u> <v> [label], -e <u> <v> lines"}},
     NPY: {"schema": {"type": "string", "format": "binary", "description":
                      "NumPy .npy int64 array (n, 4): kind (0 add vertex, 1 delete vertex, "
-                     "2 insert edge, 3 delete edge), a, b, label (-1: none)"}}}}}
+                     "2 insert edge, 3 delete edge), a, b, label (-1: none)"}},
+    ARROW_STREAM: _ARROW_BODY, ARROW_FILE: _ARROW_BODY}}}
 
 
 @router.post("/batches", response_model=BatchPublic, openapi_extra=_BODY,

@@ -12,14 +12,16 @@ from __future__ import annotations
 from importlib import resources
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.openapi.docs import (get_redoc_html, get_swagger_ui_html,
                                   get_swagger_ui_oauth2_redirect_html)
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
+from service.deps import reject_unknown_parameters
 from service.openapi import openapi_document
 
-router = APIRouter(include_in_schema=False)
+# The only query parameter these routes take is access_token (taken everywhere, above).
+router = APIRouter(include_in_schema=False, dependencies=[Depends(reject_unknown_parameters)])
 
 ASSETS_PATH = "/docs-assets"
 _ASSET_DIR = resources.files("fastapi_offline") / "static"

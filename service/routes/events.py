@@ -21,6 +21,7 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from starlette import status
 from starlette.concurrency import run_in_threadpool
@@ -71,6 +72,33 @@ async def require_query(query_id: int, state: StateDep) -> None:
 NOT_FOUND_RESPONSE = {404: {"description": "No such query"}}
 
 
+def past_the_end(after: int, last_batch: int) -> str | None:
+    """Why a cursor cannot be served, or None.  A cursor is a batch some answer named, and
+    every batch named was committed first: one past the last committed batch was never
+    given out (a typo, or another service's), and following it would skip the events of
+    the batches up to it in silence.  The last batch itself is a valid cursor: nothing
+    new yet."""
+    if after <= last_batch:
+        return None
+    return f"{after} is past the last batch, {last_batch}"
+
+
+async def refuse_cursor_past_the_end(state: ServiceState, after: int | None,
+                                       where: tuple[str, str]) -> None:
+    """422 naming the cursor's parameter (`where`, its place and name) when it is past the
+    last committed batch (past_the_end): every route that takes a cursor."""
+    if after is None:
+        return
+    why = past_the_end(after, await run_in_threadpool(state.store.last_seq))
+    if why is not None:
+        raise cursor_refused(where, why)
+
+
+def cursor_refused(where: tuple[str, str], why: str) -> RequestValidationError:
+    """A cursor past the end as a schema error of its parameter (a 422 problem naming it)."""
+    return RequestValidationError([{"loc": where, "type": "less_than_equal", "msg": why}])
+
+
 class EventStream(StreamingResponse):
     """A text/event-stream response written by `_sse_stream` (FastAPI's EventSourceResponse
     would make FastAPI run the endpoint as its own SSE generator)."""
@@ -100,7 +128,12 @@ async def stream_events(
     stopping; reconnecting resumes). Every event is named, so a browser's EventSource sees
     them through `addEventListener("batch", ...)` (and "progress", ...), not `onmessage`.
     """
-    cursor = last_event_id if last_event_id is not None else after
+    if last_event_id is not None:
+        await refuse_cursor_past_the_end(state, last_event_id, ("header", "last-event-id"))
+        cursor = last_event_id
+    else:
+        await refuse_cursor_past_the_end(state, after, ("query", "after"))
+        cursor = after
     # Written here rather than through FastAPI's generator endpoints: those run the
     # generator in a task of its own behind a memory stream and a keep-alive task, and
     # cost the event loop several times what the events' own writes did
@@ -164,11 +197,13 @@ async def poll_results(
 ) -> Response:
     """A page of the query's events: those with id > `after` (default: every event still
     retained), oldest first. `complete_through`: the page holds every event up to that
-    batch, touched or not; pass `next` (the same, or the cursor itself when that is further)
-    as `after` to get the following page."""
+    batch, touched or not; pass `next` as `after` to get the following page. An `after`
+    past the last batch is a 422 (the last batch itself: an empty page until the next)."""
     def read() -> tuple[int, list[EventRecord], int]:
         # Read first: the events read next include every event up to it (and maybe later).
         last_batch = state.store.last_seq()
+        if after is not None and (why := past_the_end(after, last_batch)) is not None:
+            raise cursor_refused(("query", "after"), why)
         start, events = retained_events(state.store, query_id, after, limit)
         return start, events, last_batch
 
@@ -224,6 +259,11 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
     if not await _query_exists(state, query_id):
         await socket.close(WS_NOT_FOUND, _not_found(query_id))
         return
+    if after is not None:
+        why = past_the_end(after, await run_in_threadpool(state.store.last_seq))
+        if why is not None:
+            await socket.close(WS_BAD_CURSOR, f"after: {why}")
+            return
     async with state.hub.subscribe(query_id, after) as subscription, \
             anyio.create_task_group() as tasks:
         tasks.start_soon(socket.watch_peer, tasks.cancel_scope)

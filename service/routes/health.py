@@ -1,14 +1,15 @@
 """Owns the operations routes: liveness, readiness and Prometheus metrics."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
-from service.deps import StateDep
+from service.deps import StateDep, reject_unknown_parameters
 from service.metrics import CONTENT_TYPE
 
-health = APIRouter(tags=["operations"])
-metrics = APIRouter(tags=["operations"])
+# Unknown query parameters are refused here as on every route (a probe's typo is a 422 too).
+health = APIRouter(tags=["operations"], dependencies=[Depends(reject_unknown_parameters)])
+metrics = APIRouter(tags=["operations"], dependencies=[Depends(reject_unknown_parameters)])
 
 
 @health.get("/healthz")

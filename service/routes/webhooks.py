@@ -6,13 +6,13 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from service.deps import StateDep, reject_unknown_parameters
-from service.routes.events import MAX_ID, NOT_FOUND_RESPONSE, require_query
+from service.routes.events import (MAX_ID, NOT_FOUND_RESPONSE,
+                                   refuse_cursor_past_the_end, require_query)
 from service.webhooks import EVERY_RETAINED, Deliverer, Webhook
 
 router = APIRouter(prefix="/v1/queries", tags=["webhooks"], responses=NOT_FOUND_RESPONSE,
@@ -89,12 +89,8 @@ async def set_webhook(query_id: int, body: WebhookSet, state: StateDep,
                       deliverer: DelivererDep):
     """Push the query's result events to `url` (replacing any webhook it had), each a
     signed POST, retried with backoff, at least once (docs/service.md, Webhooks)."""
-    if body.after is not None:
-        last = await run_in_threadpool(state.store.last_seq)
-        if body.after > last:   # it would skip the events of batches not yet applied
-            raise RequestValidationError([{
-                "loc": ("body", "after"), "type": "less_than_equal",
-                "msg": f"after {body.after} is past the last batch, {last}"}])
+    # A cursor past the last batch would skip the events of batches not yet applied.
+    await refuse_cursor_past_the_end(state, body.after, ("body", "after"))
     return _public(await deliverer.set(query_id, body.url, body.secret, body.after))
 
 
@@ -121,7 +117,9 @@ async def list_dead_letters(
         limit: Annotated[int, Query(ge=1, le=DEAD_LETTER_PAGE_MAX)] = DEAD_LETTER_PAGE_DEFAULT,
         after: Annotated[int, Query(ge=EVERY_RETAINED, le=MAX_ID, description=(
             "cursor: only dead letters of later batches (a page's `next`)"))] = EVERY_RETAINED):
-    """The events the query's webhook gave up on, oldest first, in pages."""
+    """The events the query's webhook gave up on, oldest first, in pages (an `after`
+    past the last batch is a 422)."""
+    await refuse_cursor_past_the_end(state, after, ("query", "after"))
     rows = await run_in_threadpool(state.store.webhook_dead_letters, query_id, after, limit)
     letters = [DeadLetterPublic(batch=seq, event=json.loads(payload), attempts=attempts,
                                 error=error, failed_at=failed_at)

@@ -39,14 +39,18 @@ _REF_KIND = {V: ref.ADD_VERTEX, DV: ref.DELETE_VERTEX, E: ref.INSERT_EDGE,
              DE: ref.DELETE_EDGE}
 
 
-def make_graph(config=None) -> DynamicGraph:
+def labeled() -> LabeledGraph:
+    """VERTICES and EDGES as a LabeledGraph."""
     ids = sorted(VERTICES)
     keys = sorted(EDGES)
-    lg = LabeledGraph(np.array(ids, np.int64), np.array([VERTICES[v] for v in ids], np.int32),
-                      np.array([k[1] for k in keys], np.int64),
-                      np.array([k[0] for k in keys], np.int64),
-                      np.array([EDGES[k] for k in keys], np.int32))
-    return DynamicGraph.from_labeled(lg, config or EngineConfig.tiny())
+    return LabeledGraph(np.array(ids, np.int64), np.array([VERTICES[v] for v in ids], np.int32),
+                        np.array([k[1] for k in keys], np.int64),
+                        np.array([k[0] for k in keys], np.int64),
+                        np.array([EDGES[k] for k in keys], np.int32))
+
+
+def make_graph(config=None) -> DynamicGraph:
+    return DynamicGraph.from_labeled(labeled(), config or EngineConfig.tiny())
 
 
 def ref_graph() -> RefGraph:
@@ -353,9 +357,9 @@ _ONE_RECORD = st.tuples(st.sampled_from([V, DV, E, DE]),
                         st.sampled_from([NO_LABEL, 0, 1, 2]))
 
 
-def _effect_or_error(batch, graph):
+def _effect_or_error(batch, graph, prep=None):
     try:
-        effect = normalize(batch, graph)
+        effect = normalize(batch, graph, prep)
     except BatchRejected as exc:
         return str(exc)
     return {name: (value.dtype.str, value.tolist()) if isinstance(value, np.ndarray)
@@ -410,3 +414,73 @@ def test_negative_insert_label_is_refused(records):
 def test_negative_delete_label_still_means_any_label():
     g, b = run([(DE, 1, 2, NO_LABEL)])
     assert ext_edges(g, b, b.delete_u, b.delete_v, b.delete_labels) == {(1, 2): 0}
+
+
+_EDGE_RECORDS = st.lists(st.tuples(st.sampled_from(sorted(VERTICES) + [7]),
+                                   st.sampled_from(sorted(VERTICES) + [7]),
+                                   st.sampled_from([NO_LABEL, 0, 1, 2])),
+                         min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=_EDGE_RECORDS, inserting=st.booleans())
+def test_pending_edges_resolve_as_normalize_does(records, inserting):
+    """A batch group member's deferred validation (pending_edges, then resolve with the
+    stored labels) gives normalize's effect exactly; a batch it does not take (None) is
+    one with a missing endpoint, a self-loop or an edge twice."""
+    kind = E if inserting else DE
+    if inserting:   # the parsers refuse negative insert labels (tested above)
+        records = [(a, b, max(label, 0)) for a, b, label in records]
+    batch = stream([(kind, a, b, label) for a, b, label in records])
+    g = make_graph(EngineConfig())
+    pending = gpu.batch.pending_edges(batch, g, limit=6)
+    pairs = [frozenset((a, b)) for a, b, _ in records]
+    takes = (all(a in VERTICES and b in VERTICES and a != b for a, b, _ in records)
+             and len(set(pairs)) == len(pairs))
+    assert (pending is not None) == takes
+    if pending is None:
+        return
+    assert gpu.batch.pending_edges(batch, g, limit=len(records) - 1) is None
+    effect = pending.resolve(gpu.batch.stored_labels(g, pending.u, pending.v))
+    want = normalize(batch, g)
+    assert (effect.applied, effect.ignored) == (want.applied, want.ignored)
+    for side in ("insert", "delete"):
+        got = sorted(zip(*(getattr(effect, f"{side}_{x}").tolist() for x in ("u", "v", "labels"))))
+        assert got == sorted(zip(*(getattr(want, f"{side}_{x}").tolist()
+                                   for x in ("u", "v", "labels"))))
+
+
+def test_pending_edges_takes_one_kind_of_edge_record_only():
+    g = make_graph(EngineConfig())
+    assert gpu.batch.pending_edges(stream([(E, 1, 4, 0), (DE, 1, 2, NO_LABEL)]), g, 8) is None
+    assert gpu.batch.pending_edges(stream([(V, 7, 0, 1)]), g, 8) is None
+    assert gpu.batch.pending_edges(stream([(DV, 1, 0, NO_LABEL)]), g, 8) is None
+    assert gpu.batch.pending_edges(UpdateStream.from_records([]), g, 8) is None
+    assert gpu.batch.pending_edges(stream([(E, 1, 4, 0), (E, 2, 4, 1)]), g, 8) is not None
+
+
+class _HostPrep:
+    """The device's side of normalize (DevicePrep) played on the host: edge records from
+    `min_records` on go to edge_changes through it, as on CUDA."""
+
+    def __init__(self, min_records: int) -> None:
+        self.min_records, self.calls = min_records, 0
+
+    def edge_changes(self, graph, host):
+        from gpu.batch_edges import edge_changes
+        self.calls += 1
+        return edge_changes(np, gpu.batch._HostLookups(graph), *host)
+
+
+def test_normalize_hands_large_batches_to_the_device_side():
+    rng = random.Random(11)
+    prep = _HostPrep(min_records=3)
+    for _ in range(60):
+        records = random_records(rng, ref_graph())
+        batch = stream(records)
+        edges = sum(kind in (E, DE) for kind, _, _, _ in records)
+        before = prep.calls
+        assert _effect_or_error(batch, make_graph(EngineConfig())) == \
+            _effect_or_error(batch, make_graph(EngineConfig()), prep)
+        assert prep.calls - before == (1 if edges >= 3 and len(records) > 1 else 0)
+

@@ -23,7 +23,8 @@ from gpu.io.records import ADD_VERTEX, DELETE_EDGE, INSERT_EDGE, NO_LABEL, Updat
 from tests.graphs import Data, embeddings, random_data
 from tests.gpu.cpu.test_small_batch_queries import _patterns
 
-UNGROUPED = EngineConfig(batch_group_edges=0, shared_region_threads=0)
+UNGROUPED = EngineConfig(batch_group_edges=0, device_batch_group_edges=0,
+                         shared_region_threads=0)
 
 CONFIGS = {
     "serial": EngineConfig(shared_region_threads=0),
@@ -38,6 +39,10 @@ CONFIGS = {
     # work queue at every advance (the test sets it).
     "region_give": EngineConfig(shared_region_threads=1, serial_below_tasks=1,
                                 group_region_edges=1),
+    # On the device: one lookup, one update and one launch per query size for a group,
+    # each batch's counts from the per-edge counts of a counting pass.
+    "cuda": EngineConfig(),
+    "cuda_small": EngineConfig(device_batch_group_edges=3, launch_pairs=4),
 }
 
 
@@ -120,8 +125,9 @@ def grouping_stream(rng: random.Random, d: Data, nelabels: int, count: int,
             yield _edge_batch(d, records)
 
 
-def _engines(d: Data, nlabels: int, nelabels: int, config: EngineConfig):
-    grouped = Engine(d.labeled(), backend="cpu", config=config)
+def _engines(d: Data, nlabels: int, nelabels: int, config: EngineConfig,
+             backend: str = "cpu"):
+    grouped = Engine(d.labeled(), backend=backend, config=config)
     single = Engine(d.labeled(), backend="cpu", config=UNGROUPED)
     patterns = {}
     for p in _patterns(nlabels, nelabels):
@@ -136,8 +142,10 @@ def _counts(result) -> dict[int, tuple[int, int]]:
 
 
 # The region modes share one region's work between several threads at once.
-MODES = [pytest.param(mode, marks=pytest.mark.parallel) if mode.startswith("region") else mode
+MODES = [pytest.param(mode, marks=pytest.mark.parallel) if mode.startswith("region") else
+         pytest.param(mode, marks=pytest.mark.gpu) if mode.startswith("cuda") else mode
          for mode in sorted(CONFIGS)]
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -153,7 +161,8 @@ def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, monkeypat
     rng = random.Random(seed)
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2
     d = random_data(rng, 13, nlabels, nelabels, 0.3)
-    grouped, single, patterns = _engines(d, nlabels, nelabels, CONFIGS[mode])
+    grouped, single, patterns = _engines(d, nlabels, nelabels, CONFIGS[mode],
+                                         "cuda" if mode.startswith("cuda") else "cpu")
     # The brute-force deltas of each batch, as the stream is made.
     before = {qid: embeddings(d, p) for qid, p in patterns.items()}
     batches, want = [], []
@@ -169,7 +178,7 @@ def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, monkeypat
     assert [_counts(r) for r in got] == want
     assert [(r.applied, r.ignored) for r in got] == [(r.applied, r.ignored) for r in ones]
     assert any(n > 1 for n in group_sizes), "no batches were grouped"
-    limit = CONFIGS[mode].batch_group_edges
+    limit = grouped.group_edges
     assert max(group_sizes) <= limit
     assert any(sum(c) for r in want for c in r.values())     # matches were found
     grouped.check()
@@ -182,12 +191,14 @@ def _edges(engine: Engine) -> set[tuple[int, int, int]]:
                    np.maximum(g.edge_src, g.edge_dst).tolist(), g.edge_labels.tolist()))
 
 
-def test_started_batches_wait_for_their_group_and_any_other_call_runs_it(group_sizes):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_started_batches_wait_for_their_group_and_any_other_call_runs_it(group_sizes,
+                                                                        backend):
     """Engine.start of groupable batches returns before their search; finishing any of
     them, or an engine call that reads the graph or the queries, runs the group."""
     rng = random.Random(7)
     d = random_data(rng, 12, 1, 1, 0.35)
-    grouped, single, patterns = _engines(d, 1, 1, CONFIGS["serial"])
+    grouped, single, patterns = _engines(d, 1, 1, CONFIGS["serial"], backend)
     batches = list(grouping_stream(rng, d, 1, 40, [1000]))
     want = [_counts(single.apply(b)) for b in batches]
     pending = []
@@ -210,10 +221,11 @@ def test_started_batches_wait_for_their_group_and_any_other_call_runs_it(group_s
         assert grouped.count(qid) == len(embeddings(d, p)), qid
 
 
-def test_a_rejected_batch_leaves_the_open_group_and_the_stream_goes_on(group_sizes):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rejected_batch_leaves_the_open_group_and_the_stream_goes_on(group_sizes, backend):
     rng = random.Random(8)
     d = random_data(rng, 12, 2, 1, 0.3)
-    grouped, single, _ = _engines(d, 2, 1, CONFIGS["serial"])
+    grouped, single, _ = _engines(d, 2, 1, CONFIGS["serial"], backend)
     batches = list(grouping_stream(rng, d, 1, 30, [1000]))
     bad = UpdateStream.from_records([(INSERT_EDGE, 10**9, 0, 0)])
     want = [_counts(single.apply(b)) for b in batches]

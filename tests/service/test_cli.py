@@ -252,6 +252,19 @@ def test_malformed_graph_line(capsys, tmp_path, files):
     assert_one_error(err, f"{bad}:3:")
 
 
+@pytest.mark.parametrize("text, where", [("0;1\n1;2\n", ":1: line '0;1'"),
+                                         ("a,b\n", ":1: no edges")])
+def test_unparsable_edge_list_exits_2_naming_file_line_and_value(capsys, tmp_path, files,
+                                                                 text, where):
+    # Both had loaded as an empty graph, and the command exited 0.
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text)
+    status, lines, err = run(capsys, "count", "--graph", bad, "--query", files["tri"],
+                             "--num-labels", "2", "--backend", "cpu")
+    assert (status, lines) == (2, [])
+    assert_one_error(err, f"{bad}{where}")
+
+
 def test_disconnected_query(capsys, tmp_path, files):
     split = tmp_path / "split.txt"
     split.write_text("v 0 0\nv 1 0\nv 2 0\nv 3 0\ne 0 1\ne 2 3\n")

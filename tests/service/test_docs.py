@@ -93,3 +93,20 @@ def test_a_browser_with_the_key_in_the_url_loads_every_asset(keyed, page):
         assert parse_qs(urlsplit(url).query)["access_token"] == [KEY], url
         asset = keyed.get(url)          # no Authorization header: as a browser loads it
         assert asset.status_code == 200 and asset.content, url
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json",
+                                  "/docs-assets/swagger-ui.css", "/docs/oauth2-redirect"])
+def test_documentation_refuses_unknown_query_parameters(client, path):
+    assert client.get(path, params={"access_token": "x"}).status_code == 200  # taken everywhere
+    r = client.get(path, params={"theme": "dark"})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["errors"][0]["loc"] == ["query", "theme"]
+    assert body["detail"] == "query.theme: unknown query parameter (this route takes " \
+                             "access_token)"
+
+
+def test_without_the_key_documentation_is_401_before_its_parameters_are_read(keyed):
+    assert keyed.get("/docs", params={"theme": "dark"}).status_code == 401
+    assert keyed.get("/docs", params={"theme": "dark", "access_token": KEY}).status_code == 422

@@ -166,6 +166,19 @@ def test_edge_list_errors_name_the_field(client):
     assert client.get("/v1/graph").json()["vertices"] == 0
 
 
+def test_unparsable_edge_list_is_refused_naming_line_and_value(client):
+    # Each had loaded as an empty graph (a 422 only for having no vertices) or, with a
+    # good second line, as a graph without its first edge.
+    for text, named in (("0;1\n1;2\n", "body:1: line '0;1' is missing the edge target"),
+                        ("a,b\n", "body:1: no edges: only the header line 'a,b'"),
+                        ("1,x\n2,3\n", "body:1: edge target 'x' is not an integer")):
+        r = client.put("/v1/graph", content=text, headers={"content-type": "text/csv"},
+                       params={"num_labels": 2})
+        assert r.status_code == 422, r.text
+        assert named in r.json()["detail"], r.json()["detail"]
+    assert client.get("/v1/graph").json()["vertices"] == 0
+
+
 # ---- label names in text ----------------------------------------------------------
 
 

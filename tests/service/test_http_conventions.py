@@ -191,6 +191,45 @@ def test_a_cursor_past_the_end_is_422(client):
     problem(client.get("/v1/queries", params={"after": qid + 1}), 422, "invalid_input")
 
 
+# ---- cursors past the end --------------------------------------------------------------------
+
+
+def test_a_result_cursor_past_the_last_batch_is_refused_naming_it(tmp_path):
+    """Polling, SSE (`after` and Last-Event-ID) and the WebSocket: the last batch is a valid
+    cursor (nothing new yet), one past it was never given out and is a 422 (4422)."""
+    with running(tmp_path / "data", heartbeat_seconds=0.05) as client:
+        assert client.put("/v1/graph", json=GRAPH).status_code == 200
+        qid = client.post("/v1/queries", json={"pattern": EDGE}).json()["id"]
+        results, events = f"/v1/queries/{qid}/results", f"/v1/queries/{qid}/events"
+        # Before any batch the graph's load, batch 0, is the last one.
+        assert client.get(results, params={"after": 0}).json()["events"] == []
+        problem(client.get(results, params={"after": 1}), 422, "invalid_input")
+        for edge in ([2, 3], [1, 3]):
+            assert client.post("/v1/batches", json={"insert_edges": [edge]}).status_code == 200
+        page = client.get(results, params={"after": 2}).json()
+        assert (page["events"], page["next"], page["complete_through"]) == ([], 2, 2)
+        assert len(client.get(results, params={"after": 1}).json()["events"]) == 1
+        for status_of, where in (
+                (lambda: client.get(results, params={"after": 3}), ["query", "after"]),
+                (lambda: client.get(events, params={"after": 3}), ["query", "after"]),
+                (lambda: client.get(events, params={"after": 0}, headers={
+                    "Last-Event-ID": str(2**40)}), ["header", "last-event-id"])):
+            body = problem(status_of(), 422, "invalid_input")
+            assert body["errors"][0]["loc"] == where
+            assert "is past the last batch, 2" in body["detail"]
+        # SSE and the WebSocket from the last batch stream (its progress), past it close.
+        with client.stream("GET", events, params={"after": 2}) as response:
+            assert response.status_code == 200
+            assert next(response.iter_lines()).startswith("retry: ")
+        with client.websocket_connect(f"/v1/queries/{qid}/ws?after=2") as ws:
+            assert ws.receive_json() == {"id": 2, "event": "progress", "data": {"through": 2}}
+        with client.websocket_connect(f"/v1/queries/{qid}/ws?after=3") as ws:
+            with pytest.raises(WebSocketDisconnect) as closed:
+                ws.receive_text()
+        assert (closed.value.code, closed.value.reason) == (
+            4422, "after: 3 is past the last batch, 2")
+
+
 # ---- unknown query parameters --------------------------------------------------------------
 
 

@@ -32,6 +32,15 @@ def test_auth_guards_everything_but_health(tmp_path):
         assert client.get("/v1/graph", headers=good).json()["vertices"] == 1
 
 
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
+def test_operations_routes_refuse_unknown_query_parameters(client, path):
+    assert client.get(path, params={"access_token": "x"}).status_code == 200
+    r = client.get(path, params={"verbose": "1"})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["errors"][0]["loc"] == ["query", "verbose"]
+    assert r.json()["detail"].startswith("query.verbose: unknown query parameter")
+
+
 def test_auth_off_by_default(client):
     assert client.get("/v1/graph").status_code == 200
 
@@ -200,6 +209,70 @@ def test_http_and_process_metrics_beside_the_engines(client):
     assert _metric(text, "process_resident_memory_bytes") > 0
     assert "python_gc_objects_collected_total" in text
     assert "motifstream_batches_total" in text
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_batch_route_has_the_same_http_metrics_as_every_route(client, fast):
+    """POST /v1/batches is counted outside the instrumentator (service/metrics.py
+    HttpMetrics): the same series, labels and sizes as the routes it counts."""
+    if not fast:
+        client.app.batch_fast_path = None
+    client.put("/v1/graph", json={"vertices": [[1, 0], [2, 0], [3, 0]], "edges": []})
+    accepted = [client.post("/v1/batches", json={"insert_edges": [[1, 2 + i]]})
+                for i in range(2)]
+    refused = client.post("/v1/batches", content=b"zz", headers={"content-type": "text/plain"})
+    unnumbered = client.post("/v1/batches", content=b"{}", headers={
+        "content-type": "application/json", "content-length": "x"})
+    assert [r.status_code for r in (*accepted, refused)] == [200, 200, 422]
+    text = client.get("/metrics").text
+    series = '{handler="/v1/batches",method="POST",status="%s"}'
+    assert _metric(text, "http_requests_total" + series % "2xx") == 2
+    assert _metric(text, "http_requests_total" + series % "4xx") == 2
+    assert _metric(text, "http_request_duration_seconds_count" + series % "2xx") == 2
+    assert _metric(text, "http_request_duration_seconds_sum" + series % "2xx") > 0
+    assert _metric(text, 'http_request_duration_seconds_bucket{handler="/v1/batches",le="+Inf",'
+                         'method="POST",status="4xx"}') == 2
+    # Sizes from Content-Length; a request whose header is not a number has no size.
+    sent = sum(len(r.request.content) for r in (*accepted, refused))
+    assert _metric(text, 'http_request_size_bytes_count{handler="/v1/batches"}') == 3
+    assert _metric(text, 'http_request_size_bytes_sum{handler="/v1/batches"}') == sent
+    answered = sum(int(r.headers["content-length"]) for r in (*accepted, refused, unnumbered))
+    assert _metric(text, 'http_response_size_bytes_count{handler="/v1/batches"}') == 4
+    assert _metric(text, 'http_response_size_bytes_sum{handler="/v1/batches"}') == answered
+    # Every other route, through the instrumentator, has the same label names.
+    labels = {tuple(sorted(re.findall(r'(\w+)="', line)))
+              for line in text.splitlines() if line.startswith("http_requests_total{")}
+    assert labels == {("handler", "method", "status")}
+    assert _metric(text, 'http_requests_total{handler="/v1/graph",method="PUT",'
+                         'status="2xx"}') == 1
+
+
+def test_the_batch_route_skips_the_instrumentators_route_matching(client, monkeypatch):
+    """The hot path's metrics cost no walk over the routes (HttpMetrics); others do."""
+    from prometheus_fastapi_instrumentator import routing
+    matched, original = [], routing.get_route_name
+
+    def counted(request, **options):
+        matched.append(request.url.path)
+        return original(request, **options)
+    monkeypatch.setattr(routing, "get_route_name", counted)
+    client.put("/v1/graph", json={"vertices": [[1, 0], [2, 0]], "edges": []})
+    assert client.post("/v1/batches", json={"insert_edges": [[1, 2]]}).status_code == 200
+    assert client.post("/v1/batches", json={}).status_code == 422
+    assert matched == ["/v1/graph"]
+    text = client.get("/metrics").text
+    assert _metric(text, 'http_requests_total{handler="/v1/batches",method="POST",'
+                         'status="2xx"}') == 1
+
+
+def test_other_methods_and_paths_beside_the_batch_route_keep_their_templates(client):
+    assert client.get("/v1/batches").status_code == 405
+    assert client.post("/v1/batches/x", json={}).status_code == 404
+    text = client.get("/metrics").text
+    assert _metric(text, 'http_requests_total{handler="/v1/batches",method="GET",'
+                         'status="4xx"}') == 1
+    assert _metric(text, 'http_requests_total{handler="none",method="POST",'
+                         'status="4xx"}') == 1
 
 
 # ---- CORS --------------------------------------------------------------------------------

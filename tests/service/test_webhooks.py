@@ -172,6 +172,23 @@ def test_an_event_is_a_dead_letter_after_the_attempts_and_delivery_goes_on(tmp_p
         rest = client.get(f"/v1/queries/{qid}/webhook/dead-letters",
                           params={"after": lost}).json()
         assert [d["batch"] for d in rest["dead_letters"]] == [refused]
+        last = client.get("/v1/graph").json()["batches"]
+        assert client.get(f"/v1/queries/{qid}/webhook/dead-letters",
+                          params={"after": last}).status_code == 200
+        past = client.get(f"/v1/queries/{qid}/webhook/dead-letters",
+                          params={"after": last + 1})
+        assert past.status_code == 422
+        assert f"{last + 1} is past the last batch, {last}" in past.json()["detail"]
+        # What /metrics says of it: one event delivered, two given up on after four
+        # failed attempts (3 + 1), the webhook running and caught up.
+        text = client.get("/metrics").text
+        assert 'motifstream_push_events_total{outcome="delivered",output="webhook"} 1.0' in text
+        assert 'motifstream_push_events_total{outcome="dead_letter",output="webhook"} 2.0' \
+            in text
+        assert 'motifstream_push_failures_total{output="webhook"} 4.0' in text
+        assert 'motifstream_push_outputs{output="webhook"} 1.0' in text
+        wait_for(lambda: 'motifstream_push_lag_max{output="webhook"} 0.0'
+                 in client.get("/metrics").text)
 
 
 def test_an_unreachable_receiver_is_a_dead_letter_with_the_connection_error(tmp_path, receiver):

@@ -34,3 +34,24 @@ def test_a_compile_error_names_the_real_file(tmp_path, monkeypatch):
     with pytest.raises(cupy.cuda.compiler.CompileException, match=r"broken\.cu\(2\)"):
         loader.module("broken")
     cupy.clear_memo()
+
+
+def test_check_array_refuses_what_a_kernel_cannot_take():
+    import cupy
+    import numpy as np
+
+    from gpu.cuda.loader import check_array
+
+    good = cupy.zeros((4, 3), dtype=np.int32)
+    check_array("good", good, np.int32, 2)
+    check_array("good", good, "int32")
+    with pytest.raises(TypeError, match="host: expected a device array, got ndarray"):
+        check_array("host", np.zeros(3, dtype=np.int32), np.int32)
+    with pytest.raises(TypeError, match="wide: expected int32, got int64"):
+        check_array("wide", good.astype(np.int64), np.int32)
+    with pytest.raises(ValueError, match="flat: expected 1 dimensions, got 2"):
+        check_array("flat", good, np.int32, 1)
+    with pytest.raises(ValueError, match="column: must be C-contiguous"):
+        check_array("column", good[:, 1], np.int32)
+    with pytest.raises(ValueError, match="transposed: must be C-contiguous"):
+        check_array("transposed", good.T, np.int32, 2)

@@ -123,3 +123,45 @@ def test_empty_calls():
     assert len(m) == 0
     m.delete(ids([5]))  # absent: no-op
     assert len(m) == 0 and m._dead == 0
+
+
+class _Copy:
+    """A copy of an IdMap's table kept as DeviceIdMap keeps one (host arrays here)."""
+
+    def __init__(self, m: IdMap) -> None:
+        self.m, self.generation = m, None
+        m.record_changes()
+
+    def follow(self) -> None:
+        changed = self.m.take_changes()
+        keys, vals = self.m.table
+        if self.generation != self.m.generation or self.keys.shape != keys.shape:
+            self.keys, self.vals, self.generation = keys.copy(), vals.copy(), self.m.generation
+            return
+        self.keys[changed], self.vals[changed] = keys[changed], vals[changed]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_copy_following_the_changed_positions_is_the_table(seed):
+    """IdMap.take_changes names every position written since the last call, through
+    inserts, deletes (tombstones), rehashes and many small changes between two calls."""
+    rng = np.random.default_rng(seed)
+    m = IdMap(4)
+    copy = _Copy(m)
+    live: set[int] = set()
+    for step in range(300):
+        if live and rng.random() < 0.4:
+            gone = rng.choice(sorted(live), size=min(len(live), int(rng.integers(1, 4))),
+                              replace=False)
+            m.delete(np.array(gone, dtype=np.int64))
+            live -= set(gone.tolist())
+        else:
+            new = [int(x) for x in rng.integers(0, 2**40, size=int(rng.integers(1, 5)))
+                   if int(x) not in live]
+            new = list(dict.fromkeys(new))
+            m.insert(np.array(new, dtype=np.int64), np.arange(len(new), dtype=np.int32))
+            live |= set(new)
+        if rng.random() < 0.3 or step == 299:
+            copy.follow()
+            keys, vals = m.table
+            assert np.array_equal(copy.keys, keys) and np.array_equal(copy.vals, vals), step

@@ -347,6 +347,30 @@ def test_edge_list_errors_keep_line_numbers_after_header(tmp_path):
     raises_at(short, 2, "missing the edge target", read_edge_list, short, num_labels=2)
 
 
+@pytest.mark.parametrize("text, line, fragment", [
+    # Another delimiter: the first line was taken for a header, the rest then failed or,
+    # on a one-line file, an empty graph loaded.
+    ("0;1\n1;2\n", 1, "line '0;1' is missing the edge target"),
+    ("# c\n0|1\n", 2, "line '0|1' is missing the edge target"),
+    # A first line with an integer in it is data, not a header.
+    ("1,x\n2,3\n", 1, "edge target 'x' is not an integer"),
+    ("u,1\n", 1, "edge source 'u' is not an integer"),
+    # A header and nothing else, or nothing at all, is no graph.
+    ("a,b\n", 1, "no edges: only the header line 'a,b'"),
+    ("# c\n\nsrc dst\n# d\n", 3, "no edges: only the header line 'src dst'"),
+    ("", 0, "no edges"),
+    ("# only a comment\n", 0, "no edges"),
+])
+def test_edge_list_that_cannot_be_parsed_is_refused(tmp_path, text, line, fragment):
+    path = write(tmp_path, "e.csv", text)
+    raises_at(path, line, fragment, read_edge_list, path, num_labels=2)
+
+
+def test_label_file_header_rule_is_the_edge_lists(tmp_path):
+    labels = write(tmp_path, "l.txt", "1;0\n")
+    raises_at(labels, 1, "line '1;0' is missing the vertex label", read_label_file, labels)
+
+
 def test_label_source_must_be_exactly_one(tmp_path):
     path = write(tmp_path, "e.txt", "0 1\n")
     with pytest.raises(ValueError, match="exactly one"):
