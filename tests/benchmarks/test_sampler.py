@@ -18,13 +18,16 @@ def spin(seconds):
     while time.perf_counter() < end:
         pass
 
+done = threading.Event()
+
 def idle_worker():
-    time.sleep(0.3)
+    done.wait()     # alive as long as the main thread spins, however slowly it is sampled
 
 if __name__ == "__main__":
     worker = threading.Thread(target=idle_worker, name="idler")
     worker.start()
     spin(0.4)
+    done.set()
     worker.join()
 '''
 
@@ -59,7 +62,10 @@ def test_the_report_names_each_threads_functions(tmp_path):
     spin = [line for line in main.splitlines() if "spin (busy.py:" in line]
     assert spin, report
     inclusive, own = (int(x) for x in spin[0].split()[:2])
-    assert inclusive >= 50 and own >= 50       # ~0.4 s at 2 ms, on top of the stack
+    # The main thread spins for most of its life, on top of its stack: most of its samples
+    # (a share, not a count: a loaded machine takes fewer samples than one a 2 ms).
+    samples = int(report.split("## MainThread: ", 1)[1].split()[0])
+    assert samples >= 10 and own >= samples // 2 and inclusive >= own, report
     assert "idle_worker (busy.py:" in _section(report, "idler")
     assert "spin (busy.py:" not in _section(report, "idler")
 
