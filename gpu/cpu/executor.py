@@ -144,7 +144,7 @@ def _plan_arrays(types: TaskTypes, leaves: LeafCounts) -> tuple:
             np.full(types.count, types.orders.shape[1], np.int32)
         built[active] = (types.query_labels, types.orders, types.bw_count, types.bw_level,
                          types.bw_label, types.tail_free, leaf_from, types.tail_head,
-                         types.perms, types.multiplicity, types.leaf_root)
+                         types.perms, types.multiplicity, types.leaf_root, types.bw_key)
     return built[active]
 
 
