@@ -74,7 +74,8 @@ class Engine:
                  directed: bool = False) -> None:
         """`directed`: the graph's edges, and its queries', are arcs u -> v (fixed for the
         engine's life).  Directed graphs run on the CPU executor for now: `backend="auto"`
-        picks it, and "cuda" is refused."""
+        picks it, and "cuda" is refused.  Their leaves are enumerated, not counted
+        (gpu/plan/planner.py)."""
         self.config = config or EngineConfig()
         self.directed = bool(directed)
         if self.directed and backend == "cuda":
@@ -277,8 +278,7 @@ class Engine:
         phase of fewer than `serial_below_tasks` edges, serially (count_small).  None where
         a query is handed back (it runs alone, through _run), or for all of them when the
         phase is too large for the serial call."""
-        # (Not yet for directed graphs: the shared calls rank edges by undirected keys.)
-        if not qids or not self.config.shared_call or self.directed or \
+        if not qids or not self.config.shared_call or \
                 (not region and len(us) >= self.config.serial_below_tasks):
             return [None] * len(qids)
         queries = self._shared_queries(qids)
@@ -351,10 +351,7 @@ class Engine:
 
     @property
     def group_edges(self) -> int:
-        """The most edges of a batch group on this engine's executor (0: no groups; not yet
-        for directed graphs)."""
-        if self.directed:
-            return 0
+        """The most edges of a batch group on this engine's executor (0: no groups)."""
         return (self.config.batch_group_edges if self._device is None
                 else self.config.device_batch_group_edges)
 

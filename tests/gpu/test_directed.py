@@ -6,16 +6,20 @@ tests/reference.py's directed embeddings (themselves checked against networkx's
 DiGraphMatcher in tests/gpu/test_reference_directed.py)."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
 import pytest
 
+import gpu.pipeline
+from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.plan.planner import build_plan
 from gpu.plan.query import QueryError, QueryGraph
 from tests import reference as ref
-from tests.gpu.test_oracle import CONFIGS, EngineSetup, Harness, fresh_id, to_query
+from tests.gpu.test_oracle import (CONFIGS, EngineSetup, Harness, fresh_id, to_labeled,
+                                   to_query, to_stream)
 from tests.gpu.test_reference_directed import random_digraph, random_directed_query
 from tests.reference import RefGraph, RefQuery
 
@@ -279,3 +283,57 @@ def test_static_count_equals_oracle_on_random_digraphs(setup):
         assert h.engine.directed and all(
             np.asarray(h.engine.matches(qid).rows).shape[1] == q.n
             for qid, q in h.queries.items() if h.engine.count(qid))
+
+
+GROUP_CONFIGS = {
+    "serial": dataclasses.replace(EngineConfig(), shared_region_threads=0,
+                                  batch_group_edges=3),
+    # Every group and phase one parallel region (count_phase).
+    "region": dataclasses.replace(EngineConfig(), shared_region_threads=1,
+                                  serial_below_tasks=1, group_region_edges=1),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(GROUP_CONFIGS))
+def test_batch_groups_and_shared_calls_equal_the_oracle(mode, monkeypatch):
+    """Small one-kind batches of arcs (reverse arcs among them) through apply_stream: they
+    share searches in batch groups and the compiled shared calls, and each batch's counts
+    are still its own."""
+    sizes: list[int] = []
+    real = gpu.pipeline.BatchGroup._apply_and_search
+
+    def spy(group):
+        sizes.append(len(group.members))
+        return real(group)
+
+    monkeypatch.setattr(gpu.pipeline.BatchGroup, "_apply_and_search", spy)
+    rng = random.Random(5)
+    g = random_digraph(rng, 10, 0.3, 1, 1, 0.5)
+    queries = {name: SHAPES[name] for name in ("cycle3", "reciprocal_tail", "fan_in",
+                                                "bowtie")}
+    engine = Engine(to_labeled(g), backend="cpu", config=GROUP_CONFIGS[mode], directed=True)
+    qids = {engine.add_query(to_query(q, name)): q for name, q in queries.items()}
+    oracle = g.copy()
+    batches, expected = [], []
+    for _ in range(40):
+        verts = sorted(oracle.vertices)
+        inserting = rng.random() < 0.6
+        pool = ([(u, v) for u in verts for v in verts if u != v and (u, v) not in oracle.edges]
+                if inserting else sorted(oracle.edges))
+        if not pool:
+            continue
+        arcs = rng.sample(pool, min(len(pool), rng.randint(1, 2)))
+        records = [(ref.INSERT_EDGE if inserting else ref.DELETE_EDGE, u, v,
+                    0 if inserting else ref.NO_LABEL) for u, v in arcs]
+        before = [oracle.embeddings(q) for q in qids.values()]
+        oracle.apply(records)
+        after = [oracle.embeddings(q) for q in qids.values()]
+        batches.append(to_stream(records))
+        expected.append([(len(a - b), len(b - a)) for a, b in zip(after, before)])
+    got = [[(r.queries[qid].positive, r.queries[qid].negative) for qid in qids]
+           for r in engine.apply_stream(batches)]
+    assert got == expected
+    assert max(sizes) > 1       # groups formed
+    engine.check()
+    for qid, q in qids.items():
+        assert engine.count(qid) == len(oracle.embeddings(q))
