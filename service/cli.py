@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--backend", choices=BACKENDS, help="executor (default auto)")
+    serve.add_argument("--directed", action="store_true", default=None,
+                       help="a new store's graph is directed: edges are arcs u -> v (a store "
+                            "that holds a graph keeps its kind)")
     serve.add_argument("--device-graph", choices=DEVICE_GRAPHS,
                        help="cuda: the graph's layout on the device (default pma)")
     serve_graph = serve.add_mutually_exclusive_group()
@@ -352,7 +355,8 @@ def _match_stream(args, progress: Progress) -> int:
     return 0
 
 
-_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "device_graph", "graph", "demo",
+_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "directed", "device_graph", "graph",
+                "demo",
                 "labels", "num_labels", "label_seed", "synchronous", "snapshot_every",
                 "log_level", "access_log")
 
