@@ -116,7 +116,7 @@ class Engine:
             # Signatures and candidate bits live on the device (gpu/cuda/signatures.py).
             self.signatures = self._device.signatures
         else:
-            self.signatures = SignatureTable()
+            self.signatures = SignatureTable(self.directed)
             self.signatures.resize(self.graph)
 
     # ---- standing queries -------------------------------------------

@@ -337,3 +337,18 @@ def test_batch_groups_and_shared_calls_equal_the_oracle(mode, monkeypatch):
     engine.check()
     for qid, q in qids.items():
         assert engine.count(qid) == len(oracle.embeddings(q))
+
+
+def test_signatures_count_in_and_out_neighbours_apart():
+    """A fan-in's hub (three arcs in) is no candidate of a fan-out's centre (three out),
+    and keeps the bit when its arcs turn round, batch by batch."""
+    g = RefGraph.build({1: 0, 2: 0, 3: 0, 4: 0}, [(2, 1, 0), (3, 1, 0), (4, 1, 0)],
+                       directed=True)
+    h = Harness(g, EngineSetup(CONFIGS["default"](), "cpu"), {"out": SHAPES["fan_out"]})
+    engine = h.engine
+    hub = int(engine.graph.ids.lookup(np.array([1]))[0])
+    centre = 1 << int(engine.plan(1).query.degrees.argmax())
+    assert engine.signatures.cand[1][hub] & centre == 0
+    h.apply([(ref.DELETE_EDGE, a, 1, ref.NO_LABEL) for a in (2, 3, 4)]
+            + [(ref.INSERT_EDGE, 1, a, 0) for a in (2, 3, 4)])
+    assert engine.signatures.cand[1][hub] & centre != 0
