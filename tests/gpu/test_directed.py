@@ -12,12 +12,12 @@ import random
 import numpy as np
 import pytest
 
-import gpu.pipeline
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.plan.planner import build_plan
 from gpu.plan.query import QueryError, QueryGraph
 from tests import reference as ref
+from tests.gpu.test_batch_groups import group_sizes  # noqa: F401  (a fixture)
 from tests.gpu.test_oracle import (CONFIGS, EngineSetup, Harness, fresh_id, to_labeled,
                                    to_query, to_stream)
 from tests.gpu.test_reference_directed import random_digraph, random_directed_query
@@ -295,18 +295,10 @@ GROUP_CONFIGS = {
 
 
 @pytest.mark.parametrize("mode", sorted(GROUP_CONFIGS))
-def test_batch_groups_and_shared_calls_equal_the_oracle(mode, monkeypatch):
+def test_batch_groups_and_shared_calls_equal_the_oracle(mode, group_sizes):
     """Small one-kind batches of arcs (reverse arcs among them) through apply_stream: they
     share searches in batch groups and the compiled shared calls, and each batch's counts
     are still its own."""
-    sizes: list[int] = []
-    real = gpu.pipeline.BatchGroup._apply_and_search
-
-    def spy(group):
-        sizes.append(len(group.members))
-        return real(group)
-
-    monkeypatch.setattr(gpu.pipeline.BatchGroup, "_apply_and_search", spy)
     rng = random.Random(5)
     g = random_digraph(rng, 10, 0.3, 1, 1, 0.5)
     queries = {name: SHAPES[name] for name in ("cycle3", "reciprocal_tail", "fan_in",
@@ -333,7 +325,7 @@ def test_batch_groups_and_shared_calls_equal_the_oracle(mode, monkeypatch):
     got = [[(r.queries[qid].positive, r.queries[qid].negative) for qid in qids]
            for r in engine.apply_stream(batches)]
     assert got == expected
-    assert max(sizes) > 1       # groups formed
+    assert max(group_sizes) > 1       # groups formed
     engine.check()
     for qid, q in qids.items():
         assert engine.count(qid) == len(oracle.embeddings(q))

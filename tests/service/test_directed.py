@@ -58,6 +58,17 @@ def _body(records) -> dict:
             "delete_edges": [[a, b] for kind, a, b, _ in records if kind == ref.DELETE_EDGE]}
 
 
+def _apply_and_check(client, ids: dict[str, int], oracle: RefGraph, records) -> None:
+    """POST one batch; its results must be the oracle's deltas (which it then applies)."""
+    before = {name: oracle.embeddings(q) for name, q in ORACLE.items()}
+    oracle.apply(records)
+    results = client.post("/v1/batches", json=_body(records)).json()["results"]
+    for name, q in ORACLE.items():
+        after = oracle.embeddings(q)
+        assert results[str(ids[name])] == {"positive": len(after - before[name]),
+                                           "negative": len(before[name] - after)}
+
+
 def test_a_directed_graph_served_and_restarted(tmp_path):
     rng = random.Random(3)
     start = random_digraph(rng, 9, 0.35, 1, 1, 0.5)
@@ -71,23 +82,11 @@ def test_a_directed_graph_served_and_restarted(tmp_path):
         assert r.json()["directed"] is True and r.json()["edges"] == len(start.edges)
         ids = _register(client)
         for records in batches[:4]:
-            before = {name: oracle.embeddings(q) for name, q in ORACLE.items()}
-            oracle.apply(records)
-            results = client.post("/v1/batches", json=_body(records)).json()["results"]
-            for name, q in ORACLE.items():
-                after = oracle.embeddings(q)
-                assert results[str(ids[name])] == {"positive": len(after - before[name]),
-                                                   "negative": len(before[name] - after)}
+            _apply_and_check(client, ids, oracle, records)
     with running(data) as client:     # the kind and the queries' arcs survive a restart
         assert client.get("/v1/graph").json()["directed"] is True
         for records in batches[4:]:
-            before = {name: oracle.embeddings(q) for name, q in ORACLE.items()}
-            oracle.apply(records)
-            results = client.post("/v1/batches", json=_body(records)).json()["results"]
-            for name, q in ORACLE.items():
-                after = oracle.embeddings(q)
-                assert results[str(ids[name])] == {"positive": len(after - before[name]),
-                                                   "negative": len(before[name] - after)}
+            _apply_and_check(client, ids, oracle, records)
         exported = client.get("/v1/graph/export").text
         arcs = sorted(tuple(int(x) for x in line.split()[1:3])
                       for line in exported.splitlines() if line.startswith("e "))
