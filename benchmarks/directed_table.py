@@ -49,7 +49,7 @@ FAN_LEAVES = 3
 # partial paths: a shape with no witness is reported, not searched for forever.
 WITNESS_ARCS = 5000
 WITNESS_PATHS = 200
-QUICK_VERTICES = 1000
+QUICK_VERTICES = 400
 QUICK_PER_SET = 2
 
 
