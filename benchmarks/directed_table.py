@@ -1,4 +1,4 @@
-"""The directed GH benchmark (issue 22): per-query time on GH with random arc directions beside the undirected GH.
+"""The directed GH benchmark (issue 22): per-query times on a directed GH beside the undirected.
 
 The data is gh_table's setup (benchmarks/gh_table.py: GH, uniform random vertex labels, 10%
 of the edges held out as one insertion batch), once as it is and once with each edge given a

@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         directed=args.directed,
     )
     try:
-        queries = QueryGenerator(graph, args.directed).generate(args.kind, args.size, args.count, args.seed)
+        queries = QueryGenerator(graph, args.directed).generate(
+            args.kind, args.size, args.count, args.seed)
     except QueryGenerationError as exc:
         parser.exit(1, f"error: {exc}\n")
     provenance = {
