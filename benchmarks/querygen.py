@@ -231,7 +231,8 @@ class QueryGenerator:
 
     def _query_graph(self, visited: np.ndarray, edges) -> LabeledGraph:
         if self.directed:
-            # Each edge as the data arc it was taken from; then sorted, as below.
+            # Each edge as the data arc it was taken from, sorted so that the same walk always
+            # yields the same file.
             edges = sorted((i, j, lab) if self._is_arc(visited[i], visited[j]) else (j, i, lab)
                            for i, j, lab in edges)
         else:
@@ -245,7 +246,6 @@ class QueryGenerator:
             edge_dst=arr[:, 1].copy(),
             edge_labels=arr[:, 2].astype(np.int32),
         )
-
 
     def _is_arc(self, v: int, w: int) -> bool:
         """Whether the kept entry for the pair {v, w} (indices) is the data arc v -> w."""
