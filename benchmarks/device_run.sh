@@ -22,6 +22,10 @@
 #   gh-KIND      benchmarks.gh_table on cuda for KIND in dense|sparse|tree, then on cpu
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
 #                "--max-queries 3"), GH_TIMEOUT bounds each run (seconds, default 300)
+#   directed     benchmarks.directed_table (directed GH beside undirected GH) on each backend of
+#                DIRECTED_BACKENDS (default "cuda cpu"; on cuda the directed side is refused
+#                today and only the undirected side runs); DIRECTED_ARGS adds flags (e.g.
+#                "--kinds dense --max-queries 3"), DIRECTED_TIMEOUT bounds each run (default 500)
 #   pma          the packed-memory-array tests on cupy, then benchmarks.pma_bench (R-MAT;
 #                PMA_ARGS adds flags, e.g. "--scale 20 --edges 10000000"; PMA_TIMEOUT
 #                bounds it, seconds, default 400)
@@ -94,6 +98,13 @@ for stage in "${stages[@]}"; do
             query=bench-out/queries/gh_k6_seed0_labels5x0/${stage#profile-}.graph
             python3 -m benchmarks.phase_profile "$query" --graph "$GRAPH" --backend cuda \
                 --top 25 2>&1 | tee "$OUT/$stage.txt" | head -60 ;;
+        directed)
+            for backend in ${DIRECTED_BACKENDS:-cuda cpu}; do
+                timeout "${DIRECTED_TIMEOUT:-500}" python3 -m benchmarks.directed_table \
+                    --graph "$GRAPH" --backend "$backend" --json "$OUT/directed-$backend.jsonl" \
+                    ${DIRECTED_ARGS:-} 2>&1 | tee -a "$OUT/directed-$backend.txt" | tail -16
+                [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+            done ;;
         gh-*)
             kind=${stage#gh-}
             for backend in cuda ${GH_CPU:+cpu}; do

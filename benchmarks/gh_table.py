@@ -118,37 +118,50 @@ def _provenance(args, kind: str) -> dict:
     }
 
 
-def query_sets(args, initial: LabeledGraph, log) -> dict[str, list[tuple[Path, QueryGraph]]]:
+def query_sets(args, initial: LabeledGraph, log, *, directed: bool = False,
+               queries_dir: Path | None = None,
+               provenance=None) -> dict[str, list[tuple[Path, QueryGraph]]]:
     """Load each kind's saved set, generating (and saving) the ones that are missing.
 
     Saved sets are reused as they are so that every backend runs the same queries; a set made
     from another graph, labelling or seed is still used, with a warning, since the user
-    pointed at it (e.g. a set from ``benchmarks.querygen``), but not one of another size.
+    pointed at it (e.g. a set from ``benchmarks.querygen``), but not one of another size or
+    of the other kind of graph. `directed`: `initial` is a directed graph and its queries are
+    oriented as its arcs; `queries_dir` (default ``args.queries_dir``) and `provenance` (a
+    function of the kind, default `_provenance`) say where the sets live and what made them.
     """
+    queries_dir = queries_dir or args.queries_dir
+    provenance = provenance or (lambda kind: _provenance(args, kind))
     generator = None
     sets = {}
     for kind in args.kinds:
-        paths = [args.queries_dir / f"{kind}_{i}.graph" for i in range(args.per_set)]
-        manifest = args.queries_dir / f"{kind}.json"
+        paths = [queries_dir / f"{kind}_{i}.graph" for i in range(args.per_set)]
+        manifest = queries_dir / f"{kind}.json"
         if all(p.exists() for p in paths):
             if manifest.exists():
                 saved = json.loads(manifest.read_text())
-                wanted = _provenance(args, kind)
+                if saved.get("directed", False) != directed:
+                    # Arcs read as edges (or edges as arcs) would be another experiment.
+                    kinds = ("undirected", "directed")
+                    raise SystemExit(f"error: {manifest} holds {kinds[not directed]} queries, "
+                                     f"this run needs {kinds[directed]} ones")
+                wanted = provenance(kind)
                 differ = sorted(k for k in wanted if k != "size" and saved.get(k) != wanted[k])
                 if differ:
                     print(f"warning: {manifest} was made with other {', '.join(differ)}; "
                           "using it anyway", file=sys.stderr)
         else:
             # Lazily: building the walk index costs a pass over the graph.
-            generator = generator or QueryGenerator(initial)
+            generator = generator or QueryGenerator(initial, directed)
             queries = generator.generate(kind, args.size, args.per_set, args.seed)
-            paths = write_query_set(queries, args.queries_dir, _provenance(args, kind))
-            log(f"generated {len(paths)} {kind} queries in {args.queries_dir}")
-        sets[kind] = [(p, QueryGraph.from_labeled(read_query(p), p.stem)) for p in paths]
+            paths = write_query_set(queries, queries_dir, provenance(kind))
+            log(f"generated {len(paths)} {kind} queries in {queries_dir}")
+        sets[kind] = [(p, QueryGraph.from_labeled(read_query(p, directed), p.stem, directed))
+                      for p in paths]
         # Unlike provenance, a wrong size would silently change the experiment being reported.
         wrong = [p.name for p, q in sets[kind] if q.num_vertices != args.size]
         if wrong:
-            raise SystemExit(f"error: {args.queries_dir}: {', '.join(wrong)} do not have "
+            raise SystemExit(f"error: {queries_dir}: {', '.join(wrong)} do not have "
                              f"{args.size} vertices; pass --size or another --queries-dir")
     return sets
 
@@ -166,24 +179,41 @@ def match_seconds(res) -> float:
     return float(res.timings.get("match", res.seconds))
 
 
-def warm_up(sets, backend: str, deletions: bool = False) -> None:
+def warm_up(sets, backend: str, deletions: bool = False, directed: bool = False) -> None:
     """Compile the engine's JIT code paths on tiny graphs so no timed query pays for it.
 
     Each kind's first query serves as its own data graph, half of its edges streamed in:
     the same code runs as in the real batch (insertions with matches), in milliseconds.
     With ``deletions`` the edges are then deleted again, for streams that delete.
+    `directed`: the sets' queries are directed (`gpu.warm_up` covers undirected engines
+    only), so the data graph is also the query tiled many times over, for a batch with
+    more tasks than `serial_below_tasks`: the parallel search compiles too.
     """
     from gpu.warm_up import warm_up as warm_up_engine
-    warm_up_engine(backend)     # every kind of batch, the device graph's large ones too
+    if not directed:
+        warm_up_engine(backend)     # every kind of batch, the device graph's large ones too
     for queries in sets.values():
         path = queries[0][0]
-        tiny = read_query(path)
-        initial, stream = split_stream(tiny, 0.5, 0)
-        engine = Engine(initial, backend=backend)
-        engine.add_query(QueryGraph.from_labeled(tiny, "warmup"))
-        engine.apply(stream)
-        if deletions:
-            engine.apply(deletions_of(stream))
+        tiny = read_query(path, directed)
+        for data in ([tiny, _tiled(tiny, 64)] if directed else [tiny]):
+            initial, stream = split_stream(data, 0.5, 0)
+            engine = Engine(initial, backend=backend, directed=directed)
+            engine.add_query(QueryGraph.from_labeled(tiny, "warmup", directed))
+            engine.apply(stream)
+            if deletions:
+                engine.apply(deletions_of(stream))
+
+
+def _tiled(graph: LabeledGraph, copies: int) -> LabeledGraph:
+    """`copies` disjoint copies of `graph` (vertex ids shifted past the previous copy's)."""
+    shift = int(graph.vertex_ids.max()) + 1
+    offsets = np.repeat(np.arange(copies, dtype=np.int64) * shift, graph.num_edges)
+    return LabeledGraph(
+        (graph.vertex_ids[None, :] + shift * np.arange(copies)[:, None]).ravel(),
+        np.tile(graph.vertex_labels, copies),
+        np.tile(graph.edge_src, copies) + offsets, np.tile(graph.edge_dst, copies) + offsets,
+        np.tile(graph.edge_labels, copies),
+    )
 
 
 def run_header(backend: str, module: str = "benchmarks.gh_table",

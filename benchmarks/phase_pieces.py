@@ -81,7 +81,8 @@ def main(argv=None) -> None:
 
 def _time_pieces(args, queries, arrays, updates, graph, us, vs, labels):
     """[(task weight, seconds)] for every piece, and [(weight, seconds)] of unsplit tasks."""
-    marks = phases._mark_updates(us, vs, labels, arrays, updates.start, updates.count)
+    marks = phases._mark_updates(us, vs, labels, arrays, updates.start, updates.count,
+                                 graph.directed)
     ranks, upd = marks[0], marks[3:]
     pieces, unsplit = [], []
     no_out = np.empty((0, 0), dtype=np.int32)
@@ -136,7 +137,7 @@ def _split_cost(args, engine, queries, held_out) -> None:
         totals = phases.count_phase(
             queries, us[i:i + 1], vs[i:i + 1], labels, np.zeros(1, dtype=np.int32),
             np.int64(1), 0, executor._graph_arrays(graph),
-            engine._updates.start, engine._updates.count, graph.max_degree, 0.0,
+            engine._updates.start, engine._updates.count, graph.directed, graph.max_degree, 0.0,
             np.int64(pieces), np.int64(pieces), np.int64(1), np.int64(0), np.int64(1 << 40),
             False, executor._NO_TRACE)
         return time.perf_counter() - t0, totals[:, 0].tolist()

@@ -12,6 +12,11 @@ visited vertices into a query of the requested kind:
 The data graph is treated as undirected. Query vertex ``i`` is the ``i``-th vertex the walk
 visited, so every query edge ``(i, j)`` is the data edge ``(data_vertices[i], data_vertices[j])``
 with the same label. Query sets contain no two isomorphic (label-preserving) queries.
+
+With ``directed=True`` the data graph's edges are arcs: the walk still treats them as
+undirected, and each query edge becomes the arc it was taken from (``i -> j`` when the data
+holds ``data_vertices[i] -> data_vertices[j]``), so every query still matches the data graph
+where its walk went; isomorphism (for the no-duplicates rule) then respects direction.
 """
 
 from __future__ import annotations
@@ -62,9 +67,14 @@ class GeneratedQuery:
 
 
 class QueryGenerator:
-    """Undirected CSR view of a data graph, built once and shared by every query set."""
+    """Undirected CSR view of a data graph, built once and shared by every query set.
 
-    def __init__(self, graph: LabeledGraph):
+    `directed`: the graph's edges are arcs; the view remembers each entry's direction so
+    that queries are oriented as the arcs they were taken from.
+    """
+
+    def __init__(self, graph: LabeledGraph, directed: bool = False):
+        self.directed = bool(directed)
         ids = np.asarray(graph.vertex_ids, dtype=np.int64)
         n = ids.shape[0]
         self._ids = ids
@@ -79,18 +89,22 @@ class QueryGenerator:
         s = np.concatenate([src[keep], dst[keep]])
         d = np.concatenate([dst[keep], src[keep]])
         lab = np.concatenate([lab[keep], lab[keep]])
+        # Whether the entry (s, d) is the arc s -> d as stored (else d -> s).
+        out = np.concatenate([np.ones(int(keep.sum()), bool), np.zeros(int(keep.sum()), bool)])
         # Sorted by (src, dst, label); of parallel edges the smallest label is kept, so a
-        # vertex pair has exactly one edge and one label in every query built from it.
-        order = np.lexsort((lab, d, s))
-        s, d, lab = s[order], d[order], lab[order]
+        # vertex pair has exactly one edge and one label in every query built from it (and,
+        # directed, one direction: of a reciprocal pair with one label, the arc s -> d).
+        order = np.lexsort((~out, lab, d, s))
+        s, d, lab, out = s[order], d[order], lab[order], out[order]
         first = np.ones(s.shape[0], dtype=bool)
         first[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
-        s, d, lab = s[first], d[first], lab[first]
+        s, d, lab, out = s[first], d[first], lab[first], out[first]
 
         self._indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(s, minlength=n), out=self._indptr[1:])
         self._indices = d
         self._edge_labels = lab
+        self._outgoing = out
         self._starts = np.flatnonzero(np.diff(self._indptr) > 0)
 
     def _index_of(self, vertex: np.ndarray) -> np.ndarray:
@@ -146,7 +160,7 @@ class QueryGenerator:
             query = self._shape(kind, walk, rng)
             if query is None:
                 continue
-            g = _to_networkx(query.graph)
+            g = _to_networkx(query.graph, self.directed)
             bucket = seen.setdefault(_invariant(g), [])
             if any(_isomorphic(g, other) for other in bucket):
                 continue
@@ -216,8 +230,14 @@ class QueryGenerator:
         return GeneratedQuery(kind, self._query_graph(visited, edges), self._ids[visited])
 
     def _query_graph(self, visited: np.ndarray, edges) -> LabeledGraph:
-        # Sorted (src, dst) with src < dst, so the same walk always yields the same file.
-        edges = sorted((min(i, j), max(i, j), lab) for i, j, lab in edges)
+        if self.directed:
+            # Each edge as the data arc it was taken from, sorted so that the same walk always
+            # yields the same file.
+            edges = sorted((i, j, lab) if self._is_arc(visited[i], visited[j]) else (j, i, lab)
+                           for i, j, lab in edges)
+        else:
+            # Sorted (src, dst) with src < dst, so the same walk always yields the same file.
+            edges = sorted((min(i, j), max(i, j), lab) for i, j, lab in edges)
         arr = np.asarray(edges, dtype=np.int64).reshape(-1, 3)
         return LabeledGraph(
             vertex_ids=np.arange(visited.shape[0], dtype=np.int64),
@@ -226,6 +246,12 @@ class QueryGenerator:
             edge_dst=arr[:, 1].copy(),
             edge_labels=arr[:, 2].astype(np.int32),
         )
+
+    def _is_arc(self, v: int, w: int) -> bool:
+        """Whether the kept entry for the pair {v, w} (indices) is the data arc v -> w."""
+        lo, hi = self._indptr[v], self._indptr[v + 1]
+        slot = lo + int(np.searchsorted(self._indices[lo:hi], w))
+        return bool(self._outgoing[slot])
 
 
 def _thin_to_sparse(edges, k: int, rng: np.random.Generator):
@@ -255,8 +281,8 @@ def _thin_to_sparse(edges, k: int, rng: np.random.Generator):
     return [(i, j, lab) for i, j, lab in edges if g.has_edge(i, j)]
 
 
-def _to_networkx(graph: LabeledGraph) -> nx.Graph:
-    g = nx.Graph()
+def _to_networkx(graph: LabeledGraph, directed: bool = False) -> nx.Graph:
+    g = nx.DiGraph() if directed else nx.Graph()
     for v, lab in zip(graph.vertex_ids.tolist(), graph.vertex_labels.tolist()):
         g.add_node(v, label=lab)
     edges = zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_labels.tolist())
@@ -280,10 +306,11 @@ def _isomorphic(a: nx.Graph, b: nx.Graph) -> bool:
 
 
 def generate_queries(
-    graph: LabeledGraph, kind: str, size: int = 6, count: int = 10, seed: int = 0
+    graph: LabeledGraph, kind: str, size: int = 6, count: int = 10, seed: int = 0,
+    directed: bool = False,
 ) -> list[GeneratedQuery]:
-    """One-shot form of ``QueryGenerator(graph).generate(...)``."""
-    return QueryGenerator(graph).generate(kind, size, count, seed)
+    """One-shot form of ``QueryGenerator(graph, directed).generate(...)``."""
+    return QueryGenerator(graph, directed).generate(kind, size, count, seed)
 
 
 def write_query_set(queries: list[GeneratedQuery], out_dir: Path, provenance: dict) -> list[Path]:
@@ -323,13 +350,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=10, help="queries to generate (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random walks")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--directed", action="store_true",
+                        help="the graph's edges are arcs; queries are oriented as the data")
     args = parser.parse_args(argv)
 
     graph = load_graph(
-        args.graph, labels_path=args.labels, num_labels=args.num_labels, seed=args.label_seed
+        args.graph, labels_path=args.labels, num_labels=args.num_labels, seed=args.label_seed,
+        directed=args.directed,
     )
     try:
-        queries = QueryGenerator(graph).generate(args.kind, args.size, args.count, args.seed)
+        queries = QueryGenerator(graph, args.directed).generate(
+            args.kind, args.size, args.count, args.seed)
     except QueryGenerationError as exc:
         parser.exit(1, f"error: {exc}\n")
     provenance = {
@@ -342,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         "label_seed": args.label_seed,
         "split": None,
     }
+    if args.directed:
+        provenance["directed"] = True
     for path in write_query_set(queries, args.out, provenance):
         print(path)
     return 0

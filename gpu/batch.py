@@ -35,7 +35,8 @@ def _counts() -> dict[str, int]:
 
 @dataclass
 class EffectiveBatch:
-    """What a batch really changes, in internal slots (edges as u < v)."""
+    """What a batch really changes, in internal slots (edges as u < v; arcs u -> v in a
+    directed graph)."""
     add_ids: np.ndarray          # int64 external ids of new vertices
     add_labels: np.ndarray       # int32
     add_slots: np.ndarray        # int32 slots they will get
@@ -121,7 +122,7 @@ def normalize(stream: UpdateStream, graph, device=None) -> EffectiveBatch:
     if device is not None and len(ei) >= device.min_records:
         changes = device.edge_changes(graph, host)
     else:
-        changes = edge_changes(np, _HostLookups(graph), *host)
+        changes = edge_changes(np, _HostLookups(graph), *host, directed=graph.directed)
     if isinstance(changes, Rejection):
         i = ei[changes.record]
         edge = f"edge ({a[i]}, {b[i]})"
@@ -214,7 +215,8 @@ class PendingEdges:
     vertices, each edge once, that is valid whatever the graph's edges are: which of its
     records apply waits for the stored labels of its edges (`resolve`), so that the
     batches of a batch group are looked up together, in one read of the graph (one
-    device round trip on CUDA instead of one per batch).  Edges as slots u < v, sorted."""
+    device round trip on CUDA instead of one per batch).  Edges as slots u < v (arcs
+    u -> v in a directed graph), sorted."""
     inserting: bool
     u: np.ndarray               # int32
     v: np.ndarray               # int32
@@ -275,7 +277,7 @@ def pending_edges(stream: UpdateStream, graph, limit: int) -> PendingEdges | Non
     inserting = first == INSERT_EDGE
     if inserting and (labels < 0).any():
         return None
-    u, v = np.minimum(su, sv), np.maximum(su, sv)
+    u, v = (su, sv) if graph.directed else (np.minimum(su, sv), np.maximum(su, sv))
     if count > 1:
         key = (u.astype(np.int64) << 32) | v
         order = np.argsort(key)

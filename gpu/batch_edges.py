@@ -37,8 +37,8 @@ class EdgeLookups(Protocol):
         """The slot of each external id (int32 in the same array module), -1 if unknown."""
 
     def stored(self, us, vs):
-        """The stored label of each edge us-vs (slots, u < v; -1 where absent or where an
-        endpoint is not yet born), int32."""
+        """The stored label of each edge us-vs (slots, u < v, or arcs us -> vs; -1 where
+        absent or where an endpoint is not yet born), int32."""
 
 
 @dataclass
@@ -50,8 +50,8 @@ class Rejection:
 
 @dataclass
 class EdgeChanges:
-    """Effective edge changes as host arrays (slots, u < v, sorted by edge), and the
-    records ignored."""
+    """Effective edge changes as host arrays (slots, u < v or arcs u -> v, sorted by
+    edge), and the records ignored."""
     delete_u: np.ndarray
     delete_v: np.ndarray
     delete_labels: np.ndarray
@@ -91,11 +91,11 @@ def distinct(xp, keys, values):
 
 
 def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add_slots,
-                 del_slots) -> EdgeChanges | Rejection:
+                 del_slots, directed: bool = False) -> EdgeChanges | Rejection:
     """The effective edge changes of the edge records (a, b, labels, inserting: arrays of
     `xp`, one entry per record, in record order), given the batch's new vertices (add_ids
     ascending with their add_slots) and deleted vertex slots (`xp` arrays); or the
-    Rejection of the batch."""
+    Rejection of the batch.  `directed`: a record is the arc a -> b, keyed as it is."""
     n = a.shape[0]
     ends = xp.concatenate([a, b])
     slots = lookups.slots(ends)
@@ -107,8 +107,11 @@ def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add
     dying = xp.zeros(n, dtype=bool)
     if del_slots.shape[0]:
         dying = xp.isin(su, del_slots) | xp.isin(sv, del_slots)
-    lo = xp.minimum(su, sv).astype(np.int64)
-    hi = xp.maximum(su, sv).astype(np.int64)
+    if directed:
+        lo, hi = su.astype(np.int64), sv.astype(np.int64)
+    else:
+        lo = xp.minimum(su, sv).astype(np.int64)
+        hi = xp.maximum(su, sv).astype(np.int64)
     key = lo << 32 | hi
     ins = xp.flatnonzero(inserting)
     ins_keys, first, conflict = distinct(xp, key[ins], labels[ins])

@@ -70,9 +70,17 @@ class Engine:
     """Exact batch-dynamic subgraph matching for a set of standing queries."""
 
     def __init__(self, graph: LabeledGraph | None = None, backend: str = "auto",
-                 config: EngineConfig | None = None, coalesce: bool = True) -> None:
+                 config: EngineConfig | None = None, coalesce: bool = True,
+                 directed: bool = False) -> None:
+        """`directed`: the graph's edges, and its queries', are arcs u -> v (fixed for the
+        engine's life).  Directed graphs run on the CPU executor for now: `backend="auto"`
+        picks it, and "cuda" is refused.  Their leaves are enumerated, not counted
+        (gpu/plan/planner.py)."""
         self.config = config or EngineConfig()
-        self.backend = resolve_backend(backend)
+        self.directed = bool(directed)
+        if self.directed and backend == "cuda":
+            raise ValueError("directed graphs run on the cpu executor for now, not on cuda")
+        self.backend = resolve_backend("cpu" if self.directed else backend)
         self.coalesce = coalesce
         if graph is None:
             graph = LabeledGraph(np.empty(0, np.int64), np.empty(0, np.int32),
@@ -87,7 +95,7 @@ class Engine:
             from gpu.cuda.device_graph import DeviceEdgeGraph
             self.graph = DeviceEdgeGraph.from_labeled(graph, self.config, self._device.graph)
         else:
-            self.graph = DynamicGraph.from_labeled(graph, self.config)
+            self.graph = DynamicGraph.from_labeled(graph, self.config, self.directed)
         self._queries: dict[int, _Standing] = {}
         self._updates = UpdateIndex(self.graph.label.shape[0])
         self._upkeep = upkeep.QueryArrays()
@@ -108,12 +116,16 @@ class Engine:
             # Signatures and candidate bits live on the device (gpu/cuda/signatures.py).
             self.signatures = self._device.signatures
         else:
-            self.signatures = SignatureTable()
+            self.signatures = SignatureTable(self.directed)
             self.signatures.resize(self.graph)
 
     # ---- standing queries -------------------------------------------
     def add_query(self, query: QueryGraph) -> int:
         """Register a standing query; returns its id."""
+        if query.directed != self.directed:
+            kinds = ("undirected", "directed")
+            raise ValueError(f"query {query.name}: a {kinds[query.directed]} query on a "
+                             f"{kinds[self.directed]} graph")
         self.flush()
         if self._device is not None:
             problem = self._device.admit(query.labels, self.graph.num_slots)
@@ -129,7 +141,9 @@ class Engine:
         try:
             cand = self.signatures.host_cand(qid)
             plan = build_plan(query, self._plan_stats(query, cand), coalesce=self.coalesce)
-            leaves = LeafCounts(query, self.graph.label.shape[0], kept=self._device is None)
+            # Directed plans enumerate their leaves (gpu/plan/planner.py): no counts.
+            leaves = LeafCounts(query, self.graph.label.shape[0],
+                                kept=self._device is None and not query.directed)
             leaves.rebuild(self.graph, cand)
         except BaseException:
             self.signatures.remove_query(qid)

@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--backend", choices=BACKENDS, help="executor (default auto)")
+    serve.add_argument("--directed", action="store_true", default=None,
+                       help="a new store's graph is directed: edges are arcs u -> v (a store "
+                            "that holds a graph keeps its kind)")
     serve.add_argument("--device-graph", choices=DEVICE_GRAPHS,
                        help="cuda: the graph's layout on the device (default pma)")
     serve_graph = serve.add_mutually_exclusive_group()
@@ -167,6 +170,9 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
                         help="label an edge-list graph uniformly at random from K labels")
     parser.add_argument("--label-seed", type=int, default=0, metavar="S",
                         help="seed for --num-labels (default 0)")
+    parser.add_argument("--directed", action="store_true",
+                        help="the graph's and the queries' edges are arcs u -> v (`e u v`, an "
+                             "edge list's `u v`); runs on the cpu executor for now")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress display on stderr")
 
@@ -215,6 +221,8 @@ def _first_run(args, progress: Progress):
     (gpu/compile_ahead.py: on a cold cache a small run is interpreted while the CPU
     executor compiles in the background)."""
     _use_demo_when_no_inputs(args)
+    if args.directed and args.backend == "auto":
+        args.backend = "cpu"    # directed graphs run on the CPU executor for now
     # Resolved first: a missing GPU should fail before a long graph load.
     args.backend = resolve_backend(args.backend)
     inputs = [args.graph, *args.query, getattr(args, "updates", None), args.labels]
@@ -228,16 +236,17 @@ def _load(args, progress: Progress) -> tuple[Engine, dict[int, str]]:
     backend = resolve_backend(args.backend)
     progress.phase(f"loading graph {args.graph}")
     graph = _load_graph(args)
-    queries = _load_queries(args.query, progress)
+    queries = _load_queries(args.query, progress, args.directed)
     progress.phase(f"indexing {graph.num_vertices} vertices, {graph.num_edges} edges")
-    engine = Engine(graph, backend=backend, config=EngineConfig(device_graph=args.device_graph))
+    engine = Engine(graph, backend=backend, config=EngineConfig(device_graph=args.device_graph),
+                    directed=args.directed)
     return engine, {engine.add_query(q): q.name for q in queries}
 
 
 def _load_graph(args) -> LabeledGraph:
     try:
         return load_graph(args.graph, labels_path=args.labels, num_labels=args.num_labels,
-                          seed=args.label_seed)
+                          seed=args.label_seed, directed=args.directed)
     except FormatError:
         raise
     except ValueError:
@@ -249,13 +258,15 @@ def _load_graph(args) -> LabeledGraph:
                          "--labels/--num-labels apply to edge lists only") from None
 
 
-def _load_queries(paths: list[str], progress: Progress) -> list[QueryGraph]:
+def _load_queries(paths: list[str], progress: Progress,
+                  directed: bool = False) -> list[QueryGraph]:
     # Named by the path as given, so same-named files in different folders stay apart.
     if len(set(paths)) < len(paths):
         duplicate = next(p for p in paths if paths.count(p) > 1)
         raise ValueError(f"query {duplicate} is given more than once")
     progress.phase(f"reading {len(paths)} quer{'y' if len(paths) == 1 else 'ies'}")
-    return [QueryGraph.from_labeled(read_query(path), name=path) for path in paths]
+    return [QueryGraph.from_labeled(read_query(path, directed), name=path, directed=directed)
+            for path in paths]
 
 
 # --------------------------------------------------------------------------- commands
@@ -344,7 +355,8 @@ def _match_stream(args, progress: Progress) -> int:
     return 0
 
 
-_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "device_graph", "graph", "demo",
+_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "directed", "device_graph", "graph",
+                "demo",
                 "labels", "num_labels", "label_seed", "synchronous", "snapshot_every",
                 "log_level", "access_log")
 

@@ -207,25 +207,44 @@ class EngineService:
         """Recover from the store, bulk-load --graph into an empty store, warm the kernels."""
         # Numba's thread count is per calling thread: every engine call runs on this one.
         numba.set_num_threads(self.settings.numba_threads())
+        self._settle_kind()
         self.recover()
         if self.settings.graph is not None:
             if self._is_empty():
                 log.info("bulk load: reading %s", self.settings.graph)
                 graph = load_graph(self.settings.graph, labels_path=self.settings.labels,
                                    num_labels=self.settings.num_labels,
-                                   seed=self.settings.label_seed)
+                                   seed=self.settings.label_seed,
+                                   directed=self.engine.directed)
                 self.load_graph(graph, self.labels.stage())
             else:
                 log.warning("the store already holds a graph; --graph %s is ignored",
                             self.settings.graph)
         self.warm_up()
 
+    def _settle_kind(self) -> None:
+        """The `directed` setting against the store: a store that holds no graph, no batch
+        and no query takes the kind it names; any other keeps its own, and a setting that
+        contradicts it stops the start (its queries and batches mean something else)."""
+        wanted, store = self.settings.directed, self.store
+        if wanted is None or wanted == store.directed():
+            return
+        if store.last_seq() == 0 and store.latest_snapshot() is None and not store.queries():
+            store.set_directed(wanted)
+            return
+        kinds = ("undirected", "directed")
+        raise RuntimeError(f"the store in {self.settings.data_dir} holds a "
+                           f"{kinds[store.directed()]} graph; it cannot be served as "
+                           f"{kinds[wanted]} (drop the directed setting, or use another "
+                           f"data directory)")
+
     def recover(self) -> None:
         """(Re)build every in-memory structure from the durable state."""
         t0 = time.perf_counter()
         store = self.store
         snapshot, graph = self._readable_snapshot()
-        engine = Engine(graph, backend=self.settings.backend, config=self._engine_config())
+        engine = Engine(graph, backend=self._backend_for(store.directed()),
+                        config=self._engine_config(), directed=store.directed())
         seq = snapshot.seq if snapshot is not None else 0
         replayed = 0
         # Replayed with no query standing: only the graph is rebuilt, the results are
@@ -251,6 +270,11 @@ class EngineService:
                  snapshot.seq if snapshot is not None else "none", replayed,
                  engine.graph.num_vertices, engine.graph.num_edges, len(queries), self.backend,
                  time.perf_counter() - t0)
+
+    def _backend_for(self, directed: bool) -> str:
+        """The backend setting, where directed graphs run: the CPU executor for now ("auto"
+        picks it; an explicit "cuda" is refused by the engine, with its reason)."""
+        return "cpu" if directed and self.settings.backend == "auto" else self.settings.backend
 
     def _engine_config(self) -> EngineConfig:
         return EngineConfig(device_graph=self.settings.device_graph)
@@ -502,7 +526,8 @@ class EngineService:
         staged = self.labels.stage()
         qid = self._next_query_id
         name = create.name or f"query-{qid}"
-        query = to_query(pattern, name, staged, self.settings.max_query_vertices)
+        query = to_query(pattern, name, staged, self.settings.max_query_vertices,
+                         self.engine.directed)
         max_matches = None
         if create.deliver == "matches":
             cap = self.settings.max_matches_per_batch
@@ -573,33 +598,45 @@ class EngineService:
     def graph_info(self) -> GraphPublic:
         g = self.engine.graph
         return GraphPublic(vertices=g.num_vertices, edges=g.num_edges,
+                           directed=self.engine.directed,
                            labels=self.labels.names(), batches=self.seq, backend=self.backend,
                            queries=len(self.queries), device_memory_bytes=device_memory_bytes(),
                            store_bytes=self.store.size_bytes())
 
-    def load_graph(self, graph: LabeledGraph, staged: StagedLabels) -> GraphPublic:
-        """Bulk-load `graph` into the empty service (snapshot 0)."""
+    def load_graph(self, graph: LabeledGraph, staged: StagedLabels,
+                   directed: bool | None = None) -> GraphPublic:
+        """Bulk-load `graph` into the empty service (snapshot 0); `directed` (None: the
+        graph's current kind) fixes its kind with it."""
         self._caught_up()
         if not self._is_empty():
             raise Conflict("the graph can be bulk-loaded only while it is empty and no batch "
                            "has been applied; use POST /v1/batches")
+        if directed is None:
+            directed = self.engine.directed
+        if directed != self.engine.directed and self.queries:
+            kinds = ("undirected", "directed")
+            raise Conflict(f"directed: {len(self.queries)} queries are registered as "
+                           f"{kinds[self.engine.directed]}; delete them before loading a "
+                           f"{kinds[directed]} graph")
         t0 = time.perf_counter()
         old = self.engine
         log.info("bulk load: indexing %d vertices, %d edges", graph.num_vertices,
                  graph.num_edges)
-        engine = Engine(graph, backend=self.backend, config=self._engine_config())
+        engine = Engine(graph, backend=self._backend_for(directed),
+                        config=self._engine_config(), directed=directed)
         log.info("bulk load: indexed in %.2f s; re-planning %d standing queries",
                  time.perf_counter() - t0, len(self.queries))
         for standing in self.queries.values():
             standing.engine_qid = engine.add_query(standing.query)
-        self.engine = engine
+        old_backend = self.backend
+        self.engine, self.backend = engine, engine.backend
         try:
             if staged.new:
                 self.store.add_labels(staged.new)
             log.info("bulk load: writing snapshot 0")
-            self.store.record_snapshot(0, graph)
+            self.store.record_snapshot(0, graph, directed=directed)
         except BaseException as exc:
-            self.engine = old
+            self.engine, self.backend = old, old_backend
             self._rebuild("the bulk load could not be persisted")
             raise ServiceUnavailable(f"the graph could not be persisted ({exc})") from exc
         self.labels.commit(staged)

@@ -11,6 +11,8 @@ and error classes, and a module per format would import them all back from here.
 """
 from __future__ import annotations
 
+import functools
+
 import gzip
 import io
 import tempfile
@@ -390,6 +392,7 @@ class GraphInput:
     _json: GraphLoad | None = None
     _graph: LabeledGraph | None = None
     _names: TextLabelNames | None = None
+    directed: bool = False      # its edges are arcs (read as such)
 
     def to_graph(self, staged: StagedLabels) -> LabeledGraph:
         if self._graph is not None:
@@ -410,7 +413,7 @@ class GraphInput:
         lines = [f"v {i} {lab}" for i, lab in zip(ids, labels)]
         lines += [f"e {u} {v} {lab}" for u, v, lab in zip(src, dst, elabels)]
         try:
-            return parse_graph_text("\n".join(lines), source="body")
+            return parse_graph_text("\n".join(lines), source="body", directed=self.directed)
         except FormatError as exc:
             line = exc.line - 1
             where = f"vertices[{line}]" if line < len(ids) else f"edges[{line - len(ids)}]"
@@ -431,17 +434,18 @@ class EdgeListLabels:
 
 
 def parse_graph(body: bytes, media: str, labels: EdgeListLabels = EdgeListLabels(),
-                source: str = "body") -> GraphInput:
+                source: str = "body", directed: bool = False) -> GraphInput:
     """Check a PUT /v1/graph body's structure: JSON, or (text/plain, text/csv, a
     multipart form's `graph` part) a graph file or an edge list, told apart by the first
-    line as the CLI does; raises InputError, FormatError or pydantic's ValidationError."""
+    line as the CLI does, its edges read as arcs when `directed`; raises InputError,
+    FormatError or pydantic's ValidationError."""
     if media == JSON:
         if labels.given:
             raise InputError("num_labels, label_seed and labels apply to edge lists only; "
                              "a JSON graph has its own labels")
-        return GraphInput(_json=GraphLoad.model_validate_json(body))
+        return GraphInput(_json=GraphLoad.model_validate_json(body), directed=directed)
     if media in (TEXT, CSV):
-        graph, names = _graph_text(_gunzipped(body), labels, source)
+        graph, names = _graph_text(_gunzipped(body), labels, source, directed)
         if graph.num_vertices == 0:
             raise InputError(f"{source}: the graph has no vertices; a bulk load needs at "
                              "least one")
@@ -449,7 +453,7 @@ def parse_graph(body: bytes, media: str, labels: EdgeListLabels = EdgeListLabels
             if not names.names and len(values) and int(values.max()) >= STRING_LABEL_BASE:
                 raise InputError(f"{source}: {name} label {int(values.max())} out of range "
                                  f"[0, {STRING_LABEL_BASE})")
-        return GraphInput(_graph=graph, _names=names)
+        return GraphInput(_graph=graph, _names=names, directed=directed)
     raise UnsupportedMediaType(f"Content-Type {media!r} is not a graph format; use one of "
                                f"{', '.join(GRAPH_MEDIA_TYPES)}")
 
@@ -464,7 +468,7 @@ def _gunzipped(data: bytes) -> bytes:
         raise InputError(f"not a readable gzip stream ({exc})") from None
 
 
-def _graph_text(data: bytes, labels: EdgeListLabels, source: str
+def _graph_text(data: bytes, labels: EdgeListLabels, source: str, directed: bool = False
                 ) -> tuple[LabeledGraph, TextLabelNames]:
     # As gpu.io.graphs.load_graph tells them apart (it reads from a path only).
     tokens = first_content_line(data, b"#")[2]
@@ -472,7 +476,8 @@ def _graph_text(data: bytes, labels: EdgeListLabels, source: str
         if labels.given:
             raise InputError(f"{source} is a graph file with its own labels; num_labels, "
                              "label_seed and labels apply to edge lists only")
-        return parse_named(parse_graph_text, data, GRAPH_LABEL_TOKENS, source)
+        return parse_named(functools.partial(parse_graph_text, directed=directed), data,
+                           GRAPH_LABEL_TOKENS, source)
     if labels.file is None and labels.num_labels is None:
         raise InputError(f"{source} is an edge list without labels; give num_labels=K "
                          "(and label_seed=S), or a `labels` part (multipart/form-data)")
@@ -481,7 +486,8 @@ def _graph_text(data: bytes, labels: EdgeListLabels, source: str
     if labels.file is not None and labels.seed is not None:
         raise InputError("label_seed applies to num_labels only, not to a labels file")
     if labels.file is None:
-        return parse_edge_list(data, source, None, labels.num_labels, labels.seed or 0), \
+        return parse_edge_list(data, source, None, labels.num_labels, labels.seed or 0,
+                               directed), \
             TextLabelNames(source)
     # The labels-file reader reads a path: the part goes through a temporary file, whose
     # name errors then must not show.
@@ -489,7 +495,7 @@ def _graph_text(data: bytes, labels: EdgeListLabels, source: str
         handle.write(_gunzipped(labels.file))
         handle.flush()
         try:
-            graph = parse_edge_list(data, source, handle.name, None, 0)
+            graph = parse_edge_list(data, source, handle.name, None, 0, directed)
         except FormatError as exc:
             if exc.path != handle.name:
                 raise

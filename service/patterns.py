@@ -24,8 +24,9 @@ def pattern_of(spec: Pattern | str) -> Pattern:
 
 
 def to_query(pattern: Pattern, name: str, staged: StagedLabels,
-             max_vertices: int) -> QueryGraph:
-    """Validate `pattern` and build its QueryGraph; raises QueryError or LabelError."""
+             max_vertices: int, directed: bool = False) -> QueryGraph:
+    """Validate `pattern` and build its QueryGraph (edges as arcs source -> target on a
+    directed graph); raises QueryError or LabelError."""
     if len(pattern.vertices) > max_vertices:
         raise QueryError(f"pattern.vertices: {len(pattern.vertices)} vertices; the limit is "
                          f"{max_vertices} (max_query_vertices)")
@@ -34,4 +35,5 @@ def to_query(pattern: Pattern, name: str, staged: StagedLabels,
     edge_labels = [staged.resolve(e.label, f"pattern.edges[{i}].label")
                    for i, e in enumerate(pattern.edges)]
     return QueryGraph.build(name, [v.id for v in pattern.vertices], labels,
-                            [(e.source, e.target) for e in pattern.edges], edge_labels)
+                            [(e.source, e.target) for e in pattern.edges], edge_labels,
+                            directed=directed)

@@ -143,6 +143,8 @@ class GraphPublic(BaseModel):
     # GET /v1/graph.
     vertices: int
     edges: int
+    # The graph's kind: edges are arcs u -> v (fixed while the store holds a graph).
+    directed: bool
     labels: dict[str, int]
     batches: int
     backend: str

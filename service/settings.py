@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     backend: Literal["auto", "cpu", "cuda"] = "auto"
     # The CUDA executor's graph layout on the device (gpu/config.py's DEVICE_GRAPHS).
     device_graph: Literal["pma", "lists"] = "pma"
+    # The graph's kind for a store that holds none yet: edges are arcs u -> v (true) or
+    # undirected (false).  A store that holds a graph keeps its kind; a contradicting
+    # setting stops the start.  Unset: the store's kind (undirected for a new one).
+    directed: bool | None = None
     # When set, every route but /healthz and /readyz needs `Authorization: Bearer <key>`.
     api_key: SecretStr | None = None
     # Initial bulk load (only into an empty store): a graph file or an edge list.

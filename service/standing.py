@@ -46,7 +46,8 @@ class Standing:
         """A stored query registered again with `engine` (recovery)."""
         pattern = Pattern.model_validate_json(record.pattern)
         options = json.loads(record.options)
-        query = to_query(pattern, record.name, labels.stage(), MAX_QUERY_VERTICES)
+        query = to_query(pattern, record.name, labels.stage(), MAX_QUERY_VERTICES,
+                         engine.directed)
         return cls(id=record.id, name=record.name, pattern=pattern,
                    deliver=options["deliver"], max_matches=options["max_matches_per_batch"],
                    backfill=options["backfill"], created_seq=record.created_seq,

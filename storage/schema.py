@@ -114,6 +114,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             created_at TEXT NOT NULL
         );
     """),
+    # The graph's kind (issue 22): 1 when its edges are arcs u -> v.  Fixed while the store
+    # holds a graph; existing stores are undirected.
+    Migration(4, "graph_kind", """
+        INSERT INTO meta (key, value) VALUES ('directed', 0);
+    """),
 )
 
 

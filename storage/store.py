@@ -177,8 +177,10 @@ class Store:
         """Remove a query, its events and its stats; an unknown id is a no-op."""
         self._writer.submit(transactions.delete_query, int(query_id)).result()
 
-    def record_snapshot(self, seq: int, graph: LabeledGraph, keep: int = 2) -> SnapshotRecord:
-        """Write ``graph`` as the snapshot after batch ``seq`` and record it.
+    def record_snapshot(self, seq: int, graph: LabeledGraph, keep: int = 2,
+                        directed: bool | None = None) -> SnapshotRecord:
+        """Write ``graph`` as the snapshot after batch ``seq`` and record it (with the
+        graph's kind, ``directed``, when given: a bulk load).
 
         Then only the newest ``keep`` snapshots are kept, and the batch rows up
         to the oldest kept one are dropped: a replay never starts before it.
@@ -199,7 +201,8 @@ class Store:
         record = SnapshotRecord(int(seq), path, int(graph.num_vertices), int(graph.num_edges),
                                 _now())
         try:
-            dropped = self._writer.submit(transactions.record_snapshot, record, keep).result()
+            dropped = self._writer.submit(transactions.record_snapshot, record, keep,
+                                          directed).result()
         except BaseException:
             if not replaces_file:
                 snapshots.remove_snapshot(path)
@@ -260,6 +263,15 @@ class Store:
     def next_query_id(self) -> int:
         with self._read() as conn:
             return transactions.meta(conn, "next_query_id")
+
+    def directed(self) -> bool:
+        """Whether the stored graph's edges are arcs u -> v."""
+        with self._read() as conn:
+            return bool(transactions.meta(conn, "directed"))
+
+    def set_directed(self, directed: bool) -> None:
+        """Set the graph's kind (the caller knows the store holds no graph yet)."""
+        self._writer.submit(transactions.set_directed, bool(directed)).result()
 
     def queries(self) -> list[QueryRecord]:
         with self._read() as conn:

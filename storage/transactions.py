@@ -203,9 +203,13 @@ def delete_query(conn: sqlite3.Connection, query_id: int) -> None:
     conn.execute("DELETE FROM queries WHERE id = ?", (query_id,))
 
 
-def record_snapshot(conn: sqlite3.Connection, record: SnapshotRecord, keep: int) -> list[str]:
+def record_snapshot(conn: sqlite3.Connection, record: SnapshotRecord, keep: int,
+                    directed: bool | None = None) -> list[str]:
     """Record ``record``; drop all but the newest ``keep`` snapshots and the batch
-    rows no kept snapshot needs.  Returns the file names of the dropped snapshots."""
+    rows no kept snapshot needs.  Returns the file names of the dropped snapshots.
+    ``directed``: the graph's kind, set with it (a bulk load)."""
+    if directed is not None:
+        _set_meta(conn, "directed", int(directed))
     conn.execute(
         f"INSERT OR REPLACE INTO snapshots ({SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
         (record.seq, record.path.name, record.vertices, record.edges, record.created_at),
@@ -310,6 +314,11 @@ def pragma(conn: sqlite3.Connection, name: str) -> object:
     if not name.isidentifier():
         raise ValueError(f"not a pragma name: {name!r}")
     return conn.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+def set_directed(conn: sqlite3.Connection, directed: bool) -> None:
+    """The graph's kind (an empty store's: the caller checks)."""
+    _set_meta(conn, "directed", int(directed))
 
 
 def meta(conn: sqlite3.Connection, key: str) -> int:

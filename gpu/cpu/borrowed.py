@@ -49,10 +49,10 @@ def borrowed_graph(graph):
 
 @nb.njit(cache=True, inline="always")
 def borrowed_plan(plan):
-    """A plan's arrays (executor._plan_arrays: eleven of them), borrowed."""
+    """A plan's arrays (executor._plan_arrays: twelve of them), borrowed."""
     return (borrowed(plan[0]), borrowed(plan[1]), borrowed(plan[2]), borrowed(plan[3]),
             borrowed(plan[4]), borrowed(plan[5]), borrowed(plan[6]), borrowed(plan[7]),
-            borrowed(plan[8]), borrowed(plan[9]), borrowed(plan[10]))
+            borrowed(plan[8]), borrowed(plan[9]), borrowed(plan[10]), borrowed(plan[11]))
 
 
 @nb.njit(cache=True, inline="always")

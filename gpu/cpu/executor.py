@@ -73,7 +73,7 @@ def count_small_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                                 np.int64(nbatch),
                                 serial_below, max(2, group_min) if group_min > 0 else 0,
                                 _graph_arrays(graph), updates.start, updates.count,
-                                graph.max_degree)
+                                graph.directed, graph.max_degree)
     return totals if edge_batch is not None else totals[:, 0]
 
 
@@ -98,7 +98,7 @@ def count_phase_cpu(graph, queries, updates: UpdateIndex, us: np.ndarray, vs: np
                                     _batch_of_edges(edge_batch, us), np.int64(nbatch),
                                     max(2, group_min) if group_min > 0 else 0,
                                     _graph_arrays(graph), updates.start,
-                                    updates.count, graph.max_degree,
+                                    updates.count, graph.directed, graph.max_degree,
                                     *_sharing(threads))
     return totals if edge_batch is not None else totals[:, 0]
 
@@ -144,7 +144,7 @@ def _plan_arrays(types: TaskTypes, leaves: LeafCounts) -> tuple:
             np.full(types.count, types.orders.shape[1], np.int32)
         built[active] = (types.query_labels, types.orders, types.bw_count, types.bw_level,
                          types.bw_label, types.tail_free, leaf_from, types.tail_head,
-                         types.perms, types.multiplicity, types.leaf_root)
+                         types.perms, types.multiplicity, types.leaf_root, types.bw_key)
     return built[active]
 
 

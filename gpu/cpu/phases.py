@@ -27,12 +27,12 @@ from gpu.cpu.work_queue import (
     WAITING,
     new_queue,
 )
-from gpu.graph.lists import find_position
+from gpu.graph.lists import find_position, list_key
 
 
 @nb.njit(cache=True, nogil=True)
 def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group_size, graph,
-                upd_start, upd_cnt, max_deg):
+                upd_start, upd_cnt, directed, max_deg):
     """One phase of a small batch for several queries: ranks, update index, make_tasks, the
     grouping test and a serial run_tasks, in one compiled call.
 
@@ -50,8 +50,9 @@ def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group
     `group_size` members (group_leaf_tasks).  Tasks are made and checked exactly as
     make_tasks does.  A small batch then costs one dispatch per phase instead of a dozen
     NumPy calls on one-element arrays per query, and the GIL is released once for all of
-    it: the service's event loop and writer run on the other core while it searches."""
-    marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
+    it: the service's event loop and writer run on the other core while it searches.
+    `directed`: the graph's (DynamicGraph.directed), whose list keys locate the edges."""
+    marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt, directed)
     ranks, upd = marks[0], marks[3:]
     totals = np.zeros((len(queries), nbatch), dtype=np.int64)
     for q in range(len(queries)):
@@ -79,14 +80,14 @@ def count_small(queries, us, vs, labels, edge_batch, nbatch, serial_below, group
 
 @nb.njit(cache=True, nogil=True)
 def count_phase(queries, us, vs, labels, edge_batch, nbatch, group_size, graph, upd_start,
-                upd_cnt, max_deg, heavy_weight, min_pieces, pieces, workers, room, every,
+                upd_cnt, directed, max_deg, heavy_weight, min_pieces, pieces, workers, room, every,
                 always, trace):
     """count_small for a phase of any size, the tasks of every query in one parallel
     region whose workers share the work (share_tasks): one region a phase instead of one
     a query, and no task, however heavy, left to one worker while the others wait.
     Returns what count_small returns, with no bound on the tasks: a row of -1 only where
     a leaf group forms.  The arguments from heavy_weight on are share_tasks's."""
-    marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt)
+    marks = _mark_updates(us, vs, labels, graph, upd_start, upd_cnt, directed)
     ranks, upd = marks[0], marks[3:]
     totals, tasks, n_max = _phase_tasks(queries, us, vs, labels, ranks, nbatch, group_size)
     found, task_of = share_tasks(queries, tasks, n_max, graph, (upd_start, upd_cnt) + upd,
@@ -282,7 +283,7 @@ def _share_region(queries, tasks, parts, pieces_of, n_max, graph, updates, max_d
 
 
 @nb.njit(cache=True)
-def _mark_updates(us, vs, labels, graph, upd_start, upd_cnt):
+def _mark_updates(us, vs, labels, graph, upd_start, upd_cnt, directed):
     """Ranks 1..k for the update edges us-vs in the graph's rank column (both directions)
     and the update index filled per endpoint: DynamicGraph.set_ranks and UpdateIndex.fill
     in one pass.  Returns (ranks, forward, backward positions, upd_nbr, upd_rank,
@@ -294,8 +295,10 @@ def _mark_updates(us, vs, labels, graph, upd_start, upd_cnt):
     backward = np.empty(k, dtype=np.int64)
     for i in range(k):
         ranks[i] = i + 1
-        forward[i] = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
-        backward[i] = find_position(nbr, nlab, start, deg, vs[i], us[i], label[us[i]])
+        forward[i] = find_position(nbr, nlab, start, deg, us[i], vs[i],
+                                   list_key(label, vs[i], directed, False))
+        backward[i] = find_position(nbr, nlab, start, deg, vs[i], us[i],
+                                    list_key(label, us[i], directed, True))
         rank[forward[i]] = ranks[i]
         rank[backward[i]] = ranks[i]
     # UpdateIndex.fill: both directions, per endpoint by rank.

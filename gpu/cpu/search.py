@@ -75,7 +75,7 @@ def _rank_or_none(r):
 #   graph   = (start, deg, nbr, nlab, elab, rank, label)           gpu/graph/lists.py
 #   plan    = (q_label, orders, bw_count, bw_level, bw_label,
 #              tail_free, leaf_from, tail_head, perms, multiplicity,
-#              leaf_root)                                           gpu/plan/planner.py TaskTypes
+#              leaf_root, bw_key)                                   gpu/plan/planner.py TaskTypes
 #   leaves  = (leaf_column, nc, upd_start, upd_cnt, upd_nbr,
 #              upd_rank, upd_elab)                                  gpu/plan/leaf_counts.py
 #   scratch = (m, buf, idx, cnt, key, valid, cursors, ends)         one per parallel chunk
@@ -89,16 +89,15 @@ def _scan_level(level, t, m, cur, graph, cand, plan, cursors, ends, out_buf, out
     When out_rank is not None it receives, per candidate, the lowest rank among the
     edges to its backward neighbours (NO_RANK when none is an update edge)."""
     start, deg, nbr, nlab, elab, rank, _ = graph
-    q_label, orders, bw_count, bw_level, bw_label = plan[0], plan[1], plan[2], plan[3], plan[4]
+    orders, bw_count, bw_level, bw_label, bw_key = plan[1], plan[2], plan[3], plan[4], plan[11]
     q = orders[t, level]
     bit = np.uint32(1) << np.uint32(q)
-    want = q_label[q]
     nb_count = bw_count[t, level]
     pivot = 0
     best = np.int64(1) << np.int64(62)
     for j in range(nb_count):
         x = m[bw_level[t, level, j]]
-        lo, hi = label_segment(nlab, start[x], start[x] + deg[x], want)
+        lo, hi = label_segment(nlab, start[x], start[x] + deg[x], bw_key[t, level, j])
         cursors[j] = lo
         ends[j] = hi
         if hi - lo < best:
@@ -279,6 +278,19 @@ def _pair_tail(t, level, cur, graph, cand, plan, scratch, ranks):
 
 
 @nb.njit(cache=True)
+def _root_checks(t, u, v, cur, graph, plan):
+    """A directed plan's level-1 entries: the root's reverse arc v -> u, when the query has
+    one, is in u's list with its label and allowed by the total-order rule."""
+    start, deg, nbr, nlab, elab, rank, _ = graph
+    bw_label, bw_key = plan[4], plan[11]
+    for j in range(plan[2][t, 1]):
+        p = find_position(nbr, nlab, start, deg, u, v, bw_key[t, 1, j])
+        if p < 0 or elab[p] != bw_label[t, 1, j] or _blocked(rank[p], cur):
+            return False
+    return True
+
+
+@nb.njit(cache=True)
 def _search(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, out_pos, limit,
             listing, part, parts):
     """Matches of one task.  Returns the count; writes rows from out_pos when listing.
@@ -311,6 +323,8 @@ def _search_from(u, v, cur, t, graph, cand, plan, leaves, scratch, ranks, out, o
         return np.int64(0)      # level 2 is counted, not enumerated: piece 0 has it all
     m[0] = u
     m[1] = v
+    if plan[2][t, 1] > 0 and not _root_checks(t, u, v, cur, graph, plan):
+        return np.int64(0)
     if n == 2:
         if listing:
             _emit(t, m, plan, out, out_pos, limit)
@@ -417,10 +431,11 @@ def new_scratch(n, width):
             np.empty((n, width), dtype=np.int32),   # buf: candidates per level
             np.zeros(n, dtype=np.int64),            # idx: next candidate per level
             np.zeros(n, dtype=np.int64),            # cnt: candidates per level
-            np.empty((n, n), dtype=np.int32),       # key: backward vertices of buf
+            # (a directed level has up to two backward entries per vertex: one per arc)
+            np.empty((n, 2 * n), dtype=np.int32),   # key: backward vertices of buf
             np.zeros(n, dtype=np.bool_),            # valid: buf[level] is cached
-            np.empty(n, dtype=np.int64),            # cursors into backward lists
-            np.empty(n, dtype=np.int64))            # ends of backward lists
+            np.empty(2 * n, dtype=np.int64),        # cursors into backward lists
+            np.empty(2 * n, dtype=np.int64))        # ends of backward lists
 
 
 @nb.njit(cache=True)

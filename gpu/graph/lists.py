@@ -5,7 +5,10 @@ its neighbours sorted by (vertex label, internal id), so the neighbours of one
 label form a contiguous id-sorted segment that a matcher scans alone; the
 neighbours' labels (inline, so binary searches read contiguous memory); their
 edge labels, and the update rank the
-matcher reads for the total-order rule (0 = not an update edge).  A block has
+matcher reads for the total-order rule (0 = not an update edge).  A directed graph files
+each arc u -> w twice, in u's list under key 2 label(w) (out) and in w's under 2 label(u) + 1
+(in), and sorts by that key: a vertex's out- and in-neighbours of one label are two
+segments, and u -> w beside w -> u are two entries (docs/design.md).  A block has
 spare capacity; a list that outgrows it moves to a block twice the size at the
 pool's top.  The pool doubles when full and is compacted when more than half
 of it is garbage, so the cost of a batch is proportional to the batch and the
@@ -28,9 +31,18 @@ def _before(label_a, a, label_b, b):
     return label_a < label_b or (label_a == label_b and a < b)
 
 
+@nb.njit(cache=True, inline="always")
+def list_key(label, w, directed, incoming):
+    """The key u's list files its neighbour w under: w's label, or for a directed graph
+    2 label + 1 when the arc enters u (w -> u), + 0 when it leaves u."""
+    if directed:
+        return 2 * label[w] + (1 if incoming else 0)
+    return label[w]
+
+
 @nb.njit(cache=True)
 def find_position(nbr, nlab, start, deg, u, w, w_label):
-    """Position of w (whose label is w_label) in u's list, or -1."""
+    """Position of w (filed under key w_label, list_key) in u's list, or -1."""
     lo = start[u]
     end = lo + deg[u]
     hi = end
@@ -40,7 +52,7 @@ def find_position(nbr, nlab, start, deg, u, w, w_label):
             lo = mid + 1
         else:
             hi = mid
-    if lo < end and nbr[lo] == w:
+    if lo < end and nbr[lo] == w and nlab[lo] == w_label:
         return lo
     return -1
 
@@ -67,35 +79,39 @@ def label_segment(nlab, lo, hi, wanted):
 
 
 @nb.njit(cache=True)
-def _find_many(nbr, nlab, label, start, deg, us, vs, out):
+def _find_many(nbr, nlab, label, start, deg, us, vs, out, directed):
     for i in range(us.shape[0]):
-        out[i] = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
+        out[i] = find_position(nbr, nlab, start, deg, us[i], vs[i],
+                               list_key(label, vs[i], directed, False))
 
 
 @nb.njit(cache=True)
-def _find_edge(keys, vals, a, b, nbr, nlab, label, start, deg, elab):
+def _find_edge(keys, vals, a, b, nbr, nlab, label, start, deg, elab, directed):
     """DynamicGraph.find_edge in one compiled call."""
     su = find_slot(keys, vals, a)
     sv = find_slot(keys, vals, b)
     if su < 0 or sv < 0 or su == sv:
         return su, sv, np.int64(-1)
-    u, v = min(su, sv), max(su, sv)
-    pos = find_position(nbr, nlab, start, deg, u, v, label[v])
+    u, v = (su, sv) if directed else (min(su, sv), max(su, sv))
+    pos = find_position(nbr, nlab, start, deg, u, v, list_key(label, v, directed, False))
     return u, v, np.int64(elab[pos] if pos >= 0 else -1)
 
 
 @nb.njit(cache=True)
-def _set_ranks(nbr, nlab, label, rank, start, deg, us, vs, ranks):
+def _set_ranks(nbr, nlab, label, rank, start, deg, us, vs, ranks, directed):
     for i in range(us.shape[0]):
-        p = find_position(nbr, nlab, start, deg, us[i], vs[i], label[vs[i]])
+        p = find_position(nbr, nlab, start, deg, us[i], vs[i],
+                          list_key(label, vs[i], directed, False))
         rank[p] = ranks[i]
-        q = find_position(nbr, nlab, start, deg, vs[i], us[i], label[us[i]])
+        q = find_position(nbr, nlab, start, deg, vs[i], us[i],
+                          list_key(label, us[i], directed, True))
         rank[q] = ranks[i]
 
 
 @nb.njit(cache=True)
-def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab, top, min_cap):
-    """Merge directed entries (sorted by src, then list order) into their lists.
+def _insert_sorted(nbr, nlab, elab, rank, start, deg, cap, src, dst, keys, lab, top, min_cap):
+    """Merge list entries (dst filed under keys in src's list; sorted by src, then list
+    order) into their lists.
 
     Returns the new pool top and the garbage produced by relocations.  The
     caller has reserved room for every list to relocate.
@@ -124,7 +140,7 @@ def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab,
         b = j - 1
         out = d + k - 1
         while b >= i:
-            if a >= 0 and _before(label[dst[b]], dst[b], nlab[old + a], nbr[old + a]):
+            if a >= 0 and _before(keys[b], dst[b], nlab[old + a], nbr[old + a]):
                 nbr[dest + out] = nbr[old + a]
                 nlab[dest + out] = nlab[old + a]
                 elab[dest + out] = elab[old + a]
@@ -132,7 +148,7 @@ def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab,
                 a -= 1
             else:
                 nbr[dest + out] = dst[b]
-                nlab[dest + out] = label[dst[b]]
+                nlab[dest + out] = keys[b]
                 elab[dest + out] = lab[b]
                 rank[dest + out] = 0
                 b -= 1
@@ -151,25 +167,32 @@ def _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, lab,
 
 
 @nb.njit(cache=True)
-def _insert_one(nbr, nlab, elab, rank, label, start, deg, cap, u, v, lab, top, min_cap):
-    """_insert_sorted of the one undirected edge u < v when the pool has room for both
-    lists to relocate: returns (top, garbage, the larger new degree), or top = -1 and
-    nothing changed when it has not (the caller reserves room the general way)."""
+def _insert_one(nbr, nlab, elab, rank, label, start, deg, cap, u, v, lab, top, min_cap,
+                directed):
+    """_insert_sorted of the one edge u - v (u < v; directed: the arc u -> v, either way
+    round) when the pool has room for both lists to relocate: returns (top, garbage, the
+    larger new degree), or top = -1 and nothing changed when it has not (the caller
+    reserves room the general way)."""
     need = max(2 * cap[u], deg[u] + 1, min_cap) + max(2 * cap[v], deg[v] + 1, min_cap)
     if top + need > nbr.shape[0]:
         return np.int64(-1), np.int64(0), np.int64(0)
     src = np.empty(2, dtype=np.int32)
     dst = np.empty(2, dtype=np.int32)
+    keys = np.empty(2, dtype=np.int32)
     labs = np.empty(2, dtype=np.int32)
-    src[0], src[1], dst[0], dst[1], labs[0], labs[1] = u, v, v, u, lab, lab
-    top, garbage = _insert_sorted(nbr, nlab, elab, rank, label, start, deg, cap, src, dst, labs,
+    first = 0 if u < v else 1      # entries sorted by source
+    src[first], dst[first], keys[first] = u, v, list_key(label, v, directed, False)
+    src[1 - first], dst[1 - first], keys[1 - first] = v, u, list_key(label, u, directed, True)
+    labs[0], labs[1] = lab, lab
+    top, garbage = _insert_sorted(nbr, nlab, elab, rank, start, deg, cap, src, dst, keys, labs,
                                   top, min_cap)
     return np.int64(top), np.int64(garbage), np.int64(max(deg[u], deg[v]))
 
 
 @nb.njit(cache=True)
-def _delete_sorted(nbr, nlab, elab, rank, start, deg, src, dst):
-    """Remove directed entries (sorted by src, then list order); all of them must exist."""
+def _delete_sorted(nbr, nlab, elab, rank, start, deg, src, dst, keys):
+    """Remove list entries (dst under keys in src's list; sorted by src, then list order);
+    all of them must exist."""
     i = 0
     n = src.shape[0]
     while i < n:
@@ -183,7 +206,7 @@ def _delete_sorted(nbr, nlab, elab, rank, start, deg, src, dst):
         b = i
         for read in range(d):
             w = nbr[s + read]
-            if b < j and dst[b] == w:
+            if b < j and dst[b] == w and keys[b] == nlab[s + read]:
                 b += 1
                 continue
             nbr[s + write] = w
@@ -217,13 +240,20 @@ def _compact(nbr, nlab, elab, rank, start, deg, cap, alive, new_nbr, new_nlab, n
     return top
 
 
+@nb.njit(cache=True, inline="always")
+def _owns(u, i, nbr, nlab, directed):
+    """Whether u's entry i is the one of its edge that lists it: u < w, or directed, the
+    arc leaves u."""
+    return (nlab[i] & 1) == 0 if directed else u < nbr[i]
+
+
 @nb.njit(cache=True)
-def all_edges(start, deg, nbr, elab, num_slots):
-    """Every undirected edge once, u < v, with its label."""
+def all_edges(start, deg, nbr, nlab, elab, num_slots, directed):
+    """Every edge once, u < v (directed: every arc u -> v), with its label."""
     total = 0
     for u in range(num_slots):
         for i in range(start[u], start[u] + deg[u]):
-            if u < nbr[i]:
+            if _owns(u, i, nbr, nlab, directed):
                 total += 1
     us = np.empty(total, dtype=np.int32)
     vs = np.empty(total, dtype=np.int32)
@@ -231,7 +261,7 @@ def all_edges(start, deg, nbr, elab, num_slots):
     k = 0
     for u in range(num_slots):
         for i in range(start[u], start[u] + deg[u]):
-            if u < nbr[i]:
+            if _owns(u, i, nbr, nlab, directed):
                 us[k] = u
                 vs[k] = nbr[i]
                 ls[k] = elab[i]
@@ -239,26 +269,33 @@ def all_edges(start, deg, nbr, elab, num_slots):
     return us, vs, ls
 
 
-def _directed_sorted(us, vs, labels, vertex_label):
-    """Both directions of undirected edges, sorted by source, then neighbour-list order."""
-    if len(us) == 1:    # two entries with distinct sources: sorted by source alone
-        u, v = sorted((int(us[0]), int(vs[0])))
-        return (np.array([u, v], dtype=np.int32), np.array([v, u], dtype=np.int32),
-                np.full(2, labels[0], dtype=np.int32))
+def _list_entries(us, vs, labels, vertex_label, directed: bool):
+    """The two list entries of each edge us-vs (directed: arc us -> vs) as (src, dst, key,
+    label), sorted by source, then neighbour-list order (key, id)."""
     src = np.concatenate([us, vs]).astype(np.int32)
     dst = np.concatenate([vs, us]).astype(np.int32)
     lab = np.concatenate([labels, labels]).astype(np.int32)
-    order = np.lexsort((dst, vertex_label[dst], src))
-    return src[order], dst[order], lab[order]
+    if directed:
+        keys = 2 * vertex_label[dst].astype(np.int32)
+        keys[len(us):] += 1
+    else:
+        keys = vertex_label[dst].astype(np.int32)
+    if len(us) == 1:    # two entries with distinct sources: sorted by source alone
+        order = np.argsort(src)
+    else:
+        order = np.lexsort((dst, keys, src))
+    return src[order], dst[order], keys[order], lab[order]
 
 
 class DynamicGraph(VertexTable):
-    """Undirected simple labeled graph over dense internal vertex slots."""
+    """Simple labeled graph over dense internal vertex slots: undirected, or directed (arcs
+    u -> v, both ways allowed)."""
 
     ARRAYS = {**VertexTable.ARRAYS, "start": (np.int64, 0), "cap": (np.int32, 0)}
 
-    def __init__(self, config: EngineConfig | None = None) -> None:
+    def __init__(self, config: EngineConfig | None = None, directed: bool = False) -> None:
         super().__init__(config)
+        self.directed = bool(directed)
         ecap = self.config.initial_edge_capacity
         self.nbr = np.zeros(ecap, dtype=np.int32)
         self.nlab = np.zeros(ecap, dtype=np.int32)
@@ -269,9 +306,10 @@ class DynamicGraph(VertexTable):
 
     # ---- construction -------------------------------------------------
     @classmethod
-    def from_labeled(cls, graph, config: EngineConfig | None = None) -> "DynamicGraph":
+    def from_labeled(cls, graph, config: EngineConfig | None = None,
+                     directed: bool = False) -> "DynamicGraph":
         """Bulk-load a `LabeledGraph` (one CSR build; later batches update in place)."""
-        g = cls(config)
+        g = cls(config, directed)
         g.add_vertices(graph.vertex_ids, graph.vertex_labels)
         g.insert_edges(*g.edge_slots(graph))
         return g
@@ -282,52 +320,59 @@ class DynamicGraph(VertexTable):
         return self.nbr[s: s + self.deg[u]]
 
     def edge_positions(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
-        """Pool position of each edge (u -> v), -1 where absent."""
+        """Pool position of each edge (u -> v, in u's list), -1 where absent."""
         out = np.empty(len(us), dtype=np.int64)
         _find_many(self.nbr, self.nlab, self.label, self.start, self.deg,
                    np.ascontiguousarray(us, dtype=np.int32),
-                   np.ascontiguousarray(vs, dtype=np.int32), out)
+                   np.ascontiguousarray(vs, dtype=np.int32), out, self.directed)
         return out
 
     def edge_labels(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
-        """The stored label of each edge u - v (int32), -1 where absent."""
+        """The stored label of each edge u - v (directed: arc u -> v; int32), -1 where
+        absent."""
         pos = self.edge_positions(us, vs)
         return np.where(pos >= 0, self.elab[np.maximum(pos, 0)], -1).astype(np.int32)
 
     def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
-        """For external ids a and b: their slots (u < v) and the stored label of the edge
-        u - v (-1 when absent); when a or b is unknown (-1) or a == b, their slots as they
-        are (u, v = a's, b's) and -1.  One call instead of a lookup and a search (the
-        one-edge batches of a stream)."""
+        """For external ids a and b: their slots (u < v; directed: a's, b's) and the stored
+        label of the edge u - v (arc a -> b; -1 when absent); when a or b is unknown (-1)
+        or a == b, their slots as they are (u, v = a's, b's) and -1.  One call instead of a
+        lookup and a search (the one-edge batches of a stream)."""
         keys, vals = self.ids.table
         return _find_edge(keys, vals, a, b, self.nbr, self.nlab, self.label, self.start,
-                          self.deg, self.elab)
+                          self.deg, self.elab, self.directed)
 
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All edges touching `slots`, each once, as (u, v, label) with u < v."""
-        parts_u, parts_v, parts_l = [], [], []
+        """All edges touching `slots`, each once, as (u, v, label) with u < v (directed:
+        the arcs u -> v into and out of them)."""
+        parts_u, parts_v, parts_l, parts_k = [], [], [], []
         for u in np.unique(slots).tolist():
             s, d = self.start[u], self.deg[u]
             parts_u.append(np.full(d, u, dtype=np.int32))
             parts_v.append(self.nbr[s: s + d].copy())
             parts_l.append(self.elab[s: s + d].copy())
+            parts_k.append(self.nlab[s: s + d].copy())
         if not parts_u:
             empty = np.empty(0, dtype=np.int32)
             return empty, empty.copy(), empty.copy()
         u = np.concatenate(parts_u)
         v = np.concatenate(parts_v)
         lab = np.concatenate(parts_l)
-        lo, hi = np.minimum(u, v), np.maximum(u, v)
+        if self.directed:
+            incoming = (np.concatenate(parts_k) & 1) == 1
+            lo, hi = np.where(incoming, v, u), np.where(incoming, u, v)
+        else:
+            lo, hi = np.minimum(u, v), np.maximum(u, v)
         key = lo.astype(np.int64) << 32 | hi.astype(np.int64)
         _, first = np.unique(key, return_index=True)
         return lo[first], hi[first], lab[first]
 
     def set_ranks(self, us: np.ndarray, vs: np.ndarray, ranks: np.ndarray) -> None:
-        """Write the total-order rank of existing edges (both directions)."""
+        """Write the total-order rank of existing edges (both of their list entries)."""
         _set_ranks(self.nbr, self.nlab, self.label, self.rank, self.start, self.deg,
                    np.ascontiguousarray(us, dtype=np.int32),
                    np.ascontiguousarray(vs, dtype=np.int32),
-                   np.ascontiguousarray(ranks, dtype=np.int32))
+                   np.ascontiguousarray(ranks, dtype=np.int32), self.directed)
 
     # ---- vertex updates ---------------------------------------------
     def _release(self, slots: np.ndarray) -> None:
@@ -336,22 +381,24 @@ class DynamicGraph(VertexTable):
 
     # ---- edge updates -------------------------------------------------
     def insert_edges(self, us: np.ndarray, vs: np.ndarray, labels: np.ndarray) -> None:
-        """Insert absent undirected edges (the engine has deduplicated them)."""
+        """Insert absent edges (directed: arcs us -> vs; the engine has deduplicated them)."""
         if len(us) == 0:
             return
         if len(us) == 1:    # one edge: one compiled call unless the pool must grow first
-            u, v = sorted((int(us[0]), int(vs[0])))
+            u, v = int(us[0]), int(vs[0])
+            if not self.directed:
+                u, v = min(u, v), max(u, v)
             top, garbage, degree = _insert_one(self.nbr, self.nlab, self.elab, self.rank,
                                                self.label, self.start, self.deg, self.cap, u,
                                                v, int(labels[0]), self.top,
-                                               self.config.min_list_capacity)
+                                               self.config.min_list_capacity, self.directed)
             if top >= 0:
                 self.top = int(top)
                 self.garbage += int(garbage)
                 self.num_edges += 1
                 self._max_degree = max(self._max_degree, int(degree))
                 return
-        src, dst, lab = _directed_sorted(us, vs, labels, self.label)
+        src, dst, keys, lab = _list_entries(us, vs, labels, self.label, self.directed)
         if len(us) == 1:    # one edge: two lists, one entry each (scalar code is faster)
             touched = src.tolist()
 
@@ -368,20 +415,22 @@ class DynamicGraph(VertexTable):
                                                  self.deg[touched] + counts),
                                       self.config.min_list_capacity).sum())
         self._reserve_pool(worst)
-        self.top, garbage = _insert_sorted(self.nbr, self.nlab, self.elab, self.rank, self.label,
-                                           self.start, self.deg,
-                                           self.cap, src, dst, lab, self.top,
-                                           self.config.min_list_capacity)
+        self.top, garbage = _insert_sorted(self.nbr, self.nlab, self.elab, self.rank,
+                                           self.start, self.deg, self.cap, src, dst, keys,
+                                           lab, self.top, self.config.min_list_capacity)
         self.garbage += garbage
         self.num_edges += len(us)
         self._max_degree = max(self._max_degree, int(self.deg[touched].max()))
 
     def delete_edges(self, us: np.ndarray, vs: np.ndarray) -> None:
-        """Delete present undirected edges (the engine has checked they exist)."""
+        """Delete present edges (directed: arcs us -> vs; the engine has checked they
+        exist)."""
         if len(us) == 0:
             return
-        src, dst, _ = _directed_sorted(us, vs, np.zeros(len(us), dtype=np.int32), self.label)
-        _delete_sorted(self.nbr, self.nlab, self.elab, self.rank, self.start, self.deg, src, dst)
+        src, dst, keys, _ = _list_entries(us, vs, np.zeros(len(us), dtype=np.int32),
+                                          self.label, self.directed)
+        _delete_sorted(self.nbr, self.nlab, self.elab, self.rank, self.start, self.deg, src, dst,
+                       keys)
         self.num_edges -= len(us)
 
     def _reserve_pool(self, needed) -> None:
@@ -423,8 +472,9 @@ class DynamicGraph(VertexTable):
 
     # ---- export -------------------------------------------------------
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every undirected edge once as (u, v, label) slots with u < v."""
-        return all_edges(self.start, self.deg, self.nbr, self.elab, self.num_slots)
+        """Every edge once as (u, v, label) slots with u < v (directed: every arc u -> v)."""
+        return all_edges(self.start, self.deg, self.nbr, self.nlab, self.elab, self.num_slots,
+                         self.directed)
 
     def candidate_edge_counts(self, cand: np.ndarray, qa: np.ndarray, qb: np.ndarray,
                               ql: np.ndarray) -> np.ndarray:
@@ -450,8 +500,10 @@ class DynamicGraph(VertexTable):
             assert self.start[u] + self.cap[u] <= self.top <= self.nbr.shape[0]
             lst = self.neighbors(u)
             s = self.start[u]
-            assert np.array_equal(self.nlab[s: s + d], self.label[lst]), f"nlab of {u} stale"
-            key = self.label[lst].astype(np.int64) << 32 | lst
+            keys = self.nlab[s: s + d]
+            stored = keys >> 1 if self.directed else keys
+            assert np.array_equal(stored, self.label[lst]), f"nlab of {u} stale"
+            key = keys.astype(np.int64) << 32 | lst
             assert (np.diff(key) > 0).all(), f"list of {u} not strictly sorted"
             assert not (lst == u).any()
             assert self.alive[lst].all()

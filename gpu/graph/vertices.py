@@ -19,6 +19,8 @@ class VertexTable:
     # Per-slot arrays and the value a fresh slot holds; subclasses add their own.
     ARRAYS: dict[str, tuple[type, int]] = {"label": (np.int32, 0), "alive": (np.bool_, 0),
                                            "ext": (np.int64, -1), "deg": (np.int32, 0)}
+    # Edges are arcs u -> v (gpu/graph/lists.py takes both kinds; the device graph does not).
+    directed = False
 
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()

@@ -10,19 +10,23 @@ from gpu.io.text import (EDGE_LIST_GRAMMAR, LABELS_GRAMMAR, duplicate_problems,
                          first_repeat, parse, read_bytes, without_header)
 
 
-def read_edge_list(path, *, labels_path=None, num_labels=None, seed=0) -> LabeledGraph:
-    """Read a SNAP/CSV edge list as an undirected simple graph.
+def read_edge_list(path, *, labels_path=None, num_labels=None, seed=0,
+                   directed: bool = False) -> LabeledGraph:
+    """Read a SNAP/CSV edge list as an undirected simple graph (directed: arcs u -> v).
 
-    Self-loops and duplicate edges (either orientation) are dropped silently;
+    Self-loops and duplicate edges (either orientation; directed, the same arc) are
+    dropped silently;
     the first occurrence of each edge is kept, in file order.  Vertices are
     every id in the edge list plus every id in the label file, sorted.
     Labels come from ``labels_path`` (which must label every edge-list vertex)
     or are drawn uniformly from ``num_labels`` with ``seed``; give exactly one.
     """
-    return parse_edge_list(read_bytes(path), str(path), labels_path, num_labels, seed)
+    return parse_edge_list(read_bytes(path), str(path), labels_path, num_labels, seed,
+                           directed)
 
 
-def parse_edge_list(data: bytes, source: str, labels_path, num_labels, seed) -> LabeledGraph:
+def parse_edge_list(data: bytes, source: str, labels_path, num_labels, seed,
+                    directed: bool = False) -> LabeledGraph:
     """read_edge_list of the bytes `data`, named `source` in errors.  An edge list without
     any edge line is a FormatError: loading it as an empty graph hid a misread file."""
     if (labels_path is None) == (num_labels is None):
@@ -37,7 +41,10 @@ def parse_edge_list(data: bytes, source: str, labels_path, num_labels, seed) -> 
                           f"no edges: only the header line {header.text!r}")
     src, dst = recs.fields[:, 0], recs.fields[:, 1]
     keep = np.ones(src.size, dtype=bool)
-    keep[first_repeat(np.minimum(src, dst), np.maximum(src, dst))] = False
+    if directed:
+        keep[first_repeat(src, dst)] = False
+    else:
+        keep[first_repeat(np.minimum(src, dst), np.maximum(src, dst))] = False
     keep &= src != dst
     src, dst = src[keep], dst[keep]
     edge_ids = sorted_unique(np.concatenate((src, dst)))

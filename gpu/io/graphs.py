@@ -11,22 +11,24 @@ from gpu.io.text import (E_RECORD, GRAPH_GRAMMAR, T_RECORD, V_RECORD, Records,
                          read_bytes, write_lines)
 
 
-def read_graph(path) -> LabeledGraph:
-    """Read a graph file (``t``/``v``/``e`` lines)."""
-    return parse_graph_text(read_bytes(path), str(path))
+def read_graph(path, directed: bool = False) -> LabeledGraph:
+    """Read a graph file (``t``/``v``/``e`` lines; ``e u v`` is the arc u -> v when
+    `directed`)."""
+    return parse_graph_text(read_bytes(path), str(path), directed)
 
 
-def read_query(path) -> LabeledGraph:
+def read_query(path, directed: bool = False) -> LabeledGraph:
     """Read a query file: same format as graphs; query-specific checks live elsewhere."""
-    return read_graph(path)
+    return read_graph(path, directed)
 
 
-def parse_graph_text(text: str | bytes, source: str = "<text>") -> LabeledGraph:
+def parse_graph_text(text: str | bytes, source: str = "<text>",
+                     directed: bool = False) -> LabeledGraph:
     data = text.encode() if isinstance(text, str) else text
-    return _build_graph(parse(data, GRAPH_GRAMMAR, source), source)
+    return _build_graph(parse(data, GRAPH_GRAMMAR, source), source, directed)
 
 
-def _build_graph(recs: Records, source: str) -> LabeledGraph:
+def _build_graph(recs: Records, source: str, directed: bool = False) -> LabeledGraph:
     t_rows = np.flatnonzero(recs.kind == T_RECORD)
     v_rows = np.flatnonzero(recs.kind == V_RECORD)
     e_rows = np.flatnonzero(recs.kind == E_RECORD)
@@ -51,10 +53,14 @@ def _build_graph(recs: Records, source: str) -> LabeledGraph:
             problems.append(
                 (int(e_lines[bad]), f"edge endpoint {ends[bad]} is not declared by a 'v' line")
             )
-    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-    problems += duplicate_problems(
-        lo, hi, e_lines, lambda i: f"duplicate edge {src[i]}-{dst[i]} (either orientation)"
-    )
+    if directed:
+        problems += duplicate_problems(
+            src, dst, e_lines, lambda i: f"duplicate arc {src[i]}->{dst[i]}")
+    else:
+        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+        problems += duplicate_problems(
+            lo, hi, e_lines, lambda i: f"duplicate edge {src[i]}-{dst[i]} (either orientation)"
+        )
     if problems:
         raise FormatError(source, *min(problems))
 
@@ -79,13 +85,15 @@ def write_graph(graph: LabeledGraph, path) -> None:
         )
 
 
-def load_graph(path, *, labels_path=None, num_labels=None, seed=0) -> LabeledGraph:
-    """Read a graph file or an edge list, told apart by the first content line."""
+def load_graph(path, *, labels_path=None, num_labels=None, seed=0,
+               directed: bool = False) -> LabeledGraph:
+    """Read a graph file or an edge list, told apart by the first content line (their
+    edges read as arcs when `directed`)."""
     data = read_bytes(path)
     tokens = first_content_line(data, b"#")[2]
     if tokens[:1] in ([b"t"], [b"v"], [b"e"]) and len(tokens) > 1:
         if labels_path is not None or num_labels is not None:
             raise ValueError(f"{path} is a graph file with its own labels; "
                              "labels_path/num_labels apply to edge lists only")
-        return parse_graph_text(data, str(path))
-    return parse_edge_list(data, str(path), labels_path, num_labels, seed)
+        return parse_graph_text(data, str(path), directed)
+    return parse_edge_list(data, str(path), labels_path, num_labels, seed, directed)

@@ -44,6 +44,11 @@ class TaskTypes:
     perms: np.ndarray          # int32 [T, M, n] member m's match: g[q] = f[perms[t, m, q]]
     leaf_root: np.ndarray      # int32 [T]     level (0 or 1) of a root end that is a query
                                #               leaf searched grouped (_groupable_leaf), or -1
+    bw_key: np.ndarray         # int32 [T, n, W] neighbour-list key to read in each backward
+                               #               neighbour's list (gpu/graph/lists.py): the
+                               #               level's label; directed: 2 label + direction.
+                               #               Directed plans (W = 2n: an arc each way) also
+                               #               list at level 1 the reverse arc of the root.
 
     @property
     def count(self) -> int:
@@ -92,10 +97,18 @@ def find_automorphism(query: QueryGraph, fixed: dict[int, int]) -> np.ndarray | 
     return image if extend(0) else None
 
 
+def root_edges(query: QueryGraph) -> list[tuple[int, int]]:
+    """The directed query edges a task may start from, sorted: both orientations of every
+    edge, or a directed query's arcs as they are (an update arc is never flipped)."""
+    arcs = [(a, b) for a, b in query.edges.tolist()]
+    if not query.directed:
+        arcs += [(b, a) for a, b in query.edges.tolist()]
+    return sorted(arcs)
+
+
 def directed_edge_orbits(query: QueryGraph) -> tuple[list[list[tuple[int, int]]], dict]:
     """Orbits of directed query edges under Aut(query), and a sigma for each member."""
-    directed = [(a, b) for a, b in query.edges.tolist()] + [(b, a) for a, b in query.edges.tolist()]
-    directed.sort()
+    directed = root_edges(query)
     assigned: dict[tuple[int, int], tuple[int, int]] = {}
     sigma: dict[tuple[int, int], np.ndarray] = {}
     orbits: list[list[tuple[int, int]]] = []
@@ -140,12 +153,12 @@ def matching_order(query: QueryGraph, a: int, b: int,
     to 8x slower on GH's dense queries.
     """
     n = query.num_vertices
-    matrix = query.edge_label_matrix
+    adjacent = query.adjacency
     degrees = query.degrees
     sizes = stats.candidates if stats is not None else np.zeros(n)
 
     def back(c: int, placed: list[int]) -> int:
-        return sum(1 for x in placed if matrix[c, x] != NO_EDGE)
+        return sum(1 for x in placed if adjacent[c, x])
 
     order = [a, b]
     for leaves_now in (False, True):
@@ -158,17 +171,37 @@ def matching_order(query: QueryGraph, a: int, b: int,
     return order
 
 
+def _backward_entries(query: QueryGraph, c: int, placed: list[int]):
+    """(level, edge label, list key) of each edge between c and the vertices placed at
+    levels 0..: the key is what the placed vertex's neighbour list files c under (its
+    label; directed, 2 label + 0 for an arc out of the placed vertex, + 1 for one in)."""
+    matrix, label = query.edge_label_matrix, int(query.labels[c])
+    entries = []
+    for lv, x in enumerate(placed):
+        if not query.directed:
+            if matrix[c, x] != NO_EDGE:
+                entries.append((lv, int(matrix[c, x]), label))
+            continue
+        if matrix[x, c] != NO_EDGE:
+            entries.append((lv, int(matrix[x, c]), 2 * label))
+        if matrix[c, x] != NO_EDGE:
+            entries.append((lv, int(matrix[c, x]), 2 * label + 1))
+    return entries
+
+
 def _task_types(query: QueryGraph, orbits, sigma, stats: PlanStats | None) -> TaskTypes:
     n = query.num_vertices
     t_count = len(orbits)
     width = max(len(o) for o in orbits)
+    entries_max = 2 * n if query.directed else n
     roots = np.zeros((t_count, 2), dtype=np.int32)
     root_labels = np.zeros(t_count, dtype=np.int32)
     multiplicity = np.zeros(t_count, dtype=np.int64)
     orders = np.zeros((t_count, n), dtype=np.int32)
     bw_count = np.zeros((t_count, n), dtype=np.int32)
-    bw_level = np.zeros((t_count, n, n), dtype=np.int32)
-    bw_label = np.zeros((t_count, n, n), dtype=np.int32)
+    bw_level = np.zeros((t_count, n, entries_max), dtype=np.int32)
+    bw_label = np.zeros((t_count, n, entries_max), dtype=np.int32)
+    bw_key = np.zeros((t_count, n, entries_max), dtype=np.int32)
     perms = np.zeros((t_count, width, n), dtype=np.int32)
     matrix = query.edge_label_matrix
     for t, orbit in enumerate(orbits):
@@ -178,27 +211,39 @@ def _task_types(query: QueryGraph, orbits, sigma, stats: PlanStats | None) -> Ta
         multiplicity[t] = len(orbit)
         order = matching_order(query, a, b, stats)
         orders[t] = order
-        for level in range(2, n):
-            c = order[level]
-            back = [lv for lv in range(level) if matrix[c, order[lv]] != NO_EDGE]
-            bw_count[t, level] = len(back)
-            bw_level[t, level, : len(back)] = back
-            bw_label[t, level, : len(back)] = [matrix[c, order[lv]] for lv in back]
+        # Level 1 of a directed plan checks the root's reverse arc, if the query has it.
+        first = 1 if query.directed else 2
+        for level in range(first, n):
+            entries = _backward_entries(query, order[level], order[:level])
+            if level == 1:
+                entries = [e for e in entries if e[2] % 2 == 1]     # b -> a, not a -> b
+            bw_count[t, level] = len(entries)
+            for j, (lv, elabel, key) in enumerate(entries):
+                bw_level[t, level, j], bw_label[t, level, j], bw_key[t, level, j] = \
+                    lv, elabel, key
         for m, member in enumerate(orbit):
             # g = f o sigma^-1, i.e. g[q] = f[sigma^-1(q)]
             inverse = np.empty(n, dtype=np.int32)
             inverse[sigma[member]] = np.arange(n, dtype=np.int32)
             perms[t, m] = inverse
-    tail_free = np.array([n >= 4 and matrix[o[-1], o[-2]] == NO_EDGE for o in orders.tolist()],
+    adjacent = query.adjacency
+    tail_free = np.array([n >= 4 and not adjacent[o[-1], o[-2]] for o in orders.tolist()],
                          dtype=np.bool_)
-    tails = [_counted_tail(query, o, bw_level[t]) for t, o in enumerate(orders.tolist())]
-    leaf_from = np.array([first for first, _ in tails], dtype=np.int32)
-    tail_head = np.array([head for _, head in tails], dtype=np.bool_)
-    leaf_root = np.array([_groupable_leaf(query, o, int(leaf_from[t]), bool(tail_free[t]))
-                          for t, o in enumerate(orders.tolist())], dtype=np.int32)
+    if query.directed:
+        # Leaf counting and grouped leaf search count a leaf's candidates by label, not by
+        # arc direction: directed plans enumerate their leaves.
+        leaf_from = np.full(t_count, n, dtype=np.int32)
+        tail_head = np.zeros(t_count, dtype=np.bool_)
+        leaf_root = np.full(t_count, -1, dtype=np.int32)
+    else:
+        tails = [_counted_tail(query, o, bw_level[t]) for t, o in enumerate(orders.tolist())]
+        leaf_from = np.array([first for first, _ in tails], dtype=np.int32)
+        tail_head = np.array([head for _, head in tails], dtype=np.bool_)
+        leaf_root = np.array([_groupable_leaf(query, o, int(leaf_from[t]), bool(tail_free[t]))
+                              for t, o in enumerate(orders.tolist())], dtype=np.int32)
     return TaskTypes(query.labels.astype(np.int32), roots, root_labels, multiplicity, orders,
                      bw_count, bw_level, bw_label, tail_free, leaf_from, tail_head, perms,
-                     leaf_root)
+                     leaf_root, bw_key)
 
 
 def _groupable_leaf(query: QueryGraph, order: list[int], leaf_from: int, tail_free: bool) -> int:
@@ -271,8 +316,7 @@ def build_plan(query: QueryGraph, stats: PlanStats | None = None,
     if coalesce:
         orbits, sigma = directed_edge_orbits(query)
     else:
-        directed = sorted([(a, b) for a, b in query.edges.tolist()]
-                          + [(b, a) for a, b in query.edges.tolist()])
+        directed = root_edges(query)
         orbits = [[e] for e in directed]
         sigma = {e: np.arange(query.num_vertices) for e in directed}
     incremental = _task_types(query, orbits, sigma, stats)
@@ -286,6 +330,11 @@ def build_plan(query: QueryGraph, stats: PlanStats | None = None,
         a, b = edge
         return (stats.edges[a, b] if stats is not None else 0, -int(degrees[a] + degrees[b]))
     a, b = min(query.edges.tolist(), key=cost)
+    if query.directed:
+        # A data arc maps onto the root arc one way only.
+        static = _task_types(query, [[(a, b)]], {(a, b): np.arange(query.num_vertices)},
+                             stats)
+        return QueryPlan(query=query, incremental=incremental, static=static, orbits=orbits)
     flip = find_automorphism(query, {a: b, b: a}) if coalesce else None
     if flip is not None:
         static_orbits = [[(a, b), (b, a)]]

@@ -1,7 +1,9 @@
 """Query graphs: validation and the dense form planning works on.
 
 A query is a small connected labeled pattern (2 to 32 vertices).  Its vertices
-are renumbered 0..n-1 in file order; the original ids are kept for display.
+are renumbered 0..n-1 in file order; the original ids are kept for display.  A directed
+query's edges are arcs a -> b as written (a -> b and b -> a may both be there); it is
+connected when its underlying undirected graph is.
 """
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ class QueryError(ValueError):
 class QueryGraph:
     name: str
     labels: np.ndarray        # int32 [n] vertex labels
-    edges: np.ndarray         # int32 [k, 2] with a < b
+    edges: np.ndarray         # int32 [k, 2] with a < b; directed: arcs a -> b as written
     edge_labels: np.ndarray   # int32 [k]
     vertex_ids: np.ndarray    # int64 [n] ids as written by the user
-    edge_label_matrix: np.ndarray = field(repr=False)  # int32 [n, n], NO_EDGE where absent
+    edge_label_matrix: np.ndarray = field(repr=False)  # int32 [n, n], NO_EDGE where absent;
+                                                       # directed: [a, b] is the arc a -> b
+    directed: bool = False
 
     @property
     def num_vertices(self) -> int:
@@ -35,23 +39,35 @@ class QueryGraph:
         return int(self.edges.shape[0])
 
     @property
+    def adjacency(self) -> np.ndarray:
+        """bool [n, n]: a and b are joined by an edge (either arc, when directed)."""
+        present = self.edge_label_matrix != NO_EDGE
+        return present | present.T if self.directed else present
+
+    @property
     def degrees(self) -> np.ndarray:
-        return (self.edge_label_matrix != NO_EDGE).sum(axis=1).astype(np.int32)
+        """Edges at each vertex (directed: arcs in and out)."""
+        present = self.edge_label_matrix != NO_EDGE
+        if self.directed:
+            return (present.sum(axis=1) + present.sum(axis=0)).astype(np.int32)
+        return present.sum(axis=1).astype(np.int32)
 
     def neighbors(self, a: int) -> list[int]:
-        return [int(b) for b in np.flatnonzero(self.edge_label_matrix[a] != NO_EDGE)]
+        return [int(b) for b in np.flatnonzero(self.adjacency[a])]
 
     @classmethod
-    def from_labeled(cls, graph, name: str = "query") -> "QueryGraph":
+    def from_labeled(cls, graph, name: str = "query", directed: bool = False) -> "QueryGraph":
         """Validate a parsed `LabeledGraph` as a query and renumber its vertices."""
         ids = np.asarray(graph.vertex_ids, dtype=np.int64)
         return cls.build(name, ids, graph.vertex_labels,
                          np.stack([graph.edge_src, graph.edge_dst], axis=1).reshape(-1, 2),
-                         graph.edge_labels)
+                         graph.edge_labels, directed=directed)
 
     @classmethod
-    def build(cls, name, vertex_ids, labels, edges, edge_labels=None) -> "QueryGraph":
-        """Validate and build from ids, labels and an edge list over those ids."""
+    def build(cls, name, vertex_ids, labels, edges, edge_labels=None,
+              directed: bool = False) -> "QueryGraph":
+        """Validate and build from ids, labels and an edge list over those ids (arcs
+        u -> v when `directed`)."""
         vertex_ids = np.asarray(vertex_ids, dtype=np.int64).reshape(-1)
         labels = np.asarray(labels, dtype=np.int64).reshape(-1)
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
@@ -87,11 +103,15 @@ class QueryGraph:
                 raise QueryError(f"query {name!r}: edge {k} is a self-loop on vertex {u}")
             if matrix[a, b] != NO_EDGE:
                 raise QueryError(f"query {name!r}: edge {k} ({u}, {v}) appears twice")
-            matrix[a, b] = matrix[b, a] = edge_labels[k]
-            dense_edges[k] = (min(a, b), max(a, b))
+            matrix[a, b] = edge_labels[k]
+            if directed:
+                dense_edges[k] = (a, b)
+            else:
+                matrix[b, a] = edge_labels[k]
+                dense_edges[k] = (min(a, b), max(a, b))
         query = cls(name=str(name), labels=labels.astype(np.int32),
                     edges=dense_edges, edge_labels=edge_labels.astype(np.int32),
-                    vertex_ids=vertex_ids, edge_label_matrix=matrix)
+                    vertex_ids=vertex_ids, edge_label_matrix=matrix, directed=bool(directed))
         if not query.is_connected():
             raise QueryError(f"query {name!r} is not connected")
         return query

@@ -7,6 +7,9 @@ labels agree, deg(v) >= deg(u) and every 2-bit field of v's signature is >=
 the matching field of u's.  Exact neighbour-label counts are kept beside the
 codes because a saturated code cannot be decremented.  Only vertices touched
 by a batch are re-encoded, and only their candidate bits are recomputed.
+
+On a directed graph a label has two fields, out-neighbours (slot 2s) and in-neighbours
+(2s + 1) of label s: a query vertex's in- and out-label counts must both fit.
 """
 from __future__ import annotations
 
@@ -66,8 +69,14 @@ def _encode(counts, codes, vertices):
             codes[v, s // LABELS_PER_WORD] |= np.uint64(c) << np.uint64(2 * (s % LABELS_PER_WORD))
 
 
+@nb.njit(cache=True, inline="always")
+def _field(slot, directed, incoming):
+    """The count field of a neighbour whose label has `slot` (see the module docstring)."""
+    return 2 * slot + (1 if incoming else 0) if directed else slot
+
+
 @nb.njit(cache=True)
-def _count_all(start, deg, nbr, slot_of, alive, counts, n):
+def _count_all(start, deg, nbr, nlab, slot_of, alive, counts, n, directed):
     for v in range(n):
         for s in range(counts.shape[1]):
             counts[v, s] = 0
@@ -76,19 +85,21 @@ def _count_all(start, deg, nbr, slot_of, alive, counts, n):
         for i in range(start[v], start[v] + deg[v]):
             s = slot_of[nbr[i]]
             if s >= 0:
-                counts[v, s] += 1
+                # A directed list files an arc into v under an odd key (gpu/graph/lists.py).
+                counts[v, _field(s, directed, (nlab[i] & 1) == 1)] += 1
 
 
 @nb.njit(cache=True)
-def _apply_edges(counts, slot_of, us, vs, delta):
+def _apply_edges(counts, slot_of, us, vs, delta, directed):
+    """Edges us - vs (directed: arcs us -> vs) come (delta 1) or go (-1)."""
     for i in range(us.shape[0]):
         u, v = us[i], vs[i]
         s = slot_of[v]
         if s >= 0:
-            counts[u, s] += delta
+            counts[u, _field(s, directed, False)] += delta
         s = slot_of[u]
         if s >= 0:
-            counts[v, s] += delta
+            counts[v, _field(s, directed, True)] += delta
 
 
 @nb.njit(cache=True)
@@ -112,13 +123,16 @@ def _candidates(cand, vertices, alive, label, deg, codes, q_label, q_deg, q_code
 
 def query_codes(labels: np.ndarray, query) -> np.ndarray:
     """2-bit codes of each query vertex's neighbour-label counts over the encoded
-    `labels` (sorted; they include every label of the query)."""
+    `labels` (sorted; they include every label of the query); per direction for a directed
+    query."""
     n = query.num_vertices
-    counts = np.zeros((n, max(1, len(labels))), dtype=np.int32)
+    fields = len(labels) * (2 if query.directed else 1)
+    counts = np.zeros((n, max(1, fields)), dtype=np.int32)
     for a, b in query.edges.tolist():
-        counts[a, np.searchsorted(labels, query.labels[b])] += 1
-        counts[b, np.searchsorted(labels, query.labels[a])] += 1
-    codes = np.zeros((n, max(1, -(-len(labels) // LABELS_PER_WORD))), dtype=np.uint64)
+        sa, sb = (int(np.searchsorted(labels, query.labels[x])) for x in (a, b))
+        counts[a, 2 * sb if query.directed else sb] += 1
+        counts[b, 2 * sa + 1 if query.directed else sa] += 1
+    codes = np.zeros((n, max(1, -(-fields // LABELS_PER_WORD))), dtype=np.uint64)
     _encode(counts, codes, np.arange(n, dtype=np.int32))
     return codes
 
@@ -132,17 +146,20 @@ def label_slots(labels: np.ndarray, vertex_labels: np.ndarray) -> np.ndarray:
 
 
 def count_neighbour_labels(graph, slot_of: np.ndarray, slots: int) -> np.ndarray:
-    """Every vertex slot's neighbour count per label slot, from scratch ([capacity, slots])."""
-    counts = np.zeros((slot_of.shape[0], slots), dtype=np.int32)
-    _count_all(graph.start, graph.deg, graph.nbr, slot_of, graph.alive, counts,
-               graph.num_slots)
+    """Every vertex slot's neighbour count per label slot, from scratch ([capacity, slots];
+    twice the slots, per direction, on a directed graph)."""
+    directed = graph.directed
+    counts = np.zeros((slot_of.shape[0], slots * (2 if directed else 1)), dtype=np.int32)
+    _count_all(graph.start, graph.deg, graph.nbr, graph.nlab, slot_of, graph.alive, counts,
+               graph.num_slots, directed)
     return counts
 
 
 class SignatureTable:
     """Neighbour-label counts, 2-bit codes, and one candidate bitmap per query."""
 
-    def __init__(self) -> None:
+    def __init__(self, directed: bool = False) -> None:
+        self.directed = directed                       # count fields per direction too
         self.labels = np.empty(0, dtype=np.int64)     # encoded labels, sorted
         self.slot_of = np.full(0, -1, dtype=np.int32)  # per data vertex: its label's slot or -1
         self.counts = np.zeros((0, 0), dtype=np.int32)
@@ -152,7 +169,8 @@ class SignatureTable:
 
     @property
     def words(self) -> int:
-        return max(1, -(-len(self.labels) // LABELS_PER_WORD))
+        fields = len(self.labels) * (2 if self.directed else 1)
+        return max(1, -(-fields // LABELS_PER_WORD))
 
     # ---- the label set --------------------------------------------------
     def query_codes(self, query) -> np.ndarray:
@@ -227,19 +245,19 @@ class SignatureTable:
         self.counts[slots] = 0
 
     def edges_changed(self, us: np.ndarray, vs: np.ndarray, delta: int) -> None:
-        _apply_edges(self.counts, self.slot_of, us, vs, np.int32(delta))
+        _apply_edges(self.counts, self.slot_of, us, vs, np.int32(delta), self.directed)
 
     def check(self, graph) -> None:
         """Assert counts, codes and candidate bits equal a from-scratch computation (tests)."""
         n = graph.num_slots
-        fresh = SignatureTable()
+        fresh = SignatureTable(self.directed)
         fresh.labels = self.labels
         fresh.resize(graph)
         fresh.slot_of[:n] = fresh._slots_for(graph.label[:n])
         fresh.counts = np.zeros_like(self.counts)
         fresh.codes = np.zeros_like(self.codes)
-        _count_all(graph.start, graph.deg, graph.nbr, fresh.slot_of, graph.alive,
-                   fresh.counts, n)
+        _count_all(graph.start, graph.deg, graph.nbr, graph.nlab, fresh.slot_of, graph.alive,
+                   fresh.counts, n, self.directed)
         alive = graph.alive[:n]
         assert np.array_equal(fresh.counts[:n][alive], self.counts[:n][alive]), "counts drifted"
         everyone = np.arange(n, dtype=np.int32)

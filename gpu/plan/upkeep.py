@@ -47,12 +47,12 @@ def refresh_candidates(queries, vertices, alive, label, deg, codes, start, nbr, 
 
 @nb.njit(cache=True, nogil=True)
 def _signature_changes(counts, slot_of, codes, delete_u, delete_v, insert_u, insert_v,
-                       vertices):
+                       vertices, directed):
     """SignatureTable.edges_changed for the deleted (-1) and inserted (+1) edges, then
     SignatureTable.encode of every vertex they touch and of `vertices`; returns those
     vertices, sorted and unique."""
-    _apply_edges(counts, slot_of, delete_u, delete_v, np.int32(-1))
-    _apply_edges(counts, slot_of, insert_u, insert_v, np.int32(1))
+    _apply_edges(counts, slot_of, delete_u, delete_v, np.int32(-1), directed)
+    _apply_edges(counts, slot_of, insert_u, insert_v, np.int32(1), directed)
     touched = np.unique(np.concatenate((delete_u, delete_v, insert_u, insert_v, vertices)))
     _encode(counts, codes, touched)
     return touched
@@ -60,7 +60,7 @@ def _signature_changes(counts, slot_of, codes, delete_u, delete_v, insert_u, ins
 
 @nb.njit(cache=True, nogil=True)
 def _batch_changes(queries, counts, slot_of, codes, delete_u, delete_v, insert_u, insert_v,
-                   insert_labels, vertices, alive, label, deg, start, nbr, elab):
+                   insert_labels, vertices, directed, alive, label, deg, start, nbr, elab):
     """_signature_changes, the inserted edges' leaf counts under the old candidate bits,
     then the bit changes of the touched vertices (refresh_candidates), in one call."""
     for q in range(len(queries)):
@@ -68,7 +68,7 @@ def _batch_changes(queries, counts, slot_of, codes, delete_u, delete_v, insert_u
         _edge_contrib(nc, cand, leaf_q, leaf_elab, insert_u, insert_v, insert_labels,
                       np.int32(1))
     touched = _signature_changes(counts, slot_of, codes, delete_u, delete_v, insert_u,
-                                 insert_v, vertices)
+                                 insert_v, vertices, directed)
     refresh_candidates(queries, touched, alive, label, deg, codes, start, nbr, elab)
     return touched
 
@@ -84,9 +84,9 @@ def batch_changes(queries, signatures, graph, delete_u, delete_v, insert_u, inse
     sig = signatures
     if queries is None:
         return _signature_changes(sig.counts, sig.slot_of, sig.codes, delete_u, delete_v,
-                                  insert_u, insert_v, vertices)
+                                  insert_u, insert_v, vertices, sig.directed)
     return _batch_changes(queries, sig.counts, sig.slot_of, sig.codes, delete_u, delete_v,
-                          insert_u, insert_v, insert_labels, vertices, graph.alive,
+                          insert_u, insert_v, insert_labels, vertices, sig.directed, graph.alive,
                           graph.label, graph.deg, graph.start, graph.nbr, graph.elab)
 
 

@@ -49,11 +49,16 @@ async def load_graph(
             ge=1, le=STRING_LABEL_BASE,
             description="an edge list's vertices get labels drawn uniformly from [0, K)")] = None,
         label_seed: Annotated[int | None, Query(
-            ge=0, description="the seed of num_labels' labels (default 0)")] = None):
+            ge=0, description="the seed of num_labels' labels (default 0)")] = None,
+        directed: Annotated[bool | None, Query(
+            description="the graph's kind, fixed with it: edges are arcs u -> v (true) or "
+                        "undirected (false); default: the current kind (GET /v1/graph)")
+        ] = None):
     """Bulk-load the initial graph; only while the graph is empty and no batch was applied.
     Takes every graph the CLI takes: JSON, a graph file, or an edge list labelled by
     `num_labels` (and `label_seed`) or by a labels file (multipart/form-data parts
-    `graph` and `labels`); text may be gzip-compressed."""
+    `graph` and `labels`); text may be gzip-compressed.  `directed` sets the graph's kind
+    (409 while queries of the other kind are registered)."""
     body = await read_body(request, state.settings.max_request_bytes)
     media = media_type(request.headers)
     labels = EdgeListLabels(num_labels=num_labels, seed=label_seed)
@@ -61,12 +66,13 @@ async def load_graph(
     if media == MULTIPART:
         body, labels = await read_graph_form(request.headers, body, labels)
         media, source = TEXT, "graph"
-    graph = await run_in_threadpool(parse_graph, body, media, labels, source)
     engine = state.engine
+    kind = engine.engine.directed if directed is None else directed
+    graph = await run_in_threadpool(parse_graph, body, media, labels, source, kind)
 
     def load():
         staged = engine.labels.stage()
-        return engine.load_graph(graph.to_graph(staged), staged)
+        return engine.load_graph(graph.to_graph(staged), staged, kind)
 
     return await engine.call(load)
 

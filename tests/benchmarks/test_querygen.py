@@ -177,3 +177,46 @@ def test_cli_writes_readable_query_files(tmp_path, capsys, data):
         assert back.edge_dst.tolist() == q.graph.edge_dst.tolist()
         assert back.edge_labels.tolist() == q.graph.edge_labels.tolist()
     assert (out / "dense.json").exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_directed_queries_are_oriented_as_the_data_arcs(data, kind):
+    # The same edges with random directions: a query's walk ignores them, its arcs keep them.
+    flip = np.random.default_rng(9).random(data.edge_src.shape[0]) < 0.5
+    arcs = LabeledGraph(data.vertex_ids, data.vertex_labels,
+                        np.where(flip, data.edge_dst, data.edge_src),
+                        np.where(flip, data.edge_src, data.edge_dst), data.edge_labels)
+    arc_labels = dict(zip(zip(arcs.edge_src.tolist(), arcs.edge_dst.tolist()),
+                          arcs.edge_labels.tolist()))
+    queries = QueryGenerator(arcs, directed=True).generate(kind, 6, count=6, seed=3)
+    # The walks are the undirected generator's: its first query (before the two generators'
+    # duplicate rules can differ) has the same vertices and, direction aside, the same edges.
+    first = QueryGenerator(data).generate(kind, 6, count=1, seed=3)[0]
+    assert queries[0].data_vertices.tolist() == first.data_vertices.tolist()
+    assert sorted(zip(np.minimum(queries[0].graph.edge_src, queries[0].graph.edge_dst).tolist(),
+                      np.maximum(queries[0].graph.edge_src, queries[0].graph.edge_dst).tolist())) \
+        == sorted(zip(first.graph.edge_src.tolist(), first.graph.edge_dst.tolist()))
+    reversed_somewhere = False
+    for q in queries:
+        dv = q.data_vertices.tolist()
+        for s, d, lab in zip(q.graph.edge_src.tolist(), q.graph.edge_dst.tolist(),
+                             q.graph.edge_labels.tolist()):
+            assert arc_labels[(dv[s], dv[d])] == lab
+            reversed_somewhere |= s > d
+    assert reversed_somewhere   # not merely the undirected (min, max) orientation
+    # No two are isomorphic as labelled directed graphs.
+    graphs = []
+    for q in queries:
+        g = nx.DiGraph()
+        g.add_nodes_from((v, {"label": lab}) for v, lab in
+                         enumerate(q.graph.vertex_labels.tolist()))
+        g.add_edges_from((s, d, {"label": lab}) for s, d, lab in
+                         zip(q.graph.edge_src.tolist(), q.graph.edge_dst.tolist(),
+                             q.graph.edge_labels.tolist()))
+        graphs.append(g)
+    match = nx.algorithms.isomorphism.categorical_node_match("label", None)
+    edge_match = nx.algorithms.isomorphism.categorical_edge_match("label", None)
+    for a in range(len(graphs)):
+        for b in range(a):
+            assert not nx.is_isomorphic(graphs[a], graphs[b], node_match=match,
+                                        edge_match=edge_match)

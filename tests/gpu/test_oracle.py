@@ -127,7 +127,7 @@ def to_query(q: RefQuery, name: str) -> QueryGraph:
         edge_dst=np.array([e[1] for e in edges], dtype=np.int64),
         edge_labels=np.array([e[2] for e in edges], dtype=np.int32),
     )
-    return QueryGraph.from_labeled(g, name=name)
+    return QueryGraph.from_labeled(g, name=name, directed=q.directed)
 
 
 def row_set(rows, n: int) -> set[tuple[int, ...]]:
@@ -151,7 +151,8 @@ class Harness:
 
     def __init__(self, g: RefGraph, setup: EngineSetup, queries: dict[str, RefQuery]):
         self.ref = g.copy()
-        self.engine = Engine(to_labeled(self.ref), backend=setup.backend, config=setup.config)
+        self.engine = Engine(to_labeled(self.ref), backend=setup.backend, config=setup.config,
+                             directed=g.directed)
         self.queries: dict[int, RefQuery] = {}
         self.graveyard: set[int] = set()  # deleted ids, reused later to exercise slot reuse
         for name, q in queries.items():

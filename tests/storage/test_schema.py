@@ -5,8 +5,10 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 
+import numpy as np
 import pytest
 
+from gpu.io.records import LabeledGraph
 from storage import SchemaTooNew, Store
 from storage.schema import MIGRATIONS, Migration, migrate, split_statements
 
@@ -34,7 +36,8 @@ def test_fresh_database_gets_every_migration_recorded(conn):
     )
     for (applied_at,) in conn.execute("SELECT applied_at FROM migrations"):
         assert datetime.fromisoformat(applied_at).utcoffset().total_seconds() == 0
-    assert dict(conn.execute("SELECT key, value FROM meta")) == {"next_query_id": 1, "last_seq": 0}
+    assert dict(conn.execute("SELECT key, value FROM meta")) == {"next_query_id": 1, "last_seq": 0,
+                                                                 "directed": 0}
 
 
 def test_reopening_applies_nothing(conn):
@@ -95,3 +98,24 @@ def test_statements_split_on_semicolons_outside_literals():
 def test_unterminated_final_statement_is_an_error(tail):
     with pytest.raises(ValueError, match="does not end with"):
         list(split_statements("CREATE TABLE a (x); " + tail))
+
+
+def test_a_store_keeps_the_graph_kind_set_with_its_bulk_load(data_dir):
+    """Migration 4: stores start undirected; the kind set with snapshot 0 (a bulk load)
+    is in the same transaction and survives a reopen."""
+    graph = LabeledGraph(np.array([1, 2]), np.array([0, 0]), np.array([1]), np.array([2]),
+                         np.array([0]))
+    store = Store.open(data_dir, synchronous="normal")
+    try:
+        assert store.directed() is False
+        store.record_snapshot(0, graph, directed=True)
+        assert store.directed() is True
+    finally:
+        store.close()
+    store = Store.open(data_dir, synchronous="normal")
+    try:
+        assert store.directed() is True
+        store.set_directed(False)
+        assert store.directed() is False
+    finally:
+        store.close()

@@ -371,7 +371,7 @@ def test_pool_overflow_after_compaction():
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_one_edge_batches_match_model(name):
-    """Batches of one edge, as a service sees them (insert_edges and _directed_sorted take
+    """Batches of one edge, as a service sees them (insert_edges and _list_entries take
     their scalar path): lists relocate and the pool grows as with larger batches."""
     rng = random.Random(77 + len(name))
     g, m = DynamicGraph(CONFIGS[name]()), Model()
