@@ -331,6 +331,10 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
     return app
 
 
+def _key(settings: Settings) -> str | None:
+    return settings.api_key.get_secret_value() if settings.api_key is not None else None
+
+
 class _Server(uvicorn.Server):
     """uvicorn waits for open connections before the lifespan's shutdown runs, and a
     result stream never ends by itself: end the subscriptions first (each gets a last
@@ -366,6 +370,7 @@ def serve(settings: Settings) -> None:
     config = uvicorn.Config(create_app(settings, freeze_gc_when_ready=True),
                             host=settings.host, port=settings.port,
                             log_level=settings.log_level, access_log=settings.access_log,
-                            log_config=log_config(settings.log_format, settings.log_level),
+                            log_config=log_config(settings.log_format, settings.log_level,
+                                                  _key(settings)),
                             timeout_graceful_shutdown=10)
     _Server(config).run()
