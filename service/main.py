@@ -132,7 +132,8 @@ async def _start(state: ServiceState, freeze_gc: bool) -> None:
     if freeze_gc:
         _freeze_gc()
     state.ready = True
-    log.info("ready: batch %d, backend %s", engine.seq, engine.backend)
+    log.info("ready: batch %d, backend %s, %d kernels compiled", engine.seq, engine.backend,
+             engine.compiling.compiled)
 
 
 def _freeze_gc() -> None:

@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
-import time
-from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
 
 from service.logs import REDACTED, RedactSecrets, redact
-from tests.service.conftest import BACKEND
-from tests.service.test_e2e import _free_port
+from tests.service.conftest import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 # Characters that URL encoding changes, so that the encoded forms are searched for too.
 KEY = "s3cret+key/with=signs-0123456789"
 WRONG_KEYS = ("wrong-bearer-key-0123456789", "wrong+query/key=0123456789",
@@ -38,42 +31,6 @@ SECRETS = set().union(*map(_forms, (KEY, *WRONG_KEYS)))
 def _q(**params) -> str:
     return "?" + "&".join(f"{name}={quote(str(value), safe='')}"
                           for name, value in params.items())
-
-
-class _Server:
-    """`motifstream serve` with the access log on and the key set, its output in a file."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp_path / "server.log"
-        env = {**os.environ, "MOTIFSTREAM_API_KEY": KEY, "PYTHONPATH": str(ROOT)}
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--data-dir",
-                 str(tmp_path / "data"), "--port", str(self.port), "--backend", BACKEND,
-                 "--synchronous", "normal", "--log-level", "debug", "--access-log"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        deadline = time.monotonic() + 180
-        while True:
-            assert self.proc.poll() is None, self.log_path.read_text()
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server not ready in time"
-            time.sleep(0.1)
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.log_path.read_text()
 
 
 def _sse_first_event(client: httpx.Client, url: str, **headers) -> str:
@@ -110,7 +67,8 @@ def _websocket(url: str, **headers) -> str:
 
 
 def test_the_key_is_in_no_log_line_response_or_metric(tmp_path):
-    server = _Server(tmp_path)
+    server = ServerProcess(tmp_path / "data", tmp_path / "server.log", "--log-level", "debug",
+                           "--access-log", env={"MOTIFSTREAM_API_KEY": KEY})
     bearer = {"Authorization": f"Bearer {KEY}"}
     answers: list[str] = []      # every status, header and body the server sent
     try:
