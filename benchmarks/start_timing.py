@@ -32,7 +32,7 @@ _PHASES = {
     "recovery_s": re.compile(r"recovered batch .* in ([\d.]+) s"),
     "warm_up_s": re.compile(r"kernels warm in ([\d.]+) s"),
     "compiled": re.compile(r"ready: batch \d+, backend \w+, (\d+) kernels compiled"),
-    "cpu_before_app_s": re.compile(r"\(([\d.]+) s before the app started\)"),
+    "cpu_before_recovery_s": re.compile(r"\(([\d.]+) s before recovery began\)"),
 }
 
 

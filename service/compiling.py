@@ -88,12 +88,14 @@ class CompileWatch(event.Listener):
         return REFERENCE_SECONDS * self.uncached / max(self.total, 1)
 
     def _announce(self) -> None:
+        unwritable = "" if writable(self.cache) else (
+            "; the cache folder is not writable, so every start will compile again: set "
+            "NUMBA_CACHE_DIR to a writable, lasting folder")
         log.warning("compiling the CPU executor's kernels: %d of %d are not in Numba's cache "
                     "at %s (a first start, or a new version); about %.0f s on two cores, "
                     "once: later starts load them in about a second. /readyz answers 503 "
                     "until done%s", self.uncached, self.total, self.cache, self.estimate(),
-                    "" if writable(self.cache) else "; the cache folder is not writable, so every start "
-                    "will compile again: set NUMBA_CACHE_DIR to a writable, lasting folder")
+                    unwritable)
 
     def _progress(self, now: float) -> str:
         elapsed, estimate = now - self.started, self.estimate()

@@ -32,11 +32,11 @@ import orjson
 
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
+from gpu.cpu import interpreted
 from gpu.cuda.device import device_memory_bytes
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph
 from gpu.io.records import LabeledGraph, UpdateStream
-from gpu.cpu import interpreted
 from gpu.warm_up import warm_up
 from service.compiling import CompileWatch
 from service.ingest import BatchInput, InputError

@@ -123,7 +123,7 @@ def _loopback(host: str) -> bool:
 
 
 async def _start(state: ServiceState, freeze_gc: bool) -> None:
-    app_cpu_start = time.process_time()      # imports, settings, the app, uvicorn
+    before = time.process_time()      # imports, the app, uvicorn, the store's opening
     engine = state.engine
     try:
         await engine.call(engine.start)
@@ -136,8 +136,8 @@ async def _start(state: ServiceState, freeze_gc: bool) -> None:
     state.ready = True
     # CPU time, not wall time: on a shared machine the wall time says more about the others.
     log.info("ready: batch %d, backend %s, %d kernels compiled, %.2f s of CPU since the "
-             "process started (%.2f s before the app started)", engine.seq, engine.backend,
-             engine.compiling.compiled, time.process_time(), app_cpu_start)
+             "process started (%.2f s before recovery began)", engine.seq, engine.backend,
+             engine.compiling.compiled, time.process_time(), before)
 
 
 def _freeze_gc(collect: bool) -> None:
