@@ -123,23 +123,26 @@ def main() -> None:
     parser.add_argument("--vertices", type=int, default=3000)
     parser.add_argument("--edges", type=int, default=12000)
     parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--work", type=Path,
+                        help="keep the store (and logs) here, built only if missing: to "
+                             "time two versions of the code on one store")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="start-timing-") as folder:
-        work = Path(folder)
+        work = args.work or Path(folder)
+        work.mkdir(parents=True, exist_ok=True)
         results = {"restart": [], "cold": []}
-        if args.restarts:
+        if args.restarts and not (work / "data" / "store.db").exists():
             build_store(work / "data", {}, work / "build.log", args.vertices, args.edges,
                         args.batches)
-            for i in range(args.restarts):
-                log = work / f"restart-{i}.log"
-                proc, _, seconds = start(work / "data", {}, log)
-                cpu = cpu_seconds(proc.pid)
-                stop(proc)
-                row = {"start": "restart", "ready_s": round(seconds, 2),
-                       "cpu_s": round(cpu, 2), **phases(log),
-                       "load": os.getloadavg()[0]}
-                results["restart"].append(seconds)
-                print(json.dumps(row), flush=True)
+        for i in range(args.restarts):
+            log = work / f"restart-{i}.log"
+            proc, _, seconds = start(work / "data", {}, log)
+            cpu = cpu_seconds(proc.pid)
+            stop(proc)
+            row = {"start": "restart", "ready_s": round(seconds, 2), "cpu_s": round(cpu, 2),
+                   **phases(log), "load": os.getloadavg()[0]}
+            results["restart"].append(seconds)
+            print(json.dumps(row), flush=True)
         for i in range(args.cold):
             log = work / f"cold-{i}.log"
             proc, _, seconds = start(work / f"cold-data-{i}",
