@@ -66,8 +66,8 @@ def test_a_start_that_compiles_says_what_how_long_how_far_and_the_total(tmp_path
         clock.now += 7
         watch.on_start(None)
         watch.on_end(None)
-        assert records()[-1] == ("INFO", "compiling: 3 kernels compiled in 11 s, about "
-                                         f"{REFERENCE_SECONDS * 3 / 4 - 11:.0f} s left")
+        assert records()[-1] == ("INFO", (f"compiling: 3 kernels compiled in 11 s, about "
+                                          f"{REFERENCE_SECONDS * 3 / 4 - 11:.0f} s left"))
         clock.now += REFERENCE_SECONDS
         watch.on_start(None)
         watch.on_end(None)

@@ -12,7 +12,7 @@ from tests.service.conftest import running
 
 KEY = "docs-key-0123456789"
 # Every URL a page loads: the data its script loads them from (service/routes/docs.py).
-_URLS = re.compile(r'<script id="docs-urls" type="application/json">(.*?)</script>', re.S)
+_URLS = re.compile(r'<script id="docs-urls" type="application/json">(.*?)</script>', re.DOTALL)
 
 
 def _asset_urls(html: str) -> list[str]:

@@ -43,7 +43,7 @@ def _sse_first_event(client: httpx.Client, url: str, **headers) -> str:
             return "\n".join(seen)
         for line in r.iter_lines():
             seen.append(line)
-            if line.startswith("event: batch") or line.startswith("event:batch"):
+            if line.startswith(("event: batch", "event:batch")):
                 break
     return "\n".join(seen)
 
