@@ -193,3 +193,10 @@ def test_compiled_kernels_are_kept_on_the_data_volume():
     runtime = steps[steps.index(("FROM", "base AS runtime")):]
     assert any(op == "RUN" and f"chown motifstream {volume_path}" in args
                for op, args in runtime)
+    # The image compiles them into the cache as the unprivileged user, before VOLUME
+    # (a build step after it could not write to the volume's path).
+    compile_step = runtime.index(("RUN", "python3 -m gpu.compile_ahead"))
+    assert runtime.index(("USER", "motifstream")) < compile_step
+    assert compile_step < next(i for i, (op, _) in enumerate(runtime) if op == "VOLUME")
+    assert next(i for i, (op, args) in enumerate(runtime)
+                if op == "ENV" and "NUMBA_CACHE_DIR" in args) < compile_step
