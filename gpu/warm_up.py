@@ -15,7 +15,6 @@ batch there, one of them with an insert and a delete of one edge cancelling.
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import numpy as np
 
@@ -53,9 +52,8 @@ def _edges(kind, src, dst) -> UpdateStream:
     return UpdateStream.from_records([(kind, int(a), int(b), label) for a, b in zip(src, dst)])
 
 
-def warm_up(backend: str, config: EngineConfig | None = None, reverse: bool = False) -> None:
-    """Run every kind of batch once on a throw-away engine of `backend` (`reverse`: the
-    same steps, last first)."""
+def warm_up(backend: str, config: EngineConfig | None = None) -> None:
+    """Run every kind of batch once on a throw-away engine of `backend`."""
     # Every batch's edge records settled on the device (CUDA): its kernels compile here.
     config = dataclasses.replace(config or EngineConfig(), device_prep_records=1)
     src, dst = _ring([1, 2, 5])
@@ -84,23 +82,10 @@ def warm_up(backend: str, config: EngineConfig | None = None, reverse: bool = Fa
                                     (DELETE_EDGE, 0, 1, NO_LABEL)]),
          _edges(INSERT_EDGE, [0], [1])),
     ]
-    steps = []      # each leaves the graph as it found it, so any order works
     for list_limit in (0, listed):      # every query counted, then one of them listed
         for inserted, deleted in pairs:
-            steps.append(lambda ins=inserted, dels=deleted, limit=list_limit: (
-                engine.apply(ins, list_limit=limit), engine.apply(dels, list_limit=limit)))
+            engine.apply(inserted, list_limit=list_limit)
+            engine.apply(deleted, list_limit=list_limit)
     for qid in qids:
-        steps.append(lambda qid=qid: (engine.count(qid), engine.matches(qid, limit=4)))
-    for step in reversed(steps) if reverse else steps:
-        step()
-
-
-def main() -> None:
-    """`python -m gpu.warm_up --reverse`: the CPU executor's warm-up in the other order, run
-    beside a first start's own to compile into Numba's cache from the other end
-    (service/compiling.py CompileHelper)."""
-    warm_up("cpu", reverse="--reverse" in sys.argv[1:])
-
-
-if __name__ == "__main__":
-    main()
+        engine.count(qid)
+        engine.matches(qid, limit=4)

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -106,40 +103,6 @@ class CompileWatch(event.Listener):
         if elapsed < estimate:
             return f"{done}, about {estimate - elapsed:.0f} s left"
         return f"{done}, longer than the {estimate:.0f} s estimated (a busy or slower machine)"
-
-
-class CompileHelper:
-    """A first start's second compiler: `python -m gpu.warm_up --reverse` in a child
-    process compiles the warm-up's kernels into Numba's cache from its last step back
-    while the engine thread compiles them from the first.  Numba looks in the cache before
-    it compiles a kernel, so each side loads what the other has saved by the time it gets
-    there, and a second core shares the work.  The start's own warm-up still runs every
-    step (what it needs is compiled or loaded either way); the helper is stopped when it
-    is done, its work then of no more use."""
-
-    def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "gpu.warm_up", "--reverse"], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        except OSError as exc:      # compiling alone still works
-            log.warning("no helper process for compiling (%s); compiling alone", exc)
-            return
-        log.info("a helper process (pid %d) compiles from the warm-up's other end",
-                 self.process.pid)
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-        status = process.wait()
-        if status not in (0, -signal.SIGTERM):
-            log.warning("the compile helper exited with status %d", status)
 
 
 def _cached(kernel) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -39,7 +38,7 @@ from gpu.engine import Engine
 from gpu.io.graphs import load_graph
 from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.warm_up import warm_up
-from service.compiling import CompileHelper, CompileWatch
+from service.compiling import CompileWatch
 from service.ingest import BatchInput, InputError
 from service.labels import LabelDictionary, StagedLabels
 from service.patterns import pattern_of, to_query
@@ -214,12 +213,9 @@ class EngineService:
         numba.set_num_threads(self.settings.numba_threads())
         # Recovery, a bulk load and the warm-up may all compile (a first start); say so.
         self.compiling.start()
-        helper = CompileHelper()
         try:
             self.phase = "recovering the store"
             self.recover()
-            if self.backend == "cpu" and self.compiling.uncached and (os.cpu_count() or 1) > 1:
-                helper.start()
             if self.settings.graph is not None:
                 if self._is_empty():
                     self.phase = "bulk-loading the graph"
@@ -234,7 +230,6 @@ class EngineService:
             self.phase = "warming the kernels"
             self.warm_up()
         finally:
-            helper.stop()
             self.compiling.finish()
 
     def starting(self) -> str:

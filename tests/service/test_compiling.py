@@ -3,13 +3,12 @@ kernel, progress lines, a total, /readyz's reason; nothing when nothing compiles
 from __future__ import annotations
 
 import logging
-import signal
 from types import SimpleNamespace
 
 import numba
 import pytest
 
-from service.compiling import REFERENCE_SECONDS, CompileHelper, CompileWatch, writable
+from service.compiling import REFERENCE_SECONDS, CompileWatch, writable
 
 
 class _Clock:
@@ -117,13 +116,3 @@ def test_writable_looks_at_the_nearest_existing_folder(tmp_path):
     assert writable(str(tmp_path / "not" / "yet"))
     (tmp_path / "file").write_text("")
     assert not writable(str(tmp_path / "file" / "below"))
-
-
-def test_the_compile_helper_is_stopped_with_the_start(records):
-    helper = CompileHelper()
-    helper.start()
-    process = helper.process
-    assert process is not None and process.args[1:] == ["-m", "gpu.warm_up", "--reverse"]
-    helper.stop()
-    assert process.returncode in (0, -signal.SIGTERM)
-    assert not [message for level, message in records() if level == "WARNING"]
