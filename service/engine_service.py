@@ -32,11 +32,13 @@ import orjson
 
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
+from gpu.cpu import interpreted
 from gpu.cuda.device import device_memory_bytes
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph
 from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.warm_up import warm_up
+from service.compiling import CompileWatch
 from service.ingest import BatchInput, InputError
 from service.labels import LabelDictionary, StagedLabels
 from service.patterns import pattern_of, to_query
@@ -128,6 +130,8 @@ class EngineService:
         self.seq = 0
         self._next_query_id = 1
         self.failure: str | None = None   # why start-up or a rebuild failed
+        self.phase = "starting"             # what start-up is doing (starting())
+        self.compiling = CompileWatch(interpreted.kernels())
         # The request hash of every batch applied whose commit is still running, by
         # Idempotency-Key.
         self._pending_keys: dict[str, str] = {}
@@ -207,20 +211,32 @@ class EngineService:
         """Recover from the store, bulk-load --graph into an empty store, warm the kernels."""
         # Numba's thread count is per calling thread: every engine call runs on this one.
         numba.set_num_threads(self.settings.numba_threads())
-        self._settle_kind()
-        self.recover()
-        if self.settings.graph is not None:
-            if self._is_empty():
-                log.info("bulk load: reading %s", self.settings.graph)
-                graph = load_graph(self.settings.graph, labels_path=self.settings.labels,
-                                   num_labels=self.settings.num_labels,
-                                   seed=self.settings.label_seed,
-                                   directed=self.engine.directed)
-                self.load_graph(graph, self.labels.stage())
-            else:
-                log.warning("the store already holds a graph; --graph %s is ignored",
-                            self.settings.graph)
-        self.warm_up()
+        # Recovery, a bulk load and the warm-up may all compile (a first start); say so.
+        self.compiling.start()
+        try:
+            self.phase = "recovering the store"
+            self._settle_kind()
+            self.recover()
+            if self.settings.graph is not None:
+                if self._is_empty():
+                    self.phase = "bulk-loading the graph"
+                    log.info("bulk load: reading %s", self.settings.graph)
+                    graph = load_graph(self.settings.graph, labels_path=self.settings.labels,
+                                       num_labels=self.settings.num_labels,
+                                       seed=self.settings.label_seed,
+                                       directed=self.engine.directed)
+                    self.load_graph(graph, self.labels.stage())
+                else:
+                    log.warning("the store already holds a graph; --graph %s is ignored",
+                                self.settings.graph)
+            self.phase = "warming the kernels"
+            self.warm_up()
+        finally:
+            self.compiling.finish()
+
+    def starting(self) -> str:
+        """What start-up is doing, for /readyz: the phase, or the kernels compiling."""
+        return self.compiling.status() or self.phase
 
     def _settle_kind(self) -> None:
         """The `directed` setting against the store: a store that holds no graph, no batch
@@ -298,7 +314,8 @@ class EngineService:
         """Compile (or load from cache) every kernel a batch can use, on a throw-away engine."""
         t0 = time.perf_counter()
         warm_up(self.backend, self._engine_config())
-        log.info("kernels warm in %.2f s", time.perf_counter() - t0)
+        log.info("kernels warm in %.2f s (%d compiled since the start)",
+                 time.perf_counter() - t0, self.compiling.compiled)
 
     def _is_empty(self) -> bool:
         return (self.seq == 0 and self.engine.graph.num_vertices == 0

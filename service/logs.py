@@ -1,7 +1,10 @@
-"""Owns request ids and the server's log output: X-Request-ID on every response, JSON log lines."""
+"""Owns request ids and the server's log output: X-Request-ID on every response, JSON log
+lines, and the API key kept out of every line (redact)."""
 from __future__ import annotations
 
+import logging
 import re
+from urllib.parse import quote, quote_plus, unquote_plus
 
 from asgi_correlation_id import CorrelationIdMiddleware, correlation_id
 from pythonjsonlogger.core import RESERVED_ATTRS
@@ -53,10 +56,85 @@ class _AcceptHeader:
         await self.app(scope, receive, send_with_id)
 
 
-def log_config(log_format: str, level: str) -> dict:
+REDACTED = "[redacted]"
+# What a request can carry its key in (service/deps.py presented_key): a query's
+# access_token, its name perhaps percent-encoded (the service decodes it: `access%5Ftoken`
+# works), and the Authorization header.  Both reach log lines through URLs (uvicorn's
+# access log and WebSocket lines hold the path with its query string) and anything that
+# prints a request's headers.
+_SECRET_PARAMETER = "access_token"
+_QUERY_PAIR = re.compile(r"(?<=[?&;])([^=&;?\s\"']+)=([^&\s\"']*)")
+_AUTHORIZATION = re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=,]\s*[\"']?)([^\"'\r\n]+)")
+_BEARER = re.compile(r"(?i)(\bbearer\s+)[^\s\"',;]+")
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """`text` with the value of every `access_token` query parameter, every Authorization
+    header value and bearer token, and every string of `secrets` (the configured key, as
+    sent and URL-encoded) replaced by REDACTED."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    text = _QUERY_PAIR.sub(_redact_pair, text)
+    text = _AUTHORIZATION.sub(lambda m: m.group(1) + REDACTED, text)
+    return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def _redact_pair(match: re.Match) -> str:
+    name = match.group(1)
+    if unquote_plus(name) != _SECRET_PARAMETER:
+        return match.group(0)
+    return f"{name}={REDACTED}"
+
+
+def key_forms(key: str | None) -> tuple[str, ...]:
+    """The configured key as a log line could hold it: as sent, and URL-encoded."""
+    if not key:
+        return ()
+    return tuple(dict.fromkeys((key, quote(key, safe=""), quote_plus(key))))
+
+
+class RedactSecrets(logging.Filter):
+    """A handler's filter: every record it writes (the service's, uvicorn's, its access
+    log's), message, traceback and extra fields, passed through `redact`, so that no API
+    key reaches the log whichever way a client sent it, right or wrong.  One place for
+    every logger: the records are rewritten before any formatter sees them."""
+
+    def __init__(self, key: str | None = None) -> None:
+        super().__init__()
+        self.secrets = key_forms(key)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message, self.secrets)
+        if clean != message:
+            record.msg, record.args = clean, ()
+            # uvicorn's copy of the format string for a terminal, useless without the args.
+            record.__dict__.pop("color_message", None)
+        if record.exc_info:
+            # Formatted here, once, so that the formatter writes the redacted text.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        for field in ("exc_text", "stack_info"):
+            value = getattr(record, field, None)
+            if value:
+                setattr(record, field, redact(value, self.secrets))
+        for name, value in vars(record).items():
+            if name not in _RECORD_FIELDS and isinstance(value, str):
+                setattr(record, name, redact(value, self.secrets))
+        return True
+
+
+# A LogRecord's own attributes (the rest are a call's `extra` fields).
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message", "asctime"}
+
+
+def log_config(log_format: str, level: str, api_key: str | None = None) -> dict:
     """uvicorn's `log_config`: every record (the service's, uvicorn's, the access log)
     on stderr, as one JSON object a line (`json`) or as plain text (`text`), each with
-    the id of the request it was written for (`request_id`, null outside requests)."""
+    the id of the request it was written for (`request_id`, null outside requests), and
+    no API key (RedactSecrets: `api_key` is the configured one, redacted wherever it
+    appears)."""
     if log_format == "json":
         formatter = {"()": "pythonjsonlogger.json.JsonFormatter",
                      "fmt": "%(levelname)s %(name)s %(message)s %(correlation_id)s",
@@ -69,13 +147,14 @@ def log_config(log_format: str, level: str) -> dict:
         formatter = {"format": "%(asctime)s %(levelname)s %(name)s [%(correlation_id)s] "
                                "%(message)s"}
     handler = {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
-               "formatter": "default", "filters": ["request_id"]}
+               "formatter": "default", "filters": ["request_id", "redact"]}
     loggers = {name: {"handlers": ["default"], "level": level.upper(), "propagate": False}
                for name in ("motifstream", "uvicorn", "uvicorn.error", "uvicorn.access",
                             "asgi_correlation_id")}
     return {"version": 1, "disable_existing_loggers": False,
             "filters": {"request_id": {"()": "asgi_correlation_id.CorrelationIdFilter",
-                                       "default_value": None}},
+                                       "default_value": None},
+                        "redact": {"()": RedactSecrets, "key": api_key}},
             "formatters": {"default": formatter},
             "handlers": {"default": handler},
             "loggers": loggers,

@@ -26,7 +26,8 @@ async def readyz(state: StateDep):
         return {"status": "ready", "batch": engine.seq, "backend": engine.backend}
     if engine.failure is not None:
         return JSONResponse({"status": "failed", "detail": engine.failure}, status_code=503)
-    return JSONResponse({"status": "starting"}, status_code=503)
+    # What it is doing: recovering, compiling kernels (a first start: how far), warming.
+    return JSONResponse({"status": "starting", "detail": engine.starting()}, status_code=503)
 
 
 @metrics.get("/metrics")

@@ -177,3 +177,26 @@ def test_every_path_the_dockerfile_copies_is_in_the_context():
 def test_the_default_extra_exists():
     (default,) = re.findall(r"^ARG EXTRAS=(\S*)$", DOCKERFILE, re.M)
     assert default in EXTRAS
+
+
+def test_compiled_kernels_are_kept_on_the_data_volume():
+    """Only the first start of a deployment compiles (docs/service.md, First start): Numba's
+    and CuPy's caches are on the volume that outlives containers, where the unprivileged
+    user may write."""
+    env = dict(re.findall(r"(\w+)=(\S+)", " ".join(
+        args for op, args in instructions() if op == "ENV")))
+    volume_path = _service("cpu")["volumes"][0].split(":")[1]
+    assert env["MOTIFSTREAM_DATA_DIR"] == volume_path
+    for cache in ("NUMBA_CACHE_DIR", "CUPY_CACHE_DIR"):
+        assert env[cache].startswith(volume_path + "/"), cache
+    steps = instructions()
+    runtime = steps[steps.index(("FROM", "base AS runtime")):]
+    assert any(op == "RUN" and f"chown motifstream {volume_path}" in args
+               for op, args in runtime)
+    # The image compiles them into the cache as the unprivileged user, before VOLUME
+    # (a build step after it could not write to the volume's path).
+    compile_step = runtime.index(("RUN", "python3 -m gpu.compile_ahead"))
+    assert runtime.index(("USER", "motifstream")) < compile_step
+    assert compile_step < next(i for i, (op, _) in enumerate(runtime) if op == "VOLUME")
+    assert next(i for i, (op, args) in enumerate(runtime)
+                if op == "ENV" and "NUMBA_CACHE_DIR" in args) < compile_step

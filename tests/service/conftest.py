@@ -96,3 +96,54 @@ def random_service_batch(rng, data, nlabels: int, nelabels: int, next_id: list[i
         stream = random_batch(rng, data, nlabels, nelabels, next_id)
         if len(stream):
             return stream
+
+
+class ServerProcess:
+    """`motifstream serve` in a child process running this checkout, its output in `log`;
+    ready (its /readyz 200) when built.  `starting` holds the /readyz bodies seen before."""
+
+    def __init__(self, data_dir, log, *args: str, env: dict | None = None,
+                 timeout: float = 180.0) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        import httpx
+
+        from tests.service.test_e2e import _free_port
+
+        root = Path(__file__).resolve().parents[2]
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(log)
+        self.starting: list[dict] = []
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir),
+                 "--port", str(self.port), "--backend", BACKEND, "--synchronous", "normal",
+                 *args], stdout=out, stderr=subprocess.STDOUT, cwd=root,
+                env={**os.environ, "PYTHONPATH": str(root), **(env or {})})
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                r = httpx.get(self.url + "/readyz", timeout=1)
+                if r.status_code == 200:
+                    break
+                self.starting.append(r.json())
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server not ready in time"
+            time.sleep(0.05)
+
+    def stop(self) -> str:
+        """SIGTERM (SIGKILL after 30 s); the whole log."""
+        import subprocess
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.log.read_text()
