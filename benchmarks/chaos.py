@@ -313,7 +313,8 @@ class Posted:
     body: str
     valid: bool
     client: int
-    answers: list[tuple[int, str]] = field(default_factory=list)   # (status, body)
+    # (status, body, whether Idempotent-Replayed: the stored answer of an earlier try)
+    answers: list[tuple[int, str, bool]] = field(default_factory=list)
     retries: int = 0
 
 
@@ -360,7 +361,8 @@ class Ingest(threading.Thread):
                 p.retries += 1
                 time.sleep(0.02)        # the server is down or restarting: same key again
                 continue
-            p.answers.append((r.status_code, r.text))
+            p.answers.append((r.status_code, r.text,
+                              r.headers.get("idempotent-replayed") == "true"))
             if r.status_code in (409, 503):     # in flight, or not durable: retry
                 p.retries += 1
                 time.sleep(0.02)
@@ -400,7 +402,7 @@ class SseFollower(threading.Thread):
                             return
                         if line:
                             name, _, value = line.partition(":")
-                            fields[name] = value[1:] if value.startswith(" ") else value
+                            fields[name] = value.removeprefix(" ")
                             continue
                         self._event(fields)
                         fields = {}
@@ -479,7 +481,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 -- http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 mac = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), body,
                                            hashlib.sha256).hexdigest()
@@ -628,11 +630,11 @@ class Run:
         acked: dict[int, Posted] = {}
         for p in posted:
             rep.retries += p.retries
-            oks = [json.loads(text) for status, text in p.answers if status == 200]
+            oks = [json.loads(text) for status, text, _ in p.answers if status == 200]
             if not p.valid:
                 rep.rejected += 1
                 continue
-            rep.replayed_answers += len(oks) - 1
+            rep.replayed_answers += sum(replayed for _, _, replayed in p.answers)
             first = oks[0]
             if any(o != first for o in oks[1:]):
                 problems.append(f"{p.key}: a retry was answered differently: {oks}")
@@ -646,7 +648,7 @@ class Run:
         if sorted(acked) != list(range(1, n + 1)):
             problems.append(f"acknowledged batch numbers are not 1..{n}: "
                             f"missing {sorted(set(range(1, n + 1)) - set(acked))[:20]}")
-        answers = {seq: _comparable(json.loads(next(t for s, t in p.answers if s == 200)))
+        answers = {seq: _comparable(json.loads(next(t for s, t, _ in p.answers if s == 200)))
                    for seq, p in acked.items()}
 
         with httpx.Client(base_url=self.server.url, timeout=60) as client:
