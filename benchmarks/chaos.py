@@ -75,6 +75,7 @@ class Config:
     synchronous: str = "normal"   # survives SIGKILL (not power loss), and commits faster
     snapshot_every: int = 40      # recovery from a snapshot plus the batch log after it
     webhook: bool = True
+    startup_kill_rate: float = 0.1   # after a group kill: the restart killed before ready
     ready_timeout: float = 240.0  # a first start on a cold Numba cache compiles
 
 
@@ -226,7 +227,9 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.starts: list[float] = []      # seconds from spawn to /readyz 200
 
-    def start(self) -> None:
+    def start(self, kill_at: float | None = None) -> bool:
+        """Start and wait for /readyz; with `kill_at`, SIGKILL the group that many
+        seconds after the spawn if it is not ready by then (recovery cut short: False)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         env.update(MOTIFSTREAM_HEARTBEAT_SECONDS="0.2", MOTIFSTREAM_WEBHOOK_BACKOFF_SECONDS="0.05",
@@ -253,8 +256,12 @@ class Server:
                 pass
             if time.monotonic() > deadline:
                 raise ChaosFailure(f"the server was not ready in {self.cfg.ready_timeout} s")
+            if kill_at is not None and time.monotonic() - t0 > kill_at:
+                self.kill_group()
+                return False
             time.sleep(0.02)
         self.starts.append(time.monotonic() - t0)
+        return True
 
     def writer_pid(self) -> int:
         """The storage writer child (storage/writer_process.py) of the running server."""
@@ -482,7 +489,10 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
+                size = int(self.headers["Content-Length"])
+                body = self.rfile.read(size)
+                if len(body) < size:    # the sender died mid-request: it got no answer
+                    return
                 mac = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), body,
                                            hashlib.sha256).hexdigest()
                 signed = hmac.compare_digest(mac, self.headers.get("X-Motifstream-Signature", ""))
@@ -515,6 +525,7 @@ class Report:
     """What a run did and found (docs/benchmarks.md quotes these)."""
     kills: int = 0
     writer_kills: int = 0
+    startup_kills: int = 0             # extra: a restart killed before it was ready
     acknowledged: int = 0
     rejected: int = 0
     retries: int = 0
@@ -572,7 +583,13 @@ class Run:
                 else:
                     self.server.kill_writer()
                     self.report.writer_kills += 1
-                self.server.start()
+                ready = False
+                if victim == "group" and rng.random() < self.cfg.startup_kill_rate:
+                    # Killed again in the middle of its recovery (or warm-up).
+                    ready = self.server.start(kill_at=rng.uniform(0.1, self.server.starts[-1]))
+                    self.report.startup_kills += not ready
+                if not ready:
+                    self.server.start()
                 if (i + 1) % 10 == 0:
                     self.say(f"{i + 1} kills, {self._acknowledged(clients)} batches acknowledged")
             time.sleep(rng.uniform(*self.cfg.up_seconds))
