@@ -48,7 +48,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-EXIT_WRITER_LOST = 70            # service.main.EXIT_WRITER_LOST (not imported: no numba here)
+EXIT_WRITER_LOST = 70   # service.main's (importing it would load the engine here)
 WEBHOOK_SECRET = "chaos-webhook-secret-0123456789"
 MISSING_VERTEX = 999_999_999     # never added: an edge to it rejects its batch
 # The standing queries: (name, query file, deliver).  Labels 0..2, edge label 0.
@@ -94,6 +94,7 @@ class Partition:
             self.adjacent[u].add(v)
             self.adjacent[v].add(u)
         self.next_id = 1_000_000 * (index + 1)
+        self._pending_next_id = self.next_id      # after the batch last drawn valid
 
     def edges(self) -> set[tuple[int, int]]:
         return {(min(u, v), max(u, v)) for u, n in self.adjacent.items() for v in n}

@@ -9,11 +9,13 @@ import httpx
 import numpy as np
 import pytest
 
+from benchmarks import chaos
 from benchmarks.chaos import ChaosFailure, Config, Run, random_graph
 from gpu.batch import BatchRejected
 from gpu.engine import Engine
 from gpu.io.graphs import parse_graph_text
 from service.ingest import parse_batch
+from service.main import EXIT_WRITER_LOST
 
 
 @pytest.mark.slow
@@ -83,3 +85,7 @@ def test_the_workload_is_valid_or_refused_as_drawn():
     labels = dict(zip(graph.vertex_ids.tolist(), graph.vertex_labels.tolist()))
     assert labels == part.labels
     assert np.all(graph.edge_labels == 0)
+
+
+def test_the_harness_expects_the_services_exit_status():
+    assert chaos.EXIT_WRITER_LOST == EXIT_WRITER_LOST
