@@ -10,7 +10,9 @@ its own Idempotency-Key and retried with that key after any connection error unt
 answered.  Meanwhile the server's process group (the server and its storage writer child;
 webhook delivery runs in the server) is SIGKILLed at random moments, or only the storage
 writer (the server must then exit with status 70 by itself), and restarted on the same data
-directory and port.  The followers resume with Last-Event-ID and the WebSocket's `after`.
+directory and port; a tenth of the restarts are killed again before they are ready; and
+now and then, for 0.2-1 s, every write of the storage writer fails (its RLIMIT_FSIZE set to
+0: SQLite's disk I/O error), so batches are 503s and retried.  The followers resume with Last-Event-ID and the WebSocket's `after`.
 
 At the end (`Run.check`): the batch numbers acknowledged are exactly 1..N, one key each; the
 batch log and the idempotency keys hold exactly the acknowledged batches (their updates, in
@@ -20,7 +22,8 @@ with the same graph, result logs and query totals; both followers saw every even
 once; the webhook delivered every event (at least once, in order, correctly signed); and no
 valid batch was refused nor any invalid one accepted.
 
-    python -m benchmarks.chaos --kills 100 --writer-kills 10 [--seed S] [--json F]
+    python -m benchmarks.chaos --kills 100 --writer-kills 10 [--write-faults 10] [--seed S]
+        [--synchronous normal|full] [--json F]
 
 tests/service/test_chaos.py runs a shorter run (about 20 kills) in CI.
 """
@@ -34,6 +37,7 @@ import json
 import os
 import platform
 import random
+import resource
 import signal
 import socket
 import sqlite3
@@ -76,6 +80,8 @@ class Config:
     snapshot_every: int = 40      # recovery from a snapshot plus the batch log after it
     webhook: bool = True
     startup_kill_rate: float = 0.1   # after a group kill: the restart killed before ready
+    write_faults: int = 2         # spells of failing writes (the server lives on)
+    fault_seconds: tuple[float, float] = (0.2, 1.0)
     ready_timeout: float = 240.0  # a first start on a cold Numba cache compiles
 
 
@@ -273,6 +279,17 @@ class Server:
                 if b"storage.writer_process" in cmdline:
                     return int(pid)
         raise ChaosFailure("the server has no storage writer process")
+
+    def refuse_writes(self, seconds: float) -> None:
+        """For `seconds`, every write of the storage writer fails (RLIMIT_FSIZE 0: EFBIG,
+        SQLite's disk I/O error), as on a failing disk: batches are 503s meanwhile."""
+        pid = self.writer_pid()
+        limits = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, limits[1]))
+        try:
+            time.sleep(seconds)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
 
     def kill_group(self) -> None:
         assert self.proc is not None
@@ -527,6 +544,8 @@ class Report:
     kills: int = 0
     writer_kills: int = 0
     startup_kills: int = 0             # extra: a restart killed before it was ready
+    write_faults: int = 0              # spells of failing writes
+    unavailable_answers: int = 0       # 503s (writes failing, or still recovering)
     acknowledged: int = 0
     rejected: int = 0
     retries: int = 0
@@ -572,12 +591,17 @@ class Run:
         try:
             for thread in (*followers, *clients):
                 thread.start()
-            victims = ["group"] * self.cfg.kills + ["writer"] * self.cfg.writer_kills
+            victims = (["group"] * self.cfg.kills + ["writer"] * self.cfg.writer_kills
+                       + ["writes"] * self.cfg.write_faults)
             rng.shuffle(victims)
             for i, victim in enumerate(victims):
                 time.sleep(rng.uniform(*self.cfg.up_seconds))
                 if any(c.errors for c in clients) or not all(c.is_alive() for c in clients):
                     break
+                if victim == "writes":
+                    self.server.refuse_writes(rng.uniform(*self.cfg.fault_seconds))
+                    self.report.write_faults += 1
+                    continue
                 if victim == "group":
                     self.server.kill_group()
                     self.report.kills += 1
@@ -648,6 +672,7 @@ class Run:
         acked: dict[int, Posted] = {}
         for p in posted:
             rep.retries += p.retries
+            rep.unavailable_answers += sum(status == 503 for status, _, _ in p.answers)
             oks = [json.loads(text) for status, text, _ in p.answers if status == 200]
             if not p.valid:
                 rep.rejected += 1
@@ -877,6 +902,8 @@ def main(argv=None) -> int:
         "\n\n")[0])
     p.add_argument("--kills", type=int, default=100, help="SIGKILLs of the server's group")
     p.add_argument("--writer-kills", type=int, default=10, help="SIGKILLs of the writer only")
+    p.add_argument("--write-faults", type=int, default=10,
+                   help="spells of 0.2-1 s in which every write of the store fails")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--synchronous", choices=("full", "normal"), default="normal")
@@ -887,12 +914,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import tempfile
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="motifstream-chaos-"))
-    cfg = Config(kills=args.kills, writer_kills=args.writer_kills, seed=args.seed,
+    cfg = Config(kills=args.kills, writer_kills=args.writer_kills,
+                 write_faults=args.write_faults, seed=args.seed,
                  clients=args.clients, synchronous=args.synchronous, webhook=not args.no_webhook)
     started = datetime.datetime.now(datetime.timezone.utc)
     run = Run(cfg, workdir, say=lambda line: print(line, file=sys.stderr, flush=True))
-    print(f"chaos: {cfg.kills} kills + {cfg.writer_kills} writer kills, seed {cfg.seed}, "
-          f"in {workdir}", file=sys.stderr, flush=True)
+    print(f"chaos: {cfg.kills} kills + {cfg.writer_kills} writer kills + "
+          f"{cfg.write_faults} write faults, seed {cfg.seed}, in {workdir}", file=sys.stderr,
+          flush=True)
     failure = None
     try:
         run.execute()
