@@ -75,6 +75,7 @@ class Config:
     degree: float = 5.0
     max_updates: int = 8          # per batch, at least 1
     reject_rate: float = 0.05
+    repeat_rate: float = 0.02     # acknowledged batches posted again with their key
     up_seconds: tuple[float, float] = (0.3, 1.2)   # time between ready and the next kill
     synchronous: str = "normal"   # survives SIGKILL (not power loss), and commits faster
     snapshot_every: int = 40      # recovery from a snapshot plus the batch log after it
@@ -341,6 +342,7 @@ class Posted:
     # (status, body, whether Idempotent-Replayed: the stored answer of an earlier try)
     answers: list[tuple[int, str, bool]] = field(default_factory=list)
     retries: int = 0
+    repeated: bool = False    # posted again after its acknowledgement
 
 
 class Ingest(threading.Thread):
@@ -371,6 +373,14 @@ class Ingest(threading.Thread):
                 status = self._post(client, p)
                 if status == 200 and p.valid:
                     self.part.apply(ops)
+                    if self.rng.random() < cfg.repeat_rate:
+                        # Posted again on purpose (maybe after a restart): the stored answer.
+                        p.repeated = True
+                        status = self._post(client, p)
+                        if status != 200 or not p.answers[-1][2]:
+                            self.errors.append(f"batch {p.key} posted again was answered "
+                                               f"{status}, not replayed: {p.answers[-1][1]}")
+                            return
                 elif status == 200 or (status == 422) == p.valid:
                     self.errors.append(f"batch {p.key} ({'valid' if p.valid else 'invalid'}) "
                                        f"answered {status}: {p.answers[-1][1][:300]}\n{body}")
@@ -549,7 +559,8 @@ class Report:
     acknowledged: int = 0
     rejected: int = 0
     retries: int = 0
-    replayed_answers: int = 0          # answers with Idempotent-Replayed (a retry's)
+    replayed_answers: int = 0          # first acknowledgements with Idempotent-Replayed
+    repeats: int = 0                   # acknowledged batches posted again on purpose
     events: int = 0                    # result-log events across the queries
     follower_reconnects: int = 0
     webhook_deliveries: int = 0
@@ -677,10 +688,12 @@ class Run:
             if not p.valid:
                 rep.rejected += 1
                 continue
-            rep.replayed_answers += sum(replayed for _, _, replayed in p.answers)
+            # The first 200 replayed: the batch committed before a kill lost its answer.
+            rep.replayed_answers += next(r for s, _, r in p.answers if s == 200)
+            rep.repeats += p.repeated
             first = oks[0]
             if any(o != first for o in oks[1:]):
-                problems.append(f"{p.key}: a retry was answered differently: {oks}")
+                problems.append(f"{p.key}: answered differently when posted again: {oks}")
             if first["batch"] in acked:
                 rep.duplicates += 1
                 problems.append(f"batch {first['batch']} acknowledged for "
@@ -688,6 +701,11 @@ class Run:
             acked[first["batch"]] = p
         rep.acknowledged = len(acked)
         n = len(acked)
+        for c in clients:       # one client's batches, posted one by one, in its order
+            mine = [json.loads(next(t for s, t, _ in p.answers if s == 200))["batch"]
+                    for p in c.posted if p.valid]
+            if mine != sorted(mine):
+                problems.append(f"client {c.part.index}'s batches acknowledged out of order")
         if sorted(acked) != list(range(1, n + 1)):
             problems.append(f"acknowledged batch numbers are not 1..{n}: "
                             f"missing {sorted(set(range(1, n + 1)) - set(acked))[:20]}")
