@@ -20,7 +20,7 @@ from service.main import EXIT_WRITER_LOST
 
 @pytest.mark.slow
 def test_twenty_sigkills_lose_nothing(tmp_path):
-    """About 90-110 s on the 2-vCPU VM: 18 kills of the process group, 2 of the writer
+    """90-165 s on the 2-vCPU VM (as loaded): 18 kills of the process group, 2 of the writer
     alone (each restart 3-5 s), and 2 spells of failing writes."""
     report = Run(Config(kills=18, writer_kills=2, write_faults=2, seed=7), tmp_path).execute()
     assert (report.kills, report.writer_kills, report.write_faults) == (18, 2, 2)
