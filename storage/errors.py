@@ -28,6 +28,10 @@ class PersistFailed(StorageError):
         return failure
 
 
+class CommitUncertain(PersistFailed):
+    """A commit failed after its data may have reached the disk; whether it is durable is unknown."""
+
+
 class SchemaTooNew(StorageError):
     """The data directory was written by a newer version of Motifstream."""
 
