@@ -29,7 +29,7 @@ class PersistFailed(StorageError):
 
 
 class CommitUncertain(PersistFailed):
-    """A commit failed after its data may have reached the disk; whether it is durable is unknown."""
+    """The commit failed after its transaction was written; whether it is durable is unknown."""
 
 
 class SchemaTooNew(StorageError):

@@ -14,10 +14,10 @@ server never writes beside the child of the process it replaces.  When the paren
 child reads end-of-file, finishes what it had received, and exits; what it commits then
 was never acknowledged, as with a crash between commit and reply.  The child exits by
 itself, answering nothing, when a commit's outcome is unknown (an fsync failed after the
-transaction was written: storage.errors.CommitUncertain), which the parent sees as below.  When the child dies
-while the parent lives, the outcome of the work in flight is unknown: ``on_lost`` runs
-(the service ends its process there, as a crash would), then every pending future gets
-:class:`WriterLost`.
+transaction was written: storage.errors.CommitUncertain), which the parent sees as below.
+When the child dies while the parent lives, the outcome of the work in flight is unknown:
+``on_lost`` runs (the service ends its process there, as a crash would), then every pending
+future gets :class:`WriterLost`.
 """
 
 from __future__ import annotations
