@@ -8,6 +8,7 @@ use: the writer process imports this package and must not load NumPy and the eng
 from typing import TYPE_CHECKING
 
 from storage.errors import (
+    CommitUncertain,
     PersistFailed,
     ResultsPruned,
     SchemaTooNew,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchRecord",
+    "CommitUncertain",
     "EventRecord",
     "PersistFailed",
     "QueryRecord",

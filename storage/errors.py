@@ -28,6 +28,10 @@ class PersistFailed(StorageError):
         return failure
 
 
+class CommitUncertain(PersistFailed):
+    """The commit failed after its transaction was written; whether it is durable is unknown."""
+
+
 class SchemaTooNew(StorageError):
     """The data directory was written by a newer version of Motifstream."""
 

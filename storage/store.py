@@ -87,7 +87,8 @@ class Store:
         ``synchronous="full"`` survives power loss; ``"normal"`` survives process
         crashes only, and commits faster.  ``writer_process`` runs the writes in a
         child process (storage.writer_process) instead of a thread; ``on_writer_lost``
-        is called if that process dies while this one lives (see there).
+        is called if that process dies while this one lives (see there), or when a
+        commit's outcome is unknown (storage.errors.CommitUncertain), either writer.
         """
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, got {synchronous!r}")
@@ -115,7 +116,7 @@ class Store:
             except BaseException:
                 lock.close()
                 raise
-            writer = Writer(conn, lock=lock)
+            writer = Writer(conn, lock=lock, on_lost=on_writer_lost)
         store = cls(
             data_dir,
             writer,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import logging
 import queue
 import sqlite3
 import threading
@@ -22,9 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NamedTuple, TypeVar
 
-from storage.errors import PersistFailed, StorageError, StoreClosed
+from storage.errors import CommitUncertain, PersistFailed, StorageError, StoreClosed
 
 T = TypeVar("T")
+
+log = logging.getLogger("motifstream.storage")
 
 # The most grouped submissions one transaction takes.
 MAX_GROUP = 256
@@ -36,6 +39,11 @@ GROUP_SIZES_KEPT = 1024
 WRITER_LOCK_TIMEOUT_S = 30.0
 
 _savepoint_ids = itertools.count(1)
+# A COMMIT failing with these wrote the transaction (its commit record too) and then could
+# not sync it: it is neither durable nor gone -- a crash may still find it in the WAL.  Other
+# failures (SQLITE_FULL, a failed write) stop before the commit record is written.  Before
+# Python 3.11 errors carry no SQLite code: every I/O error at COMMIT counts as one of these.
+UNCERTAIN_COMMIT_ERRORS = frozenset({"SQLITE_IOERR_FSYNC", "SQLITE_IOERR_DIR_FSYNC"})
 _STOP = object()
 
 
@@ -78,8 +86,10 @@ def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             raise
         try:
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             _rollback(conn)
+            if _uncertain(exc):
+                raise CommitUncertain(f"{type(exc).__name__}: {exc}") from exc
             raise
         return
     savepoint = f"atomic_{next(_savepoint_ids)}"
@@ -91,6 +101,16 @@ def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute(f"RELEASE {savepoint}")
         raise
     conn.execute(f"RELEASE {savepoint}")
+
+
+def _uncertain(exc: BaseException) -> bool:
+    """Whether a COMMIT that raised ``exc`` may have reached the disk all the same."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is None:
+        return "disk I/O error" in str(exc)
+    return name in UNCERTAIN_COMMIT_ERRORS
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -148,16 +168,20 @@ class Writer:
 
     Takes ownership of ``conn`` (opened with ``check_same_thread=False`` and
     ``isolation_level=None``) and of ``lock`` (take_writer_lock's), and closes them in
-    :meth:`close`.
+    :meth:`close`.  A commit whose outcome is unknown (:class:`CommitUncertain`) calls
+    ``on_lost`` first, as the writer process's death does (the service ends its process
+    there, so that a restart finds out what is durable), then fails its group.
     """
 
     def __init__(self, conn: sqlite3.Connection, name: str = "storage-writer",
-                 *, max_group: int = MAX_GROUP, lock: IO | None = None):
+                 *, max_group: int = MAX_GROUP, lock: IO | None = None,
+                 on_lost: Callable[[], None] | None = None):
         if max_group < 1:
             raise ValueError(f"max_group must be >= 1, got {max_group}")
         self._conn = conn
         self._writer_lock = lock    # from take_writer_lock, released after the connection
         self._max_group = max_group
+        self._on_lost = on_lost
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
@@ -235,6 +259,9 @@ class Writer:
             results = run_group(self._conn, [work for work, _ in group])
         # Whatever the work raised, the caller gets PersistFailed; the writer thread lives on.
         except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, CommitUncertain) and self._on_lost is not None:
+                log.critical("%s", exc)
+                self._on_lost()
             for _, future in group:
                 future.set_exception(PersistFailed.wrapping(exc))
             return

@@ -12,10 +12,12 @@ Crashes: the child holds the writer lock (``<database>.writer-lock``) while it l
 every writer, thread or process, takes it before it opens the database, so a restarted
 server never writes beside the child of the process it replaces.  When the parent dies (``kill -9``), the
 child reads end-of-file, finishes what it had received, and exits; what it commits then
-was never acknowledged, as with a crash between commit and reply.  When the child dies
-while the parent lives, the outcome of the work in flight is unknown: ``on_lost`` runs
-(the service ends its process there, as a crash would), then every pending future gets
-:class:`WriterLost`.
+was never acknowledged, as with a crash between commit and reply.  The child exits by
+itself, answering nothing, when a commit's outcome is unknown (an fsync failed after the
+transaction was written: storage.errors.CommitUncertain), which the parent sees as below.
+When the child dies while the parent lives, the outcome of the work in flight is unknown:
+``on_lost`` runs (the service ends its process there, as a crash would), then every pending
+future gets :class:`WriterLost`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from storage import transactions
-from storage.errors import PersistFailed, StorageError, StoreClosed
+from storage.errors import CommitUncertain, PersistFailed, StorageError, StoreClosed
 from storage.schema import migrate
 from storage.writer import (
     GROUP_SIZES_KEPT,
@@ -58,6 +60,7 @@ log = logging.getLogger("motifstream.storage")
 START_TIMEOUT_S = WRITER_LOCK_TIMEOUT_S + 90.0
 _HEADER = struct.Struct("<I")
 _STOP = "stop"
+EXIT_COMMIT_UNCERTAIN = 3      # the child's status after a commit of unknown outcome
 _EOF = "end of file"
 
 
@@ -333,6 +336,12 @@ def _serve(db_path: Path, synchronous: str, requests: int, replies: int,
             tokens = [token for _, token in group]
             try:
                 results = run_group(conn, [work for work, _ in group])
+            except CommitUncertain as exc:
+                # Neither durable nor gone: no answer is true, so none is given.  The parent
+                # sees its writer die (on_lost), as when it is killed mid-commit.
+                print(f"motifstream storage writer: {exc}; exiting", file=sys.stderr,
+                      flush=True)
+                os._exit(EXIT_COMMIT_UNCERTAIN)
             except Exception as exc:  # noqa: BLE001 -- each unit of work's own outcome
                 _reply(replies, ("failed", tokens, _picklable(exc)))
             else:
