@@ -57,6 +57,14 @@ class Settings(BaseSettings):
     # Live events buffered per subscriber; a subscriber that falls further behind reads
     # from the result log instead (ingest never waits for it).
     subscriber_buffer: int = Field(1024, ge=1)
+    # A result stream (SSE, WebSocket) whose client has not taken a write for this long
+    # (its socket stopped draining) is cut: its subscription is released and its last
+    # event, `lagging`, waits behind what the socket already holds (docs/service.md).
+    subscriber_stall_seconds: float = Field(30.0, gt=0)
+    # A result stream more than this many batches behind the last committed one when its
+    # live buffer overflows is cut the same way.  Unset: it reads the log until it catches
+    # up (its memory stays bounded either way).
+    subscriber_max_lag: int | None = Field(None, ge=1)
     # A result stream (SSE, WebSocket) that sent nothing for this long sends a `progress`
     # event, "complete through batch N", even for a query no batch touched; on SSE it is
     # also the keep-alive (it replaced the `: ping` comment and its sse_ping_seconds).
@@ -118,7 +126,7 @@ class Settings(BaseSettings):
         return min(wanted, numba.config.NUMBA_NUM_THREADS)
 
     @field_validator("api_key", "graph", "labels", "num_labels", "engine_threads",
-                     mode="before")
+                     "subscriber_max_lag", mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
         # Compose passes `VAR: ${VAR:-}` as an empty string: that means "not set".
