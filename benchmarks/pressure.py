@@ -178,20 +178,21 @@ def logged_ids(port: int, query_id: int) -> list[int]:
 
 
 class EdgeBatches:
-    """JSON batch bodies over a graph of `vertices` vertices: each inserts `per_batch` new edges
-    between random vertices, at least one of them 0-1 (so the `edge` query has an event), and
-    from the second batch on deletes the edges the previous one inserted; every batch is valid
-    and the graph keeps its size."""
+    """JSON batch bodies over a graph whose vertices have `labels`: each adds `per_batch` new
+    vertices (the first labelled 1), each joined by `fan` edges to vertices of the graph (a 1
+    to 0s: `fan` new matches of the `edge` query, so every batch is an event for it), and
+    deletes the vertices the previous batch added; every batch is valid and the graph keeps
+    its size."""
 
-    def __init__(self, labels: list[int], per_batch: int, seed: int = 1) -> None:
+    def __init__(self, labels: list[int], per_batch: int, seed: int = 1, fan: int = 1) -> None:
         self.rng = random.Random(seed)
         self.labels = labels
         self.per_batch = per_batch
+        self.fan = fan  # edges of each new vertex (a 1 with `fan` edges is `fan` matches)
         self.zeros = [v for v, lab in enumerate(labels) if lab == 0]
         self.ones = [v for v, lab in enumerate(labels) if lab == 1]
-        self.previous: list[list[int]] = []
-        # Inserted edges are marked with vertex ids past the graph's, so they never collide
-        # with its own edges: each batch adds its vertices too.
+        self.previous: list[int] = []  # the vertices the last batch added
+        # New vertices take ids past the graph's: their edges never collide with its own.
         self.next_vertex = len(labels)
 
     def next_body(self) -> bytes:
@@ -201,12 +202,12 @@ class EdgeBatches:
             self.next_vertex += 1
             label = 1 if i == 0 else self.rng.randrange(3)
             vertices.append([new, label])
-            # A new vertex labelled 1 joined to a 0: one new `edge` match (more for the others).
-            other = self.rng.choice(self.zeros if label == 1 else self.ones)
-            edges.append([other, new])
+            # A new vertex labelled 1 joined to 0s: `fan` new `edge` matches.
+            for other in self.rng.sample(self.zeros if label == 1 else self.ones, self.fan):
+                edges.append([other, new])
         body = {"insert_vertices": vertices, "insert_edges": edges,
-                "delete_vertices": [v for _, v in self.previous]}
-        self.previous = edges
+                "delete_vertices": self.previous}
+        self.previous = [vertex for vertex, _ in vertices]
         return json.dumps(body).encode()
 
 
@@ -316,8 +317,10 @@ def stalled_sse(port: int, query_id: int, rcvbuf: int, last_event_id: int | None
     """An SSE subscription that sent its request and reads nothing."""
     sock = stalled_socket(port, rcvbuf)
     resume = b"" if last_event_id is None else b"Last-Event-ID: %d\r\n" % last_event_id
+    # Connection: close: when the stream ends, the server closes the connection.
     sock.sendall(b"GET /v1/queries/%d/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                 b"Accept: text/event-stream\r\n%s\r\n" % (query_id, resume))
+                 b"Accept: text/event-stream\r\nConnection: close\r\n%s\r\n"
+                 % (query_id, resume))
     return sock
 
 
@@ -331,19 +334,20 @@ def stalled_ws(port: int, query_id: int, rcvbuf: int) -> socket.socket:
     return sock
 
 
-def read_all(sock: socket.socket, timeout: float = 10.0) -> bytes:
-    """Everything the socket yields until the server closes it (or `timeout` passes idle)."""
+def read_all(sock: socket.socket, complete=None, timeout: float = 10.0) -> bytes:
+    """What the socket yields until the server closes it, `complete(data)` holds, or nothing
+    came for `timeout` seconds."""
     sock.settimeout(timeout)
-    chunks = []
-    while True:
+    data = b""
+    while complete is None or not complete(data):
         try:
-            data = sock.recv(1 << 16)
+            chunk = sock.recv(1 << 16)
         except TimeoutError:
             break
-        if not data:
+        if not chunk:
             break
-        chunks.append(data)
-    return b"".join(chunks)
+        data += chunk
+    return data
 
 
 def sse_events(raw: bytes) -> list[tuple[str, str, int | None]]:

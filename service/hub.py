@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 # max_matches_per_batch matches.
 LOG_PAGE = 100
 
+# Log pages read at once, over every subscription.  Each worker thread that reads keeps a
+# store connection with its own page cache (up to 2 MB); without this bound, many
+# subscriptions catching up together (stalled clients reconnecting, say) would spread their
+# reads over the whole thread pool and keep a cache in each thread (docs/benchmarks.md).
+LOG_READERS = 4
+
 
 # The cursor before every event: a query registered before the first batch has its backfill
 # event at seq 0.
@@ -136,6 +142,7 @@ class Hub:
         self._deleted: set[int] = set()  # query ids are never reused, so this only grows
         self._last_seq = store.last_seq()
         self._closed = False
+        self._log_readers = anyio.CapacityLimiter(LOG_READERS)
 
     def publish(self, seq: int, events: Sequence[EventRecord]) -> None:
         """Hand batch `seq`'s events (only the queries it touched, maybe none) to subscribers."""
@@ -370,7 +377,8 @@ class Subscription:
         after = None if self._from_retained else self._cursor
         try:
             start, page = await anyio.to_thread.run_sync(
-                retained_events, hub.store, self.query_id, after, hub.page_size)
+                retained_events, hub.store, self.query_id, after, hub.page_size,
+                limiter=hub._log_readers)
         except ResultsPruned as exc:
             self.close()
             raise SubscriptionGone(self.query_id, self._cursor, exc.earliest) from exc

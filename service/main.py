@@ -6,6 +6,7 @@ import gc
 import ipaddress
 import logging
 import os
+import socket
 import sys
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -334,7 +335,19 @@ def create_app(settings: Settings | None = None, freeze_gc_when_ready: bool = Fa
 class _Server(uvicorn.Server):
     """uvicorn waits for open connections before the lifespan's shutdown runs, and a
     result stream never ends by itself: end the subscriptions first (each gets a last
-    `shutdown` event), then shut down as usual."""
+    `shutdown` event), then shut down as usual.  The listening sockets get the
+    socket_send_buffer setting, which the connections they accept inherit."""
+
+    def __init__(self, config: uvicorn.Config, send_buffer: int | None) -> None:
+        super().__init__(config)
+        self.send_buffer = send_buffer
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets=sockets)
+        if self.send_buffer is not None:
+            for server in getattr(self, "servers", ()):
+                for sock in server.sockets:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
 
     async def shutdown(self, sockets=None) -> None:
         state = getattr(self.config.app.state, "motifstream", None)
@@ -368,4 +381,4 @@ def serve(settings: Settings) -> None:
                             log_level=settings.log_level, access_log=settings.access_log,
                             log_config=log_config(settings.log_format, settings.log_level),
                             timeout_graceful_shutdown=10)
-    _Server(config).run()
+    _Server(config, settings.socket_send_buffer).run()
