@@ -51,7 +51,7 @@ def query_stats(server, query_id: int) -> dict:
     return reply["stats"]
 
 
-def ingest_until(server, batches, condition, what: str, limit: int = 20_000) -> None:
+def ingest_until(server, batches, condition, what: str, limit: int = 5_000) -> None:
     """Post batches, 20 at a time, until `condition()` holds."""
     posted = 0
     while not condition():
