@@ -3,27 +3,28 @@ with and without clients that never read, and a well-behaved follower's events b
 
 Starts `motifstream serve` (CPU executor, loopback) on a small random graph with two standing
 queries (`edge`: every inserted 0-1 edge, delivered as matches, so nearly every batch is an
-event; `triangle`: counts), follows `edge` over SSE, and posts batches (inserting a few new
-edges, deleting as many older ones) from one keep-alive connection, as fast as they are
-acknowledged.  Then:
+event; `triangle`: counts), follows `edge` over SSE, and posts batches (8 new vertices with
+an edge each, deleting the previous batch's) from one keep-alive connection, as fast as they
+are acknowledged.  Then:
 
   1. baseline: ingest for --seconds without pressure;
   2. pressure: opens --sse SSE and --ws WebSocket subscriptions that send their request and
      never read (raw sockets with a --rcvbuf receive buffer, so the server's sends back up),
      and --idle keep-alive connections that sent one request and sit idle (reopened when the
      server closes them at its keep-alive timeout, so that --idle are open all along); ingest
-     for --seconds again, then closes them;
+     for --settle seconds (reported apart: until their sockets fill, the stalled clients are
+     written every event), then for --seconds again, then closes them;
   3. --rounds times over, on the same server (alternating keeps the machine's drift and its
      other tenants out of the comparison; the medians are reported).
 
 Each phase reports batches/s, p50/p99 latency at the client and the server's RSS (VmRSS of
 the server process, sampled every 50 ms): growth is a pressure phase's peak less the RSS
-before its clients opened, the largest over the rounds.  At the end the follower must hold every event of the `edge` query's
-result log once, in order, and the stalled subscriptions cut by then are counted (the server's
-own subscriber count).
+before its clients opened, the largest over the rounds.  At the end the follower must hold
+every event of the `edge` query's result log once, in order, and the stalled subscriptions
+cut by then are counted (the server's own subscriber count).
 
-    python -m benchmarks.pressure [--sse 50] [--ws 20] [--idle 500] [--seconds 30]
-        [--env NAME=VALUE ...] [--json F]
+    python -m benchmarks.pressure [--sse 50] [--ws 20] [--idle 500] [--seconds 20]
+        [--settle 5] [--rounds 3] [--env NAME=VALUE ...] [--json F]
 
 tests/service/test_pressure.py drives the same pieces at small scale.
 """
@@ -498,11 +499,14 @@ def wait_until(condition, timeout: float, what: str) -> None:
 # ---------------------------------------------------------------------------- the run
 
 def run(sse: int, ws: int, idle: int, seconds: float, env: dict[str, str], work: Path,
-        rounds: int = 3, vertices: int = 2000, edges: int = 6000, per_batch: int = 8,
-        rcvbuf: int = 4096) -> dict:
+        rounds: int = 3, settle: float = 5.0, vertices: int = 2000, edges: int = 6000,
+        per_batch: int = 8, rcvbuf: int = 4096) -> dict:
     """`rounds` times: a baseline phase, then a pressure phase with fresh pressure clients
     (closed after it); the figures of each and their medians.  Alternating the phases keeps
     the machine's drift (and its other tenants) out of the comparison."""
+    if min(seconds, settle) <= 0 or rounds < 1:
+        raise ValueError(f"seconds and settle must be > 0 and rounds >= 1, got {seconds}, "
+                         f"{settle}, {rounds}")
     graph = work / "graph.txt"
     labels = write_graph(graph, vertices, edges)
     server = Server(work / "data", graph, work / "server.log", env)
@@ -518,7 +522,8 @@ def run(sse: int, ws: int, idle: int, seconds: float, env: dict[str, str], work:
             baseline = ingest(server, batches, seconds=seconds)
             figures["rounds"].append(
                 {"baseline": baseline.summary(),
-                 **_pressure_phase(server, ids, batches, sse, ws, idle, seconds, rcvbuf)})
+                 **_pressure_phase(server, ids, batches, sse, ws, idle, seconds, settle,
+                                   rcvbuf)})
         last = logged_ids(server.port, ids["edge"])
         caught_up = follower.wait_for(last[-1], 60)
         follower.stop.set()
@@ -528,20 +533,21 @@ def run(sse: int, ws: int, idle: int, seconds: float, env: dict[str, str], work:
                                "cuts": follower.last_events}
     finally:
         server.stop()
-    for phase in ("baseline", "pressure"):
-        figures[phase] = {key: round(statistics.median(r[phase][key] for r in figures["rounds"]), 2)
+    for phase in ("baseline", "settling", "pressure"):
+        figures[phase] = {key: round(statistics.median(r[phase][key]
+                                                       for r in figures["rounds"]), 2)
                           for key in ("batches_per_s", "p50_ms", "p99_ms")}
     figures["rate_change_pct"] = round(100 * (figures["pressure"]["batches_per_s"]
                                               / figures["baseline"]["batches_per_s"] - 1), 1)
     figures["p99_change_pct"] = round(100 * (figures["pressure"]["p99_ms"]
                                              / figures["baseline"]["p99_ms"] - 1), 1)
     figures["rss_growth_mib"] = max(r["rss_growth_mib"] for r in figures["rounds"])
-    figures.update(stalled_sse=sse, stalled_ws=ws, idle=idle, seconds=seconds)
+    figures.update(stalled_sse=sse, stalled_ws=ws, idle=idle, seconds=seconds, settle=settle)
     return figures
 
 
 def _pressure_phase(server: Server, ids: dict[str, int], batches: EdgeBatches, sse: int,
-                    ws: int, idle: int, seconds: float, rcvbuf: int) -> dict:
+                    ws: int, idle: int, seconds: float, settle: float, rcvbuf: int) -> dict:
     """Ingest with the pressure clients open (half of the stalled ones on each query)."""
     rss_before = server.rss_bytes()
     stalled = [stalled_sse(server.port, ids["edge" if i % 2 == 0 else "triangle"], rcvbuf)
@@ -555,6 +561,9 @@ def _pressure_phase(server: Server, ids: dict[str, int], batches: EdgeBatches, s
         wait_until(lambda: subscribers(server.port, ids["edge"]) == on_edge, 60,
                    "stalled subscriptions")
         wait_until(lambda: len(idlers.sockets) == idle, 60, "idle connections")
+        # Until their sockets fill, the stalled clients are written every event like any
+        # other: their first seconds are reported apart.
+        settling = ingest(server, batches, seconds=settle)
         pressure = ingest(server, batches, seconds=seconds)
         still_open = {name: subscribers(server.port, qid) for name, qid in ids.items()}
     finally:
@@ -564,7 +573,7 @@ def _pressure_phase(server: Server, ids: dict[str, int], batches: EdgeBatches, s
             sock.close()
     # Gone from the server too before the next baseline.
     wait_until(lambda: subscribers(server.port, ids["edge"]) == 1, 60, "stalled clients gone")
-    return {"pressure": pressure.summary(),
+    return {"settling": settling.summary(), "pressure": pressure.summary(),
             "rss_growth_mib": round((pressure.rss_peak - rss_before) / 2**20, 1),
             "subscriptions_open_at_end": still_open, "idle_reopened": idlers.reopened}
 
@@ -575,6 +584,9 @@ def _parse_args(argv):
     p.add_argument("--ws", type=int, default=20, help="stalled WebSocket subscriptions (20)")
     p.add_argument("--idle", type=int, default=500, help="idle keep-alive connections (500)")
     p.add_argument("--seconds", type=float, default=20.0, help="seconds per phase (20)")
+    p.add_argument("--settle", type=float, default=5.0,
+                   help="seconds of ingest after the pressure clients opened, reported apart "
+                        "(until their sockets fill, stalled clients are written to) (5)")
     p.add_argument("--rounds", type=int, default=3,
                    help="baseline and pressure phases, alternating (3 of each)")
     p.add_argument("--rcvbuf", type=int, default=4096, help="stalled sockets' SO_RCVBUF")
@@ -589,7 +601,7 @@ def main(argv=None) -> int:
     env = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory() as tmp:
         figures = run(args.sse, args.ws, args.idle, args.seconds, env, Path(tmp),
-                      rounds=args.rounds, rcvbuf=args.rcvbuf)
+                      rounds=args.rounds, settle=args.settle, rcvbuf=args.rcvbuf)
     figures.update(date=datetime.date.today().isoformat(), machine=platform.machine(),
                    cpus=os.cpu_count(), env=env)
     text = json.dumps(figures, indent=2)

@@ -341,7 +341,7 @@ class Subscription:
         reading the log (none while it still has to read the log or is ending), taken
         now: a batch group's events, published together, go out in one write."""
         taken: list[EventRecord] = []
-        if self._closed or self._ending is not None:
+        if self._closed or self._ending is not None or limit < 1:
             return taken
         while self._page and len(taken) < limit:
             record = self._page.popleft()

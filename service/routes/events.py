@@ -275,12 +275,6 @@ def _lagging(reason: str, last_id: int | None, **more: int) -> tuple[str, dict[s
     return "lagging", {"reason": reason, "last_id": last_id, **more}
 
 
-def _sse_progress(subscription: Subscription) -> bytes:
-    """The heartbeat, once `next` timed out (the log is read by then: `through` >= 0)."""
-    through = subscription.complete_through()
-    return _sse_event("progress", _progress_json(through), through)
-
-
 def _progress_json(through: int) -> str:
     return f'{{"through": {through}}}'
 
