@@ -17,7 +17,9 @@ are acknowledged.  Then:
   3. --rounds times over, on the same server (alternating keeps the machine's drift and its
      other tenants out of the comparison; the medians are reported).
 
-Each phase reports batches/s, p50/p99 latency at the client and the server's RSS (VmRSS of
+Each phase reports batches/s, p50/p99 latency at the client, the server's CPU time per batch
+(every thread of the server process; steadier than the rate where the machine is shared)
+and the server's RSS (VmRSS of
 the server process, sampled every 50 ms): growth is a pressure phase's peak less the RSS
 before its clients opened, the largest over the rounds.  At the end the follower must hold
 every event of the `edge` query's result log once, in order, and the stalled subscriptions
@@ -116,6 +118,11 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
+
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used, every thread (not its store writer's)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -256,11 +263,13 @@ class Phase:
     rss_start: int = 0
     rss_peak: int = 0
     rss_end: int = 0
+    cpu_seconds: float = 0.0  # the server's
 
     def summary(self) -> dict:
         lat = sorted(self.latencies)
         return {"batches": self.batches, "seconds": round(self.seconds, 2),
                 "batches_per_s": round(self.batches / self.seconds, 1),
+                "server_cpu_ms_per_batch": round(self.cpu_seconds / self.batches * 1e3, 3),
                 "p50_ms": round(statistics.median(lat) * 1e3, 2),
                 "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, 2),
                 "rss_start_mib": round(self.rss_start / 2**20, 1),
@@ -283,6 +292,7 @@ def ingest(server: Server, batches: EdgeBatches, seconds: float | None = None,
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     client = RawClient(server.port)
+    cpu_start = server.cpu_seconds()
     start = time.perf_counter()
     try:
         while True:
@@ -295,6 +305,7 @@ def ingest(server: Server, batches: EdgeBatches, seconds: float | None = None,
             phase.latencies.append(time.perf_counter() - now)
             phase.batches += 1
         phase.seconds = time.perf_counter() - start
+        phase.cpu_seconds = server.cpu_seconds() - cpu_start
     finally:
         client.close()
         done.set()
@@ -536,11 +547,15 @@ def run(sse: int, ws: int, idle: int, seconds: float, env: dict[str, str], work:
     for phase in ("baseline", "settling", "pressure"):
         figures[phase] = {key: round(statistics.median(r[phase][key]
                                                        for r in figures["rounds"]), 2)
-                          for key in ("batches_per_s", "p50_ms", "p99_ms")}
+                          for key in ("batches_per_s", "p50_ms", "p99_ms",
+                                      "server_cpu_ms_per_batch")}
     figures["rate_change_pct"] = round(100 * (figures["pressure"]["batches_per_s"]
                                               / figures["baseline"]["batches_per_s"] - 1), 1)
     figures["p99_change_pct"] = round(100 * (figures["pressure"]["p99_ms"]
                                              / figures["baseline"]["p99_ms"] - 1), 1)
+    figures["cpu_change_pct"] = round(100 * (figures["pressure"]["server_cpu_ms_per_batch"]
+                                             / figures["baseline"]["server_cpu_ms_per_batch"]
+                                             - 1), 1)
     figures["rss_growth_mib"] = max(r["rss_growth_mib"] for r in figures["rounds"])
     figures.update(stalled_sse=sse, stalled_ws=ws, idle=idle, seconds=seconds, settle=settle)
     return figures

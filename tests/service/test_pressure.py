@@ -13,10 +13,10 @@ from contextlib import contextmanager
 import pytest
 from websockets.sync.client import connect
 
-from benchmarks.pressure import (EdgeBatches, Server, SseFollower, ingest, logged_ids,
-                                 read_all, register_queries, request, run, sse_events,
-                                 stalled_sse, stalled_ws, subscribers, wait_until, write_graph,
-                                 ws_messages)
+from benchmarks.pressure import (EdgeBatches, IdleConnections, Server, SseFollower, ingest,
+                                 logged_ids, read_all, register_queries, request, run,
+                                 sse_events, stalled_socket, stalled_sse, stalled_ws,
+                                 subscribers, wait_until, write_graph, ws_messages)
 
 # A client socket's receive buffer: small, so the server's sends back up after a few events.
 RCVBUF = 4096
@@ -178,6 +178,27 @@ def test_memory_stays_bounded_whatever_stalled_clients_leave_unread(tmp_path):
         growth = phase.rss_peak - rss_before
         assert unread > 64 * 2**20, "too little unread to tell bounded from unbounded"
         assert growth < 32 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB"
+
+
+def test_idle_connections_starve_nothing(tmp_path):
+    """Idle connections, kept open as fast as the server's keep-alive timeout closes them,
+    and as many that never send a request (uvicorn never closes those): a new client still
+    gets its batches acknowledged and the follower its events (checked by `serving`)."""
+    with serving(tmp_path) as (server, ids, labels):
+        idlers = IdleConnections(server.port, 200)
+        idlers.start()
+        silent = [stalled_socket(server.port, RCVBUF) for _ in range(200)]
+        try:
+            wait_until(lambda: len(idlers.sockets) == 200, 30, "idle connections")
+            phase = ingest(server, EdgeBatches(labels, per_batch=8), count=300)
+            assert phase.batches == 300
+            status, _ = request(server.port, "GET", "/readyz")
+            assert status == 200
+        finally:
+            idlers.stop.set()
+            idlers.join()
+            for sock in silent:
+                sock.close()
 
 
 @pytest.mark.slow
