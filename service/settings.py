@@ -65,12 +65,13 @@ class Settings(BaseSettings):
     # live buffer overflows is cut the same way.  Unset: it reads the log until it catches
     # up (its memory stays bounded either way).
     subscriber_max_lag: int | None = Field(None, ge=1)
-    # The kernel's send buffer of each connection, in bytes (Linux doubles it); unset: the
-    # kernel sizes it (up to net.ipv4.tcp_wmem's maximum, 4 MiB by default).  It is what a
-    # client that stopped reading is written before its stream stalls: with autotuning, the
-    # server went on writing every event to such a client for tens of seconds, at a cost
-    # that halved the ingest rate with 70 of them (docs/benchmarks.md).  Large responses
-    # over a long round trip want more (a bandwidth-delay product's worth).
+    # The kernel's send buffer of each connection, in bytes (Linux doubles it); unset (an
+    # empty variable): the kernel sizes it, up to net.ipv4.tcp_wmem's maximum (4 MiB by
+    # default).  It is what a client that stopped reading is written before its stream
+    # stalls: autotuned, the buffer of such a client grew to 4 MiB and the server went on
+    # writing it every event for tens of seconds (docs/benchmarks.md, "Subscriber
+    # pressure").  Large responses over a long round trip want more (a bandwidth-delay
+    # product's worth).
     socket_send_buffer: int | None = Field(128 * 1024, ge=4096)
     # A result stream (SSE, WebSocket) that sent nothing for this long sends a `progress`
     # event, "complete through batch N", even for a query no batch touched; on SSE it is
