@@ -184,7 +184,7 @@ def test_idle_connections_starve_nothing(tmp_path):
     """Idle connections, kept open as fast as the server's keep-alive timeout closes them,
     and as many that never send a request (uvicorn never closes those): a new client still
     gets its batches acknowledged and the follower its events (checked by `serving`)."""
-    with serving(tmp_path) as (server, ids, labels):
+    with serving(tmp_path) as (server, _, labels):
         idlers = IdleConnections(server.port, 200)
         idlers.start()
         silent = [stalled_socket(server.port, RCVBUF) for _ in range(200)]
