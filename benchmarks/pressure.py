@@ -162,11 +162,16 @@ def register_queries(port: int) -> dict[str, int]:
     return ids
 
 
-def subscribers(port: int, query_id: int) -> int:
-    """The server's count of open subscriptions to the query."""
+def query_stats(port: int, query_id: int) -> dict:
+    """The query's statistics (GET /v1/queries/{id}): subscribers, max_lag, ..."""
     status, reply = request(port, "GET", f"/v1/queries/{query_id}")
     assert status == 200, reply
-    return reply["stats"]["subscribers"]
+    return reply["stats"]
+
+
+def subscribers(port: int, query_id: int) -> int:
+    """The server's count of open subscriptions to the query."""
+    return query_stats(port, query_id)["subscribers"]
 
 
 def logged_ids(port: int, query_id: int) -> list[int]:

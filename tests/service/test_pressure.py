@@ -14,8 +14,8 @@ import pytest
 from websockets.sync.client import connect
 
 from benchmarks.pressure import (EdgeBatches, IdleConnections, Server, SseFollower, ingest,
-                                 logged_ids, read_all, register_queries, request, run,
-                                 sse_events, stalled_socket, stalled_sse, stalled_ws,
+                                 logged_ids, query_stats, read_all, register_queries, request,
+                                 run, sse_events, stalled_socket, stalled_sse, stalled_ws,
                                  subscribers, wait_until, write_graph, ws_messages)
 
 # A client socket's receive buffer: small, so the server's sends back up after a few events.
@@ -24,10 +24,9 @@ RCVBUF = 4096
 
 @contextmanager
 def serving(tmp_path, **settings):
-    """The server on a small graph with the `edge` and `triangle` queries, a well-behaved
-    SSE follower on `edge`, and batches to post; checks at the end that the follower got
-    every event of the log once, in order.  Yields the server, the query ids and the graph's
-    vertex labels."""
+    """The server on a small graph with the `edge` and `triangle` queries and a well-behaved
+    SSE follower on `edge`; checks at the end that the follower got every event of the log
+    once, in order.  Yields the server, the query ids and the graph's vertex labels."""
     labels = write_graph(tmp_path / "graph.txt", vertices=300, edges=600)
     env = {f"MOTIFSTREAM_{name.upper()}": str(value) for name, value in settings.items()}
     server = Server(tmp_path / "data", tmp_path / "graph.txt", tmp_path / "server.log", env)
@@ -43,12 +42,6 @@ def serving(tmp_path, **settings):
         assert follower.ids == log
     finally:
         server.stop()
-
-
-def query_stats(server, query_id: int) -> dict:
-    status, reply = request(server.port, "GET", f"/v1/queries/{query_id}")
-    assert status == 200, reply
-    return reply["stats"]
 
 
 def ingest_until(server, batches, condition, what: str, limit: int = 5_000) -> None:
@@ -136,7 +129,7 @@ def test_subscriber_too_far_behind_is_cut_and_resumes(tmp_path):
         wait_until(lambda: subscribers(server.port, ids["edge"]) == 2, 30, "subscribed")
 
         def lag() -> int:
-            return query_stats(server, ids["edge"])["max_lag"]
+            return query_stats(server.port, ids["edge"])["max_lag"]
 
         ingest_until(server, batches, lambda: lag() > 200, "the stalled client never lagged")
         events = sse_events(read_all(stalled))
