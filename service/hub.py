@@ -19,7 +19,10 @@ Slow subscribers: each subscription buffers at most `buffer` live events. When o
 publish drops that buffer and marks the subscription behind; the subscription then reads the log
 from its cursor, as it did at the start, and re-attaches to live delivery. Ingest never waits for
 a subscriber and memory stays bounded; a subscriber that stays too slow for too long finds its
-cursor pruned by retention and gets SubscriptionGone.
+cursor pruned by retention and gets SubscriptionGone. A subscription opened with `max_lag`
+is cut sooner: when its buffer overflows while it is more than `max_lag` batches behind the
+last published, it raises SubscriptionLagging instead of reading the log (its consumer
+resumes later from its cursor, losing nothing).
 """
 from __future__ import annotations
 
@@ -43,6 +46,12 @@ if TYPE_CHECKING:
 # Events read from the log per worker-thread call; small because one payload may list up to
 # max_matches_per_batch matches.
 LOG_PAGE = 100
+
+# Log pages read at once, over every subscription.  Each worker thread that reads keeps a
+# store connection with its own page cache (up to 2 MB); without this bound, many
+# subscriptions catching up together (stalled clients reconnecting, say) would spread their
+# reads over the whole thread pool and keep a cache in each thread (docs/benchmarks.md).
+LOG_READERS = 4
 
 
 # The cursor before every event: a query registered before the first batch has its backfill
@@ -86,6 +95,22 @@ class SubscriptionGone(Exception):
                 f"cursor still served is {self.earliest}")
 
 
+class SubscriptionLagging(Exception):
+    """The subscriber fell further behind than its subscription allows: it was cut, and
+    resumes from its cursor."""
+
+    def __init__(self, query_id: int, cursor: int, behind: int, max_lag: int):
+        super().__init__(query_id, cursor, behind, max_lag)
+        self.query_id = query_id
+        self.cursor = cursor  # the seq of the last event delivered: where to resume
+        self.behind = behind  # batches between the cursor and the last published
+        self.max_lag = max_lag
+
+    def __str__(self) -> str:
+        return (f"query {self.query_id}: the subscriber is {self.behind} batches behind "
+                f"(the limit is {self.max_lag}); resume after {self.cursor}")
+
+
 @dataclass(frozen=True)
 class SubscriberStats:
     """Open subscriptions, and how many batches the slowest one is behind the last published."""
@@ -117,6 +142,7 @@ class Hub:
         self._deleted: set[int] = set()  # query ids are never reused, so this only grows
         self._last_seq = store.last_seq()
         self._closed = False
+        self._log_readers = anyio.CapacityLimiter(LOG_READERS)
 
     def publish(self, seq: int, events: Sequence[EventRecord]) -> None:
         """Hand batch `seq`'s events (only the queries it touched, maybe none) to subscribers."""
@@ -145,18 +171,23 @@ class Hub:
             self._subscriptions.clear()
         self._end(ending, SubscriptionEnded.SHUTDOWN)
 
-    def subscribe(self, query_id: int, after: int | None) -> Subscription:
+    def subscribe(self, query_id: int, after: int | None, *,
+                  max_lag: int | None = None) -> Subscription:
         """Events of `query_id` with seq > `after` (None: every event still retained); use as
         `async with hub.subscribe(...) as subscription: async for event in subscription`.
+        With `max_lag`, falling more than that many batches behind raises SubscriptionLagging
+        (checked when the live buffer overflows); without, the subscription reads the log.
 
         Call on the hub's event loop. The caller checks that the query exists; a query the hub
         saw deleted gives a subscription that ends at once.
         """
         if after is not None and after < 0:
             raise ValueError(f"after must be >= 0, got {after}")
+        if max_lag is not None and max_lag < 1:
+            raise ValueError(f"max_lag must be >= 1, got {max_lag}")
         if asyncio.get_running_loop() is not self.loop:
             raise RuntimeError("subscribe on the event loop the hub was made on")
-        subscription = Subscription(self, query_id, after)
+        subscription = Subscription(self, query_id, after, max_lag)
         with self.lock:
             if self._closed:
                 subscription._end(SubscriptionEnded.SHUTDOWN)
@@ -205,12 +236,13 @@ class Hub:
 class Subscription:
     """One consumer's view of a query's events: an async context manager and async iterator of
     EventRecord. Iteration ends cleanly on deletion or shutdown (`ended` says which; events not
-    yet delivered are dropped) and raises SubscriptionGone when the log no longer holds the
-    events past the cursor."""
+    yet delivered are dropped), raises SubscriptionGone when the log no longer holds the
+    events past the cursor and SubscriptionLagging when it fell more than `max_lag` behind."""
 
-    def __init__(self, hub: Hub, query_id: int, after: int | None):
+    def __init__(self, hub: Hub, query_id: int, after: int | None, max_lag: int | None = None):
         self.hub = hub
         self.query_id = query_id
+        self.max_lag = max_lag
         self.ended: SubscriptionEnded | None = None  # set once iteration has ended cleanly
         # Consumer-only state (the event loop).
         # Opened without a cursor and nothing delivered yet: a pruned log is not an error, the
@@ -258,7 +290,12 @@ class Subscription:
         nothing: an event leaves the buffers only when it is returned."""
         hub = self.hub
         deadline = None if timeout is None else hub.loop.time() + timeout
+        behind = 0
         while not self._closed:
+            if behind:
+                assert self.max_lag is not None
+                self.close()
+                raise SubscriptionLagging(self.query_id, self._cursor, behind, self.max_lag)
             if self._ending is not None:
                 break  # at once: a deleted query's log is gone, and a restart can resume
             if self._page:
@@ -278,6 +315,10 @@ class Subscription:
                     if record.seq > self._cursor:
                         return self._deliver(record)
                 if self._behind:
+                    lag = hub._last_seq - self._cursor
+                    if self.max_lag is not None and lag > self.max_lag:
+                        behind = lag  # raised outside the lock
+                        continue
                     # Re-attach before reading the log again, like a new subscription.
                     self._behind = False
                     self._catching_up = True
@@ -300,7 +341,7 @@ class Subscription:
         reading the log (none while it still has to read the log or is ending), taken
         now: a batch group's events, published together, go out in one write."""
         taken: list[EventRecord] = []
-        if self._closed or self._ending is not None:
+        if self._closed or self._ending is not None or limit < 1:
             return taken
         while self._page and len(taken) < limit:
             record = self._page.popleft()
@@ -336,7 +377,8 @@ class Subscription:
         after = None if self._from_retained else self._cursor
         try:
             start, page = await anyio.to_thread.run_sync(
-                retained_events, hub.store, self.query_id, after, hub.page_size)
+                retained_events, hub.store, self.query_id, after, hub.page_size,
+                limiter=hub._log_readers)
         except ResultsPruned as exc:
             self.close()
             raise SubscriptionGone(self.query_id, self._cursor, exc.earliest) from exc

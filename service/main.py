@@ -6,6 +6,7 @@ import gc
 import ipaddress
 import logging
 import os
+import socket
 import sys
 import time
 from contextlib import asynccontextmanager
@@ -348,7 +349,19 @@ def _key(settings: Settings) -> str | None:
 class _Server(uvicorn.Server):
     """uvicorn waits for open connections before the lifespan's shutdown runs, and a
     result stream never ends by itself: end the subscriptions first (each gets a last
-    `shutdown` event), then shut down as usual."""
+    `shutdown` event), then shut down as usual.  The listening sockets get the
+    socket_send_buffer setting, which the connections they accept inherit."""
+
+    def __init__(self, config: uvicorn.Config, send_buffer: int | None) -> None:
+        super().__init__(config)
+        self.send_buffer = send_buffer
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets=sockets)
+        if self.send_buffer is not None:
+            for server in getattr(self, "servers", ()):
+                for sock in server.sockets:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
 
     async def shutdown(self, sockets=None) -> None:
         state = getattr(self.config.app.state, "motifstream", None)
@@ -383,4 +396,4 @@ def serve(settings: Settings) -> None:
                             log_config=log_config(settings.log_format, settings.log_level,
                                                   _key(settings)),
                             timeout_graceful_shutdown=10)
-    _Server(config).run()
+    _Server(config, settings.socket_send_buffer).run()

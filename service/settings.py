@@ -61,6 +61,22 @@ class Settings(BaseSettings):
     # Live events buffered per subscriber; a subscriber that falls further behind reads
     # from the result log instead (ingest never waits for it).
     subscriber_buffer: int = Field(1024, ge=1)
+    # A result stream (SSE, WebSocket) whose client has not taken a write for this long
+    # (its socket stopped draining) is cut: its subscription is released and its last
+    # event, `lagging`, waits behind what the socket already holds (docs/service.md).
+    subscriber_stall_seconds: float = Field(30.0, gt=0)
+    # A result stream more than this many batches behind the last committed one when its
+    # live buffer overflows is cut the same way.  Unset: it reads the log until it catches
+    # up (its memory stays bounded either way).
+    subscriber_max_lag: int | None = Field(None, ge=1)
+    # The kernel's send buffer of each connection, in bytes (Linux doubles it); unset (an
+    # empty variable): the kernel sizes it, up to net.ipv4.tcp_wmem's maximum (4 MiB by
+    # default).  It is what a client that stopped reading is written before its stream
+    # stalls: autotuned, the buffer of such a client grew to 4 MiB and the server went on
+    # writing it every event for tens of seconds (docs/benchmarks.md, "Subscriber
+    # pressure").  Large responses over a long round trip want more (a bandwidth-delay
+    # product's worth).
+    socket_send_buffer: int | None = Field(128 * 1024, ge=4096)
     # A result stream (SSE, WebSocket) that sent nothing for this long sends a `progress`
     # event, "complete through batch N", even for a query no batch touched; on SSE it is
     # also the keep-alive (it replaced the `: ping` comment and its sse_ping_seconds).
@@ -122,7 +138,7 @@ class Settings(BaseSettings):
         return min(wanted, numba.config.NUMBA_NUM_THREADS)
 
     @field_validator("api_key", "graph", "labels", "num_labels", "engine_threads",
-                     mode="before")
+                     "subscriber_max_lag", "socket_send_buffer", mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
         # Compose passes `VAR: ${VAR:-}` as an empty string: that means "not set".

@@ -11,13 +11,20 @@ Progress: batches that did not touch the query have no event, so each transport 
 far the consumer is complete (as Materialize's SUBSCRIBE progress rows and Feldera's do): the
 streams send a `progress` event `{"through": N}` with `id` N after `heartbeat_seconds` without
 an event, and a polled page carries `complete_through`. N is a valid resume cursor.
+
+Slow clients: a stream's memory on the server is bounded whatever its client does (the hub's
+live buffer, one write, and the server's socket buffers). A stream whose client has not taken
+a write for `subscriber_stall_seconds`, or (with `subscriber_max_lag`) one that fell too far
+behind, is cut: its subscription is released and its last event is `lagging`, naming the
+reason and the id of the last event the client's socket took, from which it resumes.
 """
 from __future__ import annotations
 
 import enum
 import json
-from collections.abc import AsyncIterator
-from typing import Annotated
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Protocol
 
 import anyio
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, WebSocket
@@ -25,11 +32,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from starlette import status
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Send
 from starlette.websockets import WebSocketDisconnect
 
 from service.deps import (ALWAYS_ACCEPTED_PARAMETERS, StateDep, key_accepted, presented_key,
                           reject_unknown_parameters)
-from service.hub import Subscription, SubscriptionGone, retained_events
+from service.hub import Subscription, SubscriptionGone, SubscriptionLagging, retained_events
 from service.state import ServiceState
 from service.schemas_events import ResultsPublic
 from storage import EventRecord, ResultsPruned
@@ -37,11 +45,16 @@ from storage import EventRecord, ResultsPruned
 router = APIRouter(prefix="/v1/queries", tags=["events"],
                    dependencies=[Depends(reject_unknown_parameters)])
 
+log = logging.getLogger("motifstream.events")
+
 MAX_PAGE = 10_000
 
 # WebSocket close codes besides 1008 (no API key): after a stream's last event, and refusals.
+# `lagging`: 1013 Try Again Later, the registered code for a server that drops a client for
+# a temporary condition.
 WS_LAST_EVENT_CLOSE = {"deleted": status.WS_1000_NORMAL_CLOSURE,
-                       "shutdown": status.WS_1001_GOING_AWAY, "gone": 4410}
+                       "shutdown": status.WS_1001_GOING_AWAY, "gone": 4410,
+                       "lagging": status.WS_1013_TRY_AGAIN_LATER}
 WS_NOT_FOUND = 4404
 WS_BAD_CURSOR = 4422
 
@@ -100,10 +113,33 @@ def cursor_refused(where: tuple[str, str], why: str) -> RequestValidationError:
 
 
 class EventStream(StreamingResponse):
-    """A text/event-stream response written by `_sse_stream` (FastAPI's EventSourceResponse
-    would make FastAPI run the endpoint as its own SSE generator)."""
+    """A text/event-stream response that writes a query's events itself (FastAPI's
+    EventSourceResponse would make FastAPI run the endpoint as its own SSE generator), giving
+    each write `subscriber_stall_seconds` to be taken by the client's socket."""
 
     media_type = "text/event-stream"
+
+    # status_code: FastAPI reads the documented status from the signature.
+    def __init__(self, state: ServiceState, query_id: int, cursor: int | None,
+                 status_code: int = 200) -> None:
+        # The body is written by stream_response.
+        super().__init__((), status_code=status_code, headers=_SSE_HEADERS)
+        self.state, self.query_id, self.cursor = state, query_id, cursor
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+
+        async def write(chunk: bytes, stall: float | None) -> bool:
+            # uvicorn waits for its socket buffer to drain before it writes a chunk, so a
+            # write given up on wrote nothing.
+            with anyio.move_on_after(stall):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                return True
+            return False
+
+        await _sse_stream(self.state, self.query_id, self.cursor, write)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @router.get("/{query_id}/events", response_class=EventStream,
@@ -124,9 +160,12 @@ async def stream_events(
     starts after `Last-Event-ID`, else after `?after=`, else with every event still retained
     (the backfill event first). It ends with one last event: `gone` (data `{"earliest": N}`:
     the cursor is older than the retention; reconnect with `after=N` or later, and do not let
-    EventSource retry as is), `deleted` (the query was deleted) or `shutdown` (the server is
-    stopping; reconnecting resumes). Every event is named, so a browser's EventSource sees
-    them through `addEventListener("batch", ...)` (and "progress", ...), not `onmessage`.
+    EventSource retry as is), `deleted` (the query was deleted), `shutdown` (the server is
+    stopping; reconnecting resumes) or `lagging` (data `{"reason": "stalled" | "behind",
+    "last_id": N}`: the client took nothing for `subscriber_stall_seconds`, or fell more
+    than `subscriber_max_lag` batches behind; reconnecting with `Last-Event-ID: N` resumes,
+    as EventSource does). Every event is named, so a browser's EventSource sees them
+    through `addEventListener("batch", ...)` (and "progress", ...), not `onmessage`.
     """
     if last_event_id is not None:
         await refuse_cursor_past_the_end(state, last_event_id, ("header", "last-event-id"))
@@ -134,11 +173,11 @@ async def stream_events(
     else:
         await refuse_cursor_past_the_end(state, after, ("query", "after"))
         cursor = after
-    # Written here rather than through FastAPI's generator endpoints: those run the
-    # generator in a task of its own behind a memory stream and a keep-alive task, and
+    # Written by EventStream rather than through FastAPI's generator endpoints: those run
+    # the generator in a task of its own behind a memory stream and a keep-alive task, and
     # cost the event loop several times what the events' own writes did
     # (docs/benchmarks.md).
-    return EventStream(_sse_stream(state, query_id, cursor), headers=_SSE_HEADERS)
+    return EventStream(state, query_id, cursor)
 
 
 # As FastAPI's SSE responses: not cached, and not buffered by Nginx proxies.
@@ -146,33 +185,94 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # Events sent in one write at most (those already buffered when the first is sent).
 SSE_EVENTS_PER_WRITE = 64
 
-
-async def _sse_stream(state: ServiceState, query_id: int, cursor: int | None
-                      ) -> AsyncIterator[bytes]:
-    gone = None
-    yield f"retry: {state.settings.sse_retry_ms}\n\n".encode()
-    async with state.hub.subscribe(query_id, cursor) as subscription:
-        try:
-            while True:
-                record = await subscription.next(timeout=state.settings.heartbeat_seconds)
-                if record is not None:
-                    events = [record, *subscription.ready(SSE_EVENTS_PER_WRITE - 1)]
-                    yield b"".join(_sse_event("batch", record.payload, record.seq)
-                                   for record in events)
-                elif subscription.ended is None:
-                    yield _sse_progress(subscription)
-                else:
-                    break
-        except SubscriptionGone as exc:
-            gone = exc
-    event, data = _last_event(subscription, gone)
-    yield _sse_event(event, json.dumps(data))
+# write(chunk, stall): False when the client's socket did not take it within `stall` seconds
+# (None: as long as it takes).
+Write = Callable[[bytes, "float | None"], Awaitable[bool]]
 
 
-def _sse_progress(subscription: Subscription) -> bytes:
-    """The heartbeat, once `next` timed out (the log is read by then: `through` >= 0)."""
-    through = subscription.complete_through()
-    return _sse_event("progress", _progress_json(through), through)
+async def _sse_stream(state: ServiceState, query_id: int, cursor: int | None,
+                      write: Write) -> None:
+    settings = state.settings
+    stall = settings.subscriber_stall_seconds
+    # The id of the last event the client's socket took: where a cut client resumes.
+    last_id = cursor
+    if await write(f"retry: {settings.sse_retry_ms}\n\n".encode(), stall):
+        async with state.hub.subscribe(query_id, cursor,
+                                       max_lag=settings.subscriber_max_lag) as subscription:
+            end = await _follow(subscription, settings.heartbeat_seconds, stall, last_id,
+                                _SseWrites(write))
+    else:
+        end = _lagging("stalled", last_id)
+    assert end is not None  # an SSE client that leaves cancels this task instead
+    event, data = end
+    if event == "lagging":
+        log.info("SSE stream of query %d cut: %s", query_id, data)
+    # The last event waits behind whatever the socket holds, as long as it takes: nothing
+    # else of the stream is left on the server but this task and its socket.
+    await write(_sse_event(event, json.dumps(data)), None)
+
+
+class _Writes(Protocol):
+    """How `_follow` writes to one transport: each write returns False when the client's
+    socket did not take it within `stall` seconds."""
+
+    per_write: int  # events in one write at most
+    open: bool  # False once the client went away
+
+    async def events(self, records: list[EventRecord], stall: float) -> bool: ...
+
+    async def progress(self, through: int, stall: float) -> bool: ...
+
+
+class _SseWrites:
+    """The batch and progress writes of `_follow`, in the text/event-stream format."""
+
+    per_write = SSE_EVENTS_PER_WRITE
+    open = True  # a client that leaves cancels the response (StreamingResponse)
+
+    def __init__(self, write: Write) -> None:
+        self.write = write
+
+    async def events(self, records: list[EventRecord], stall: float) -> bool:
+        return await self.write(b"".join(_sse_event("batch", record.payload, record.seq)
+                                         for record in records), stall)
+
+    async def progress(self, through: int, stall: float) -> bool:
+        return await self.write(_sse_event("progress", _progress_json(through), through), stall)
+
+
+async def _follow(subscription: Subscription, heartbeat: float, stall: float,
+                  last_id: int | None, writes: _Writes) -> tuple[str, dict[str, Any]] | None:
+    """Write the subscription's events, with a progress event after `heartbeat` seconds
+    without one, until it ends or is cut: the name and data of the stream's last event
+    (None: the client went away). `last_id`: the stream's starting cursor."""
+    try:
+        while True:
+            record = await subscription.next(timeout=heartbeat)
+            if record is not None:
+                records = [record, *subscription.ready(writes.per_write - 1)]
+                taken = await writes.events(records, stall)
+                seq = records[-1].seq
+            elif subscription.ended is None:    # timed out: the log is read, `through` >= 0
+                seq = subscription.complete_through()
+                taken = await writes.progress(seq, stall)
+            else:
+                return subscription.ended.value, {"query": subscription.query_id}
+            if not writes.open:
+                return None
+            if not taken:
+                return _lagging("stalled", last_id)
+            last_id = seq
+    except SubscriptionGone as exc:
+        return "gone", {"earliest": exc.earliest}
+    except SubscriptionLagging as exc:
+        return _lagging("behind", last_id, behind=exc.behind)
+
+
+def _lagging(reason: str, last_id: int | None, **more: int) -> tuple[str, dict[str, Any]]:
+    """A cut stream's last event: why, and the id its client resumes after (null: none was
+    taken yet, and the stream's own starting point still holds)."""
+    return "lagging", {"reason": reason, "last_id": last_id, **more}
 
 
 def _progress_json(through: int) -> str:
@@ -234,7 +334,8 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
     `?after=N` as for SSE. Each message is `{"id": seq, "event": "batch", "data": {...}}`, or
     after `heartbeat_seconds` without one `{"id": N, "event": "progress", "data": {"through":
     N}}` (every event up to batch N was sent); the last one is `{"event": "gone" | "deleted"
-    | "shutdown", "data": {...}}`, then the socket closes with 4410, 1000 or 1001. Refused
+    | "shutdown" | "lagging", "data": {...}}` (as for SSE), then the socket closes with 4410,
+    1000, 1001 or 1013 (`lagging`: resume with `?after=` its `last_id`). Refused
     with 1008 without the API key (`Authorization` header or `?access_token=`); closed with
     4404 for an unknown query and 4422 for a bad `after` or an unknown query parameter.
     Messages from the client are ignored.
@@ -264,10 +365,20 @@ async def events_socket(websocket: WebSocket, query_id: int, state: StateDep) ->
         if why is not None:
             await socket.close(WS_BAD_CURSOR, f"after: {why}")
             return
-    async with state.hub.subscribe(query_id, after) as subscription, \
-            anyio.create_task_group() as tasks:
+    settings = state.settings
+    async with anyio.create_task_group() as tasks:
         tasks.start_soon(socket.watch_peer, tasks.cancel_scope)
-        await socket.stream(subscription, state.settings.heartbeat_seconds)
+        async with state.hub.subscribe(query_id, after,
+                                       max_lag=settings.subscriber_max_lag) as subscription:
+            end = await _follow(subscription, settings.heartbeat_seconds,
+                                settings.subscriber_stall_seconds, after, socket)
+        # The subscription is released: what follows holds only this task and its socket.
+        if end is not None:
+            event, data = end
+            if event == "lagging":
+                log.info("WebSocket stream of query %d cut: %s", query_id, data)
+            await socket.send(json.dumps({"event": event, "data": data}))
+            await socket.close(WS_LAST_EVENT_CLOSE[event], event)
         tasks.cancel_scope.cancel()
 
 
@@ -289,13 +400,35 @@ class _EventSocket:
         await self.websocket.accept()
         self.phase = _Phase.OPEN
 
-    async def send(self, text: str) -> None:
+    @property
+    def open(self) -> bool:
+        return self.phase is _Phase.OPEN
+
+    async def send(self, text: str, stall: float | None = None) -> bool:
+        """Send a message; False when the peer's socket did not take it within `stall`
+        seconds (None: as long as it takes), or is gone."""
         if self.phase is not _Phase.OPEN:
-            return
-        try:
-            await self.websocket.send_text(text)
-        except WebSocketDisconnect:
-            self.phase = _Phase.CLOSED
+            return False
+        # uvicorn waits for its socket buffer to drain before it writes a message, so a
+        # send given up on wrote nothing.
+        with anyio.move_on_after(stall):
+            try:
+                await self.websocket.send_text(text)
+                return True
+            except WebSocketDisconnect:
+                self.phase = _Phase.CLOSED
+        return False
+
+    # The writes of `_follow`: one event a message.
+    per_write = 1
+
+    async def events(self, records: list[EventRecord], stall: float) -> bool:
+        (record,) = records
+        return await self.send(_event_json(record, event="batch"), stall)
+
+    async def progress(self, through: int, stall: float) -> bool:
+        return await self.send(f'{{"id": {through}, "event": "progress", '
+                               f'"data": {_progress_json(through)}}}', stall)
 
     async def close(self, code: int, reason: str = "") -> None:
         if self.phase is _Phase.CLOSED:
@@ -313,39 +446,6 @@ class _EventSocket:
             if message["type"] == "websocket.disconnect":
                 self.phase = _Phase.CLOSED
                 stream.cancel()
-
-    async def stream(self, subscription: Subscription, heartbeat: float) -> None:
-        """Send the subscription's events, with a progress event after `heartbeat` seconds
-        without one, then its last event, then close."""
-        gone = None
-        try:
-            while True:
-                record = await subscription.next(timeout=heartbeat)
-                if record is not None:
-                    await self.send(_event_json(record, event="batch"))
-                elif subscription.ended is not None:
-                    break
-                else:   # timed out: the log is read, `through` >= 0
-                    through = subscription.complete_through()
-                    await self.send(f'{{"id": {through}, "event": "progress", '
-                                    f'"data": {_progress_json(through)}}}')
-                if self.phase is not _Phase.OPEN:
-                    return
-        except SubscriptionGone as exc:
-            gone = exc
-        event, data = _last_event(subscription, gone)
-        await self.send(json.dumps({"event": event, "data": data}))
-        await self.close(WS_LAST_EVENT_CLOSE[event], event)
-
-
-def _last_event(subscription: Subscription,
-                gone: SubscriptionGone | None) -> tuple[str, dict[str, int]]:
-    """The name and data of a stream's last event, once its subscription stopped."""
-    if gone is not None:
-        return "gone", {"earliest": gone.earliest}
-    if subscription.ended is None:  # only its owner closes it, and the routes do not
-        raise RuntimeError("the subscription stopped without a reason")
-    return subscription.ended.value, {"query": subscription.query_id}
 
 
 def _cursor(text: str | None) -> int | None:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.hub import Hub, SubscriberStats, SubscriptionEnded, SubscriptionGone
+from service.hub import (Hub, SubscriberStats, SubscriptionEnded, SubscriptionGone,
+                         SubscriptionLagging)
 from tests.service.fakes import FakeEngine, FakeStore
 
 pytestmark = pytest.mark.anyio
@@ -342,6 +343,33 @@ async def test_bad_arguments():
     hub = Hub(store, buffer=1)
     with pytest.raises(ValueError, match="after must be >= 0"):
         hub.subscribe(Q, after=-1)
+    with pytest.raises(ValueError, match="max_lag must be >= 1, got 0"):
+        hub.subscribe(Q, after=0, max_lag=0)
+
+
+async def test_subscriber_too_far_behind_is_cut_at_its_cursor():
+    _, hub, engine = make(buffer=2, page_size=4)
+    async with hub.subscribe(Q, after=0, max_lag=5) as subscription:
+        engine.batch(Q)
+        assert await take(subscription, 1) == [1]
+        for _ in range(7):  # the third drops the buffer; 7 behind when it looks again
+            engine.batch(Q)
+        with anyio.fail_after(5), pytest.raises(SubscriptionLagging) as cut:
+            await subscription.next()
+        assert (cut.value.cursor, cut.value.behind, cut.value.max_lag) == (1, 7, 5)
+        assert "7 batches behind (the limit is 5); resume after 1" in str(cut.value)
+        assert hub.stats(Q).subscribers == 0  # released
+    async with hub.subscribe(Q, after=cut.value.cursor) as resumed:
+        assert await take(resumed, 7) == list(range(2, 9))
+
+
+async def test_subscriber_behind_within_max_lag_catches_up_from_the_log():
+    _, hub, engine = make(buffer=2, page_size=4)
+    async with hub.subscribe(Q, after=0, max_lag=5) as subscription:
+        assert await subscription.next(timeout=0) is None  # live
+        for _ in range(5):  # the buffer overflows, but 5 behind is within the limit
+            engine.batch(Q)
+        assert await take(subscription, 5) == list(range(1, 6))
 
 
 async def test_complete_through_counts_only_what_was_handed_out():

@@ -113,3 +113,18 @@ def test_log_format_is_json_or_text():
     assert Settings(log_format="text").log_format == "text"
     with pytest.raises(ValidationError, match="log_format"):
         Settings(log_format="xml")
+
+
+def test_subscriber_limits_from_the_environment(monkeypatch):
+    settings = Settings()
+    assert (settings.subscriber_stall_seconds, settings.subscriber_max_lag,
+            settings.socket_send_buffer) == (30.0, None, 128 * 1024)
+    monkeypatch.setenv("MOTIFSTREAM_SUBSCRIBER_MAX_LAG", "")       # compose's "not set"
+    monkeypatch.setenv("MOTIFSTREAM_SOCKET_SEND_BUFFER", "")       # the kernel's autotuning
+    assert (Settings().subscriber_max_lag, Settings().socket_send_buffer) == (None, None)
+    for name, bad in (("SUBSCRIBER_STALL_SECONDS", "0"), ("SUBSCRIBER_MAX_LAG", "0"),
+                      ("SOCKET_SEND_BUFFER", "1024")):
+        monkeypatch.setenv(f"MOTIFSTREAM_{name}", bad)
+        with pytest.raises(ValidationError, match=name.lower()):
+            Settings()
+        monkeypatch.delenv(f"MOTIFSTREAM_{name}")
