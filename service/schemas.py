@@ -214,7 +214,12 @@ class QueryOptions(_Strict):
 
 class QueryCreate(QueryOptions):
     # What POST /v1/queries accepts: the pattern as JSON or as query-file text (t/v/e lines).
-    model_config = ConfigDict(json_schema_extra={"examples": [
+    # max_matches_per_batch only with deliver=matches (as the engine checks it).
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"not": {"required": ["max_matches_per_batch"]}},
+        {"properties": {"max_matches_per_batch": {"type": "null"}}},
+        {"required": ["deliver"], "properties": {"deliver": {"const": "matches"}}}],
+        "examples": [
         {"pattern": {"vertices": [{"id": 0, "label": 0}, {"id": 1, "label": 1},
                                   {"id": 2, "label": 2}],
                      "edges": [{"source": 0, "target": 1}, {"source": 1, "target": 2}]},
