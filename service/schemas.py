@@ -56,10 +56,13 @@ _SPACE = r"[ \t\r\x0b\x0c]"
 _TOKEN = r"[^ \t\r\n\x0b\x0c#]+"
 _END = rf"{_SPACE}*(?:#[^\n]*)?"      # the end of every line: spaces, then a comment
 _ID = _integer(MAX_VERTEX_ID)
-# A label token: an integer label, or a name (a token that is not an integer; at most
-# MAX_LABEL_NAME characters: a digit run and the rest of the name, 127 each at most).
-_LABEL = (rf"(?:{_integer(STRING_LABEL_BASE - 1)}|[+-]?[0-9]{{0,127}}"
-          rf"[^ \t\r\n\x0b\x0c#0-9][^ \t\r\n\x0b\x0c#]{{0,127}}|[+-])")
+# A label token: an integer label, or a name: a token that is no integer, so a lone sign,
+# one with a character besides digits and signs, or one with a sign after its first
+# character (at most MAX_LABEL_NAME characters: 127 either side of the one that decides).
+_NAME_CHAR = r"[^ \t\r\n\x0b\x0c#]"
+_LABEL = (rf"(?:{_integer(STRING_LABEL_BASE - 1)}|[+-]|"
+          rf"{_NAME_CHAR}{{0,127}}[^ \t\r\n\x0b\x0c#0-9+-]{_NAME_CHAR}{{0,127}}|"
+          rf"[0-9+-]{{1,127}}[+-][0-9+-]{{0,127}})")
 _BLANK = _END
 
 

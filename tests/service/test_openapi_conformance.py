@@ -56,8 +56,9 @@ DOCUMENTED: tuple[tuple[str, str, int, str, str], ...] = (
      "request with another body", "a key's first body is the service's state"),
     ("RejectedPositiveData", _PATTERN + r"|PUT /v1/graph", 422,
      r"is not connected|uses undeclared|is a self-loop|appears twice|duplicate vertex id|"
-     r"duplicate edge|is not declared by a 'v' line|self-loop on vertex",
-     "a pattern's edges relate its vertex ids to one another"),
+     r"duplicate edge|is not declared by a 'v' line|self-loop on vertex|header declares",
+     "a pattern's edges relate its vertex ids to one another, a `t` line's counts to the "
+     "lines that follow"),
     ("RejectedPositiveData", r"POST /v1/queries", 422,
      r"^max_matches_per_batch: only for deliver=matches$",
      "the query parameters of a text/plain pattern relate to one another (the JSON body's "
