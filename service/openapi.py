@@ -137,18 +137,28 @@ QUERY_PATH = "/v1/queries/{query_id}"
 
 
 def _link_new_queries(paths: dict) -> None:
-    """OpenAPI links from POST /v1/queries's 201 to every operation on the new query (its
-    `id` as their `query_id`): what a client does next, and what schemathesis's stateful
-    phase follows."""
-    created = paths["/v1/queries"]["post"]["responses"]["201"]
-    created["links"] = {
-        operation["operationId"]: {
-            "operationId": operation["operationId"],
-            "parameters": {"query_id": "$response.body#/id"},
-            "description": f"{method.upper()} {path} of the registered query"}
-        for path, operations in paths.items()
-        if path == QUERY_PATH or path.startswith(QUERY_PATH + "/")
-        for method, operation in operations.items()}
+    """OpenAPI links: what a client does next, and what schemathesis's stateful phase
+    follows.  From POST /v1/queries's 201 to every operation on the new query (its `id` as
+    their `query_id`) but those on a part a PUT creates (its webhook, its Kafka sink),
+    which the PUT's 200 links to instead."""
+    def link(operation: dict, source: str, what: str) -> dict:
+        return {"operationId": operation["operationId"],
+                "parameters": {"query_id": source}, "description": what}
+
+    new_query = {}
+    for path, operations in paths.items():
+        if not (path == QUERY_PATH or path.startswith(QUERY_PATH + "/")):
+            continue
+        put = operations.get("put")
+        for method, operation in operations.items():
+            what = f"{method.upper()} {path}"
+            if put is not None and method != "put":
+                put["responses"]["200"].setdefault("links", {})[operation["operationId"]] = \
+                    link(operation, "$request.path.query_id", f"{what} just set")
+            else:
+                new_query[operation["operationId"]] = \
+                    link(operation, "$response.body#/id", f"{what} of the registered query")
+    paths["/v1/queries"]["post"]["responses"]["201"]["links"] = new_query
 
 
 def _bound_pattern_size(document: dict, max_vertices: int) -> None:
