@@ -91,7 +91,7 @@ def openapi_document(app: FastAPI, secured: bool) -> dict:
             _declare_errors(path, method, operation["responses"])
             _streams_by_item(operation["responses"])
             _parameters_without_null(operation.get("parameters", ()))
-    _link_new_queries(schema["paths"])
+    _link_queries(schema["paths"])
     if secured:
         components["securitySchemes"] = {"bearer": {
             "type": "http", "scheme": "bearer",
@@ -136,11 +136,12 @@ def _declare_errors(path: str, method: str, responses: dict) -> None:
 QUERY_PATH = "/v1/queries/{query_id}"
 
 
-def _link_new_queries(paths: dict) -> None:
+def _link_queries(paths: dict) -> None:
     """OpenAPI links: what a client does next, and what schemathesis's stateful phase
     follows.  From POST /v1/queries's 201 to every operation on the new query (its `id` as
     their `query_id`) but those on a part a PUT creates (its webhook, its Kafka sink),
-    which the PUT's 200 links to instead."""
+    which the PUT's 200 links to instead; from GET /v1/queries's 200 to the same
+    operations on the page's first query."""
     def link(operation: dict, source: str, what: str) -> dict:
         return {"operationId": operation["operationId"],
                 "parameters": {"query_id": source}, "description": what}
@@ -159,6 +160,11 @@ def _link_new_queries(paths: dict) -> None:
                 new_query[operation["operationId"]] = \
                     link(operation, "$response.body#/id", f"{what} of the registered query")
     paths["/v1/queries"]["post"]["responses"]["201"]["links"] = new_query
+    paths["/v1/queries"]["get"]["responses"]["200"]["links"] = {
+        name: {**link, "parameters": {"query_id": "$response.body#/queries/0/id"},
+               "description": link["description"].replace("registered query",
+                                                          "page's first query")}
+        for name, link in new_query.items()}
 
 
 def _bound_pattern_size(document: dict, max_vertices: int) -> None:

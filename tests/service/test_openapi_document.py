@@ -164,6 +164,10 @@ def test_a_new_query_links_to_every_route_of_the_query(api):
     assert set(links) == set(ids.values()) and len(ids) == 7 and len(later) == 4
     for link in links.values():
         assert link["parameters"] == {"query_id": "$response.body#/id"}
+    listed = paths["/v1/queries"]["get"]["responses"]["200"]["links"]
+    assert set(listed) == set(links)
+    for link in listed.values():
+        assert link["parameters"] == {"query_id": "$response.body#/queries/0/id"}
     for (path, _), operation_id in later.items():
         set_links = paths[path]["put"]["responses"]["200"]["links"]
         assert set_links[operation_id]["parameters"] == {"query_id": "$request.path.query_id"}
