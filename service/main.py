@@ -9,6 +9,7 @@ import os
 import sys
 from contextlib import asynccontextmanager
 from http import HTTPStatus
+from urllib.parse import quote
 
 import uvicorn
 from fastapi import Depends, FastAPI, Request
@@ -159,9 +160,15 @@ def _error_body(request: Request, status: int, detail: str, code: str,
     X-Request-ID and the logs, so that a client's report can be matched with the server's
     log lines) and any `extensions` (`errors`, `earliest`)."""
     body = {"type": "about:blank", "title": _title(status), "status": status,
-            "detail": detail, "instance": request.url.path, "code": code,
+            "detail": detail, "instance": _uri_path(request), "code": code,
             "request_id": request_id(), **extensions}
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def _uri_path(request: Request) -> str:
+    """The request's path as a URI reference (`instance`): percent-encoded again where the
+    decoded path has what a URI cannot hold (`/v1/queries/é` from `/v1/queries/%C3%A9`)."""
+    return quote(request.url.path, safe="/:@!$&'()*+,;=-._~")
 
 
 # RFC 9110's names where the running Python's HTTPStatus may have an older one (3.13

@@ -141,7 +141,8 @@ def _link_queries(paths: dict) -> None:
     follows.  From POST /v1/queries's 201 to every operation on the new query (its `id` as
     their `query_id`) but those on a part a PUT creates (its webhook, its Kafka sink),
     which the PUT's 200 links to instead; from GET /v1/queries's 200 to the same
-    operations on the page's first query."""
+    operations on the page's first query; from POST /v1/snapshots to the snapshot's
+    download."""
     def link(operation: dict, source: str, what: str) -> dict:
         return {"operationId": operation["operationId"],
                 "parameters": {"query_id": source}, "description": what}
@@ -160,6 +161,10 @@ def _link_queries(paths: dict) -> None:
                 new_query[operation["operationId"]] = \
                     link(operation, "$response.body#/id", f"{what} of the registered query")
     paths["/v1/queries"]["post"]["responses"]["201"]["links"] = new_query
+    snapshot = paths["/v1/snapshots/{batch}"]["get"]["operationId"]
+    paths["/v1/snapshots"]["post"]["responses"]["201"]["links"] = {snapshot: {
+        "operationId": snapshot, "parameters": {"batch": "$response.body#/batch"},
+        "description": "GET /v1/snapshots/{batch}: the snapshot just taken"}}
     paths["/v1/queries"]["get"]["responses"]["200"]["links"] = {
         name: {**link, "parameters": {"query_id": "$response.body#/queries/0/id"},
                "description": link["description"].replace("registered query",
