@@ -204,3 +204,9 @@ def test_a_body_that_is_not_utf8_is_422(api):
                 headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["code"] == "invalid_input"
     assert r.json()["detail"].startswith("body: not a readable JSON document")
+
+
+def test_instance_is_a_uri_reference_for_any_path(api):
+    r = api.get("/v1/queries/%C3%A9%20x/results")     # the id is no integer: a 422
+    assert r.status_code == 422
+    assert r.json()["instance"] == "/v1/queries/%C3%A9%20x/results"
