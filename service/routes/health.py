@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse
 
 from service.deps import StateDep, reject_unknown_parameters
 from service.metrics import CONTENT_TYPE
-from service.schemas import Liveness, Readiness, ReadinessPending
+from service.schemas import Liveness, Readiness
 
 # Unknown query parameters are refused here as on every route (a probe's typo is a 422 too).
 health = APIRouter(tags=["operations"], dependencies=[Depends(reject_unknown_parameters)])
