@@ -5,7 +5,8 @@ Every check, the examples, coverage, fuzzing and stateful phases; a seed drawn a
 unless given (printed, so that a failing run can be repeated).  Exits 1 on any failure or
 error, printing each.
 
-    python -m benchmarks.openapi_conformance [--max-examples 250] [--seed S] [--json F]
+    python -m benchmarks.openapi_conformance [--max-examples 250] [--seed S] [--no-shrink]
+        [--json F]
 """
 from __future__ import annotations
 
@@ -28,13 +29,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="schemathesis's examples per operation and phase (the default "
                              "gives over 10,000 cases)")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="report a failing case as found, not reduced (shrinking one "
+                             "can take longer than the run)")
     parser.add_argument("--json", type=Path, default=None, help="write the outcome here")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="motifstream-conformance-") as tmp:
         outcome = run_conformance(Path(tmp) / "data", max_examples=args.max_examples,
-                                  seed=seed)
+                                  seed=seed, shrink=not args.no_shrink)
     summary = {
         "cases": outcome.cases, "failures": len(outcome.failures),
         "errors": len(outcome.errors), "seconds": round(outcome.seconds, 1),

@@ -125,14 +125,15 @@ def conformance_settings(data_dir: Path) -> Settings:
 def run_conformance(data_dir: Path, *, max_examples: int, seed: int | None = 0,
                     workers: int = 1, max_time: int | None = None,
                     phases: tuple[str, ...] = PHASES,
-                    stateful_examples: int | None = None) -> Outcome:
+                    stateful_examples: int | None = None, shrink: bool = True) -> Outcome:
     """schemathesis's whole run (every check; the `phases`, by default examples, coverage,
     fuzzing and stateful) against a fresh app on `data_dir`, its failures and errors as
-    text.  `stateful_examples`: the stateful phase's scenarios, when not `max_examples`."""
+    text.  `stateful_examples`: the stateful phase's scenarios, when not `max_examples`;
+    `shrink`: failing cases are reduced to a smallest one (slow on a long run)."""
     app = create_app(conformance_settings(data_dir))
     config = {
         "checks": {"enabled": True},
-        "generation": {"mode": "all", "max-examples": max_examples},
+        "generation": {"mode": "all", "max-examples": max_examples, "no-shrink": not shrink},
         "phases": {name: {"enabled": name in phases} for name in PHASES},
         "auth": {"openapi": {"bearer": {"bearer": KEY}}},
         "workers": workers,
