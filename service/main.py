@@ -11,6 +11,7 @@ import sys
 import time
 from contextlib import asynccontextmanager
 from http import HTTPStatus
+from urllib.parse import quote
 
 import uvicorn
 from fastapi import Depends, FastAPI, Request
@@ -33,7 +34,7 @@ from service.labels import LabelError
 from service.logs import HEADER as REQUEST_ID_HEADER
 from service.logs import log_config, request_id, request_id_middleware
 from service.metrics import Metrics
-from service.openapi import openapi_document
+from service.openapi import app_routes, openapi_document
 from service.retention import start_pruning, stop_pruning
 from service.kafka import KafkaDeliverer
 from service.routes import (batches, docs, events, graph, health, kafka, queries, snapshots,
@@ -170,9 +171,15 @@ def _error_body(request: Request, status: int, detail: str, code: str,
     X-Request-ID and the logs, so that a client's report can be matched with the server's
     log lines) and any `extensions` (`errors`, `earliest`)."""
     body = {"type": "about:blank", "title": _title(status), "status": status,
-            "detail": detail, "instance": request.url.path, "code": code,
+            "detail": detail, "instance": _uri_path(request), "code": code,
             "request_id": request_id(), **extensions}
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def _uri_path(request: Request) -> str:
+    """The request's path as a URI reference (`instance`): percent-encoded again where the
+    decoded path has what a URI cannot hold (`/v1/queries/é` from `/v1/queries/%C3%A9`)."""
+    return quote(request.url.path, safe="/:@!$&'()*+,;=-._~")
 
 
 # RFC 9110's names where the running Python's HTTPStatus may have an older one (3.13
@@ -212,7 +219,32 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     status = exc.status_code
     code = "invalid_input" if status == 422 else \
         _title(status).lower().replace(" ", "_").replace("-", "_")
-    return _error_body(request, status, str(exc.detail), code, exc.headers)
+    detail, headers = str(exc.detail), exc.headers
+    if status == 400 and detail == _FASTAPI_BODY_ERROR:
+        # A body FastAPI could not even decode (not UTF-8): invalid input, a 422, as every
+        # unreadable body the routes read themselves.
+        status, code = 422, "invalid_input"
+        detail = "body: not a readable JSON document (JSON is UTF-8 text)"
+    if status == 405:
+        allowed = _allowed_methods(request)
+        detail = f"{request.method} {request.url.path}: this path takes {', '.join(allowed)}"
+        headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+    return _error_body(request, status, detail, code, headers)
+
+
+# FastAPI's HTTPException(400) detail for a body it could not decode before parsing JSON.
+_FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path.  Starlette's 405 names only
+    the methods of the first route that matched the path, and FastAPI has a route per
+    method: GET and DELETE /v1/queries/{id} would say `Allow: GET` alone (RFC 9110 wants
+    them all)."""
+    path = request.scope["path"]
+    return sorted({method for route, _ in app_routes(request.app)
+                   for method in getattr(route, "methods", None) or ()
+                   if route.path_regex.match(path)})
 
 
 async def _results_gone(request: Request, exc: SubscriptionGone) -> JSONResponse:

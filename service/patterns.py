@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpu.io.graphs import parse_graph_text
 from gpu.plan.query import QueryError, QueryGraph
-from service.labels import GRAPH_LABEL_TOKENS, StagedLabels, parse_named
+from service.labels import GRAPH_LABEL_TOKENS, STRING_LABEL_BASE, StagedLabels, parse_named
 from service.schemas import Pattern, PatternEdge, PatternVertex
 
 
@@ -15,6 +15,11 @@ def pattern_of(spec: Pattern | str) -> Pattern:
     graph, names = parse_named(parse_graph_text, spec.encode(), GRAPH_LABEL_TOKENS, "pattern")
     if graph.num_vertices == 0:
         raise QueryError("pattern: the query text has no vertices")
+    if not names.names:     # integers only: the reader took labels up to 2^31 - 1
+        for kind, labels in (("vertex", graph.vertex_labels), ("edge", graph.edge_labels)):
+            if len(labels) and int(labels.max()) >= STRING_LABEL_BASE:
+                raise QueryError(f"pattern: {kind} label {int(labels.max())} out of range "
+                                 f"[0, {STRING_LABEL_BASE})")
     return Pattern(
         vertices=[PatternVertex(id=int(i), label=names.name_of(lab))
                   for i, lab in zip(graph.vertex_ids.tolist(), graph.vertex_labels.tolist())],

@@ -14,7 +14,7 @@ from service.deps import (ALWAYS_ACCEPTED_PARAMETERS, StateDep, bearer_token, ke
 from service.engine_service import IngestResult
 from service.ingest import (ARROW_COLUMNS, ARROW_FILE, ARROW_STREAM, JSON, NPY, TEXT,
                             InputError, PayloadTooLarge, parse_batch, read_media_type)
-from service.schemas import BatchPublic
+from service.schemas import UPDATE_TEXT_SCHEMA, BatchPublic
 from service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["batches"],
@@ -44,8 +44,7 @@ _ARROW_BODY = {"schema": {"type": "string", "format": "binary", "description":
 
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/BatchCreate"}},
-    TEXT: {"schema": {"type": "string", "description": "update stream: v <id> <label>, "
-                      "-v <id>, e <u> <v> [label], -e <u> <v> lines"}},
+    TEXT: {"schema": UPDATE_TEXT_SCHEMA},
     NPY: {"schema": {"type": "string", "format": "binary", "description":
                      "NumPy .npy int64 array (n, 4): kind (0 add vertex, 1 delete vertex, "
                      "2 insert edge, 3 delete edge), a, b, label (-1: none)"}},

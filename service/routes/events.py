@@ -142,8 +142,35 @@ class EventStream(StreamingResponse):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+def _event(name: str, data: dict, with_id: bool) -> dict:
+    """One kind of SSE event as the OpenAPI document describes it (`itemSchema`): its name,
+    its `id` when it is a resume cursor, and its `data`, one line of JSON."""
+    schema = {"type": "object", "required": ["event", "data", *(["id"] if with_id else [])],
+              "properties": {"event": {"const": name},
+                             "data": {"type": "string", "contentMediaType": "application/json",
+                                      "contentSchema": data}}}
+    if with_id:
+        schema["properties"]["id"] = {"type": "string", "pattern": "^[0-9]+$"}
+    return schema
+
+
+_CURSOR_DATA = {"type": "integer", "minimum": 0}
+_SSE_EVENTS = {"200": {"description": "the event stream", "content": {EventStream.media_type: {
+    "itemSchema": {"oneOf": [
+        _event("batch", {"type": "object", "required": ["batch", "positive", "negative"]},
+               True),
+        _event("progress", {"type": "object", "required": ["through"],
+                            "properties": {"through": _CURSOR_DATA}}, True),
+        _event("gone", {"type": "object", "required": ["earliest"],
+                        "properties": {"earliest": _CURSOR_DATA}}, False),
+        *(_event(name, {"type": "object", "required": ["query"],
+                        "properties": {"query": {"type": "integer"}}}, False)
+          for name in ("deleted", "shutdown"))]}}}}}
+
+
 @router.get("/{query_id}/events", response_class=EventStream,
-            dependencies=[Depends(require_query)], responses=NOT_FOUND_RESPONSE)
+            dependencies=[Depends(require_query)],
+            responses={**NOT_FOUND_RESPONSE, **_SSE_EVENTS})
 async def stream_events(
     query_id: int,
     state: StateDep,

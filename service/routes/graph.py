@@ -13,7 +13,7 @@ from service.deps import StateDep, reject_unknown_parameters
 from service.ingest import (CSV, JSON, MULTIPART, TEXT, EdgeListLabels, media_type,
                             parse_graph, read_body, read_graph_form)
 from service.labels import STRING_LABEL_BASE, text_safe
-from service.schemas import GraphPublic
+from service.schemas import GRAPH_TEXT_SCHEMA, LABELS_TEXT_SCHEMA, GraphPublic
 
 router = APIRouter(prefix="/v1", tags=["graph"],
                    dependencies=[Depends(reject_unknown_parameters)])
@@ -23,16 +23,14 @@ BATCH_HEADER = "X-Motifstream-Batch"
 # Lines formatted per chunk of an export: bounded memory whatever the graph's size.
 EXPORT_CHUNK_ROWS = 1 << 16
 
-_GRAPH_TEXT = ("a graph file (t/v/e lines; labels may be names) or an edge list (SNAP or "
-               "CSV, with num_labels or a labels part)")
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/GraphLoad"}},
-    TEXT: {"schema": {"type": "string", "description": _GRAPH_TEXT}},
-    CSV: {"schema": {"type": "string", "description": _GRAPH_TEXT}},
-    MULTIPART: {"schema": {"type": "object", "required": ["graph"], "properties": {
-        "graph": {"type": "string", "format": "binary", "description": _GRAPH_TEXT},
-        "labels": {"type": "string", "format": "binary",
-                   "description": "<id> <label> lines for an edge-list graph"}}}}}}}
+    TEXT: {"schema": GRAPH_TEXT_SCHEMA},
+    CSV: {"schema": GRAPH_TEXT_SCHEMA},
+    MULTIPART: {"schema": {"type": "object", "required": ["graph"],
+                           "additionalProperties": False,
+                           "properties": {"graph": GRAPH_TEXT_SCHEMA,
+                                          "labels": LABELS_TEXT_SCHEMA}}}}}}
 
 
 @router.get("/graph", response_model=GraphPublic)

@@ -6,19 +6,23 @@ from fastapi.responses import JSONResponse
 
 from service.deps import StateDep, reject_unknown_parameters
 from service.metrics import CONTENT_TYPE
+from service.schemas import Liveness, Readiness
 
 # Unknown query parameters are refused here as on every route (a probe's typo is a 422 too).
 health = APIRouter(tags=["operations"], dependencies=[Depends(reject_unknown_parameters)])
 metrics = APIRouter(tags=["operations"], dependencies=[Depends(reject_unknown_parameters)])
 
 
-@health.get("/healthz")
+@health.get("/healthz", response_model=Liveness)
 async def healthz():
     """The process is up (it may still be recovering: see /readyz)."""
     return {"status": "ok"}
 
 
-@health.get("/readyz")
+@health.get("/readyz", response_model=Readiness, responses={503: {
+    "description": "Not ready: still starting (recovery, kernel warm-up), or start-up failed",
+    "content": {"application/json": {"schema": {
+        "$ref": "#/components/schemas/ReadinessPending"}}}}})
 async def readyz(state: StateDep):
     """200 once recovery and kernel warm-up are done; 503 before (or if recovery failed)."""
     engine = state.engine
@@ -30,7 +34,16 @@ async def readyz(state: StateDep):
     return JSONResponse({"status": "starting", "detail": engine.starting()}, status_code=503)
 
 
-@metrics.get("/metrics")
-async def prometheus(state: StateDep) -> Response:
+class PrometheusText(Response):
+    """The Prometheus text exposition format (its media type is what the OpenAPI document
+    declares for /metrics)."""
+
+    media_type = CONTENT_TYPE
+
+
+@metrics.get("/metrics", response_class=PrometheusText, responses={200: {
+    "description": "the metrics, in the Prometheus text exposition format",
+    "content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}})
+async def prometheus(state: StateDep) -> PrometheusText:
     """Prometheus text format: batch latency histogram, throughput counters, state gauges."""
-    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+    return PrometheusText(state.metrics.render())

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.requests import HTTPConnection
 
 from service.deps import StateDep, reject_unknown_parameters
+from service.engine_service import ServiceUnavailable
 from service.kafka import (RESERVED_SETTINGS, KafkaDeliverer, KafkaSink, KafkaSinkError,
                            KafkaUnavailable)
 from service.routes.events import (MAX_ID, NOT_FOUND_RESPONSE,
@@ -34,7 +35,7 @@ KafkaDep = Annotated[KafkaDeliverer, Depends(get_kafka)]
 
 # What PUT accepts: the broker, the topic, client settings passed to librdkafka, where to start.
 class KafkaSinkSet(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "strict": True}
 
     bootstrap_servers: str = Field(min_length=1, max_length=2048, description=(
         "host:port[,host:port...] of the Kafka cluster"))
@@ -43,7 +44,8 @@ class KafkaSinkSet(BaseModel):
     settings: dict[str, str | int | float | bool] = Field(default_factory=dict, description=(
         "librdkafka client settings passed as they are (security.protocol, sasl.mechanism, "
         "sasl.username, sasl.password, ssl.ca.location, transactional.id...); secret values "
-        "are never returned"))
+        "are never returned"), json_schema_extra={
+            "propertyNames": {"not": {"enum": sorted(RESERVED_SETTINGS)}}})
     after: int | None = Field(None, ge=EVERY_RETAINED, le=MAX_ID, description=(
         "produce the events after this batch (-1: every event still retained); default: "
         "from where this sink was, or after the last committed batch for a new one"))
@@ -102,12 +104,12 @@ async def set_kafka_sink(query_id: int, body: KafkaSinkSet, state: StateDep, kaf
         sink = await kafka.set(query_id, body.bootstrap_servers, body.topic, body.settings,
                                body.after)
     except KafkaUnavailable as exc:
-        raise HTTPException(503, str(exc)) from exc
+        raise ServiceUnavailable(str(exc)) from exc
     except KafkaSinkError as exc:
         if exc.field is not None:
             raise RequestValidationError([{"loc": ("body", exc.field), "type": "value_error",
                                            "msg": str(exc)}]) from exc
-        raise HTTPException(503, f"Kafka at {body.bootstrap_servers}: {exc}") from exc
+        raise ServiceUnavailable(f"Kafka at {body.bootstrap_servers}: {exc}") from exc
     return _public(sink)
 
 

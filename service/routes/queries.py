@@ -7,16 +7,15 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.deps import StateDep, reject_unknown_parameters
 from service.ingest import JSON, TEXT, UnsupportedMediaType, media_type, read_body
-from service.schemas import (QUERY_PAGE_DEFAULT, QUERY_PAGE_MAX, QueryCreate, QueryPage,
-                             QueryPublic, QueryValidation)
+from service.schemas import (QUERY_PAGE_DEFAULT, QUERY_PAGE_MAX, QUERY_TEXT_SCHEMA, QueryCreate,
+                             QueryPage, QueryPublic, QueryValidation)
 
 router = APIRouter(prefix="/v1", tags=["queries"],
                    dependencies=[Depends(reject_unknown_parameters)])
 
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/QueryCreate"}},
-    TEXT: {"schema": {"type": "string", "description": "query-file text: v <id> <label>, "
-                                                       "e <u> <v> [label] lines"}}}}}
+    TEXT: {"schema": QUERY_TEXT_SCHEMA}}}}
 
 
 async def _create(request: Request, state, name, deliver, max_matches_per_batch,
@@ -32,15 +31,18 @@ async def _create(request: Request, state, name, deliver, max_matches_per_batch,
                                "(query-file text, options as query parameters)")
 
 
-@router.post("/queries", status_code=201, response_model=QueryPublic | QueryValidation,
-             openapi_extra=_BODY, responses={201: {
-                 "description": "Registered",
-                 "headers": {"Location": {"description": "the new query's URL",
-                                          "schema": {"type": "string"}}}}})
+@router.post("/queries", status_code=201, response_model=None, openapi_extra=_BODY,
+             responses={201: {"model": QueryPublic, "description": "Registered",
+                              "headers": {"Location": {"description": "the new query's URL",
+                                                       "schema": {"type": "string",
+                                                                  "format": "uri-reference"}}}},
+                        200: {"model": QueryValidation,
+                              "description": "dry_run: valid, nothing registered"}})
 async def register_query(
         request: Request, response: Response, state: StateDep,
         dry_run: bool = Query(False, description="only validate the pattern"),
-        name: str | None = Query(None, description="for text/plain bodies"),
+        name: str | None = Query(None, min_length=1, max_length=200,
+                                 description="for text/plain bodies"),
         deliver: Literal["counts", "matches"] = Query("counts", description="text/plain only"),
         max_matches_per_batch: int | None = Query(None, ge=1, description="text/plain only"),
         backfill: bool = Query(False, description="text/plain only")):

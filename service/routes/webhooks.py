@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from pydantic import BaseModel, Field, field_validator
@@ -18,6 +18,13 @@ from service.webhooks import EVERY_RETAINED, Deliverer, Webhook
 router = APIRouter(prefix="/v1/queries", tags=["webhooks"], responses=NOT_FOUND_RESPONSE,
                    dependencies=[Depends(reject_unknown_parameters), Depends(require_query)])
 
+# The URLs a webhook takes, as its schema states them (`pattern`): http(s), a host name or
+# an IPv4 or bracketed IPv6 address, an optional port, then a path, query or fragment of
+# printable ASCII (what a client percent-encodes), nothing that urlsplit would rewrite.
+WEBHOOK_URL = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])"
+               r"(?::[0-9]{1,5})?(?:[/?#][!-~]*)?$")
+_WEBHOOK_URL = re.compile(WEBHOOK_URL)
+
 DEAD_LETTER_PAGE_DEFAULT = 100
 DEAD_LETTER_PAGE_MAX = 1000
 
@@ -31,10 +38,11 @@ DelivererDep = Annotated[Deliverer, Depends(get_deliverer)]
 
 # What PUT accepts: where to POST the query's events, the signing key, where to start.
 class WebhookSet(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "strict": True}
 
     url: str = Field(max_length=2048, description="http:// or https:// URL the events are "
-                                                   "POSTed to")
+                                                   "POSTed to",
+                     json_schema_extra={"pattern": WEBHOOK_URL})
     secret: str = Field(min_length=16, max_length=1024, description=(
         "HMAC-SHA256 key of the X-Motifstream-Signature header (never returned)"))
     after: int | None = Field(None, ge=EVERY_RETAINED, le=MAX_ID, description=(
@@ -44,9 +52,9 @@ class WebhookSet(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+        if not _WEBHOOK_URL.fullmatch(url):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL with a host (ASCII "
+                             "host name or address, optional port, then printable ASCII)")
         return url
 
 
