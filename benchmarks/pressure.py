@@ -51,6 +51,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.service_bench import RawClient
+
 REPO = Path(__file__).resolve().parents[1]
 
 EDGE_QUERY = {"name": "edge", "deliver": "matches", "pattern": {
@@ -224,41 +226,6 @@ class EdgeBatches:
         return json.dumps(body).encode()
 
 
-class RawClient:
-    """One keep-alive HTTP/1.1 connection that writes each request whole and reads the reply
-    by its Content-Length: light enough not to take the CPU the server is measured on."""
-
-    def __init__(self, port: int) -> None:
-        self.host = f"127.0.0.1:{port}".encode()
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buffer = b""
-
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: %d\r\n\r\n%s" % (path.encode(), self.host,
-                                                              len(body), body))
-        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
-            self._receive()
-        head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
-        length = next(int(line.partition(b":")[2]) for line in head.split(b"\r\n")[1:]
-                      if line.partition(b":")[0].strip().lower() == b"content-length")
-        while len(self.buffer) < length:
-            self._receive()
-        reply, self.buffer = self.buffer[:length], self.buffer[length:]
-        return int(head[9:12]), reply
-
-    def _receive(self) -> None:
-        data = self.sock.recv(1 << 16)
-        if not data:
-            raise ConnectionResetError("the server closed the connection")
-        self.buffer += data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-@dataclass
 class Phase:
     """One ingest phase's figures."""
 
@@ -304,7 +271,7 @@ def ingest(server: Server, batches: EdgeBatches, seconds: float | None = None,
             now = time.perf_counter()
             if (seconds is not None and now - start >= seconds) or phase.batches == count:
                 break
-            status, reply = client.post("/v1/batches", batches.next_body())
+            status, reply = client.request("POST", "/v1/batches", batches.next_body())
             if status != 200:
                 raise RuntimeError(f"batch refused: {status} {reply[:300]!r}")
             phase.latencies.append(time.perf_counter() - now)
