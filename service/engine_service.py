@@ -494,13 +494,16 @@ class EngineService:
                 self._pending_keys.pop(done.key, None)
         exc = commit.exception()
         if exc is not None:
-            done.acknowledged.set_exception(ServiceUnavailable(
-                f"batch {done.seq} could not be persisted ({exc}); it was not applied"))
+            # The rebuild is queued on the engine thread before the 503 goes out: a retry
+            # sent on the answer then finds memory equal to the store again, instead of
+            # being applied after the failed batch and refused for its seq.
             try:
                 self._pool.submit(self._caught_up,
                                   f"batch {done.seq} could not be persisted")
             except RuntimeError:    # shutting down: the next start recovers from the store
                 pass
+            done.acknowledged.set_exception(ServiceUnavailable(
+                f"batch {done.seq} could not be persisted ({exc}); it was not applied"))
             return
         try:
             seconds = time.perf_counter() - done.t0
