@@ -226,6 +226,7 @@ class EdgeBatches:
         return json.dumps(body).encode()
 
 
+@dataclass
 class Phase:
     """One ingest phase's figures."""
 

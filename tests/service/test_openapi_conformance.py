@@ -268,9 +268,10 @@ def _check(outcome: Outcome, min_cases: int, links_from: str = "GET /v1/queries"
     for phase in ("examples", "coverage", "fuzzing", "stateful"):
         assert outcome.phases.get(phase) == Status.SUCCESS.value, _report(outcome)
     assert outcome.cases >= min_cases, _report(outcome)
-    # The stateful phase went from a query (listed, or registered: `links_from`) to its
-    # routes through the document's links.
-    assert any(link.startswith(f"{links_from} -> [20") and " -> GET /v1/queries/{query_id}"
+    # The stateful phase went from a query (listed, or registered: `links_from`) to one of
+    # its routes through the document's links (which one depends on the cases the seed
+    # draws from the document, so any of them).
+    assert any(link.startswith(f"{links_from} -> [20") and " /v1/queries/{query_id}"
                in link for link in outcome.links), outcome.links
 
 
