@@ -259,7 +259,7 @@ class EngineService:
         t0 = time.perf_counter()
         store = self.store
         snapshot, graph = self._readable_snapshot()
-        engine = Engine(graph, backend=self._backend_for(store.directed()),
+        engine = Engine(graph, backend=self.settings.backend,
                         config=self._engine_config(), directed=store.directed())
         seq = snapshot.seq if snapshot is not None else 0
         replayed = 0
@@ -286,11 +286,6 @@ class EngineService:
                  snapshot.seq if snapshot is not None else "none", replayed,
                  engine.graph.num_vertices, engine.graph.num_edges, len(queries), self.backend,
                  time.perf_counter() - t0)
-
-    def _backend_for(self, directed: bool) -> str:
-        """The backend setting, where directed graphs run: the CPU executor for now ("auto"
-        picks it; an explicit "cuda" is refused by the engine, with its reason)."""
-        return "cpu" if directed and self.settings.backend == "auto" else self.settings.backend
 
     def _engine_config(self) -> EngineConfig:
         return EngineConfig(device_graph=self.settings.device_graph)
@@ -642,7 +637,7 @@ class EngineService:
         old = self.engine
         log.info("bulk load: indexing %d vertices, %d edges", graph.num_vertices,
                  graph.num_edges)
-        engine = Engine(graph, backend=self._backend_for(directed),
+        engine = Engine(graph, backend=self.settings.backend,
                         config=self._engine_config(), directed=directed)
         log.info("bulk load: indexed in %.2f s; re-planning %d standing queries",
                  time.perf_counter() - t0, len(self.queries))
