@@ -4,8 +4,8 @@ through its examples, coverage, fuzzing and stateful phases (the last following 
 from POST and GET /v1/queries to the query's routes) with 0 failures.
 
 The default run is bounded (~1,400 cases, a fixed seed); the `slow` variant runs more with
-another seed each time, and `python -m benchmarks.openapi_conformance` the long run of
-docs/benchmarks.md.
+another fixed seed, and `python -m benchmarks.openapi_conformance` the long run of
+docs/benchmarks.md (any seed).
 """
 from __future__ import annotations
 
@@ -263,29 +263,32 @@ def _report(outcome: Outcome) -> str:
             + "\n\n".join(outcome.errors + outcome.failures))
 
 
-def _check(outcome: Outcome, min_cases: int,
-           links_from: tuple[str, ...] = ("GET /v1/queries", "POST /v1/queries")) -> None:
+def _check(outcome: Outcome, min_cases: int, *, links: bool = True) -> None:
     assert not outcome.errors and not outcome.failures, _report(outcome)
     for phase in ("examples", "coverage", "fuzzing", "stateful"):
         assert outcome.phases.get(phase) == Status.SUCCESS.value, _report(outcome)
     assert outcome.cases >= min_cases, _report(outcome)
-    # The stateful phase went from a query (listed or registered: `links_from`) to one of
-    # its routes through the document's links (which ones depends on the cases the seed
-    # draws from the document, so any of them).
-    assert any(link.startswith(tuple(f"{source} -> [20" for source in links_from))
-               and " /v1/queries/{query_id}" in link for link in outcome.links), outcome.links
+    if links:
+        # The stateful phase went from a query (listed or registered) to one of its routes
+        # through the document's links (which ones depends on the cases the seed draws).
+        assert any(link.startswith(("GET /v1/queries -> [20", "POST /v1/queries -> [20"))
+                   and " /v1/queries/{query_id}" in link for link in outcome.links), \
+            outcome.links
 
 
 def test_schemathesis_finds_nothing(tmp_path):
-    # ~1,400 cases, ~40 s on two cores, with a fixed seed: the same cases every run.
+    # ~1,400 cases, ~40 s on two cores, with a fixed seed: the same cases every run, among
+    # them a stateful step from a query to its routes.
     outcome = run_conformance(tmp_path / "data", max_examples=3, stateful_examples=10)
     _check(outcome, min_cases=1000)
 
 
 @pytest.mark.slow
 def test_schemathesis_finds_nothing_in_a_longer_run(tmp_path):
-    # Another seed every run: 2,000-4,000 cases, a minute or two on two cores.  How many
-    # cases a seed draws varies (20 examples an operation gave 1,870 in one CI run), so the
-    # floor is the default run's.
-    outcome = run_conformance(tmp_path / "data", max_examples=40, seed=None)
-    _check(outcome, min_cases=1000)
+    # 40 examples an operation, another fixed seed: 2,000-4,000 cases, a minute or two on
+    # two cores.  Fixed, so that CI's verdict is the code's, not a draw's (a random seed once
+    # reached only the snapshot link in its stateful phase); the long run of
+    # benchmarks/openapi_conformance.py is the place for new seeds.  Which links a seed's
+    # stateful phase reaches is the default run's check.
+    outcome = run_conformance(tmp_path / "data", max_examples=40, seed=1)
+    _check(outcome, min_cases=1000, links=False)
