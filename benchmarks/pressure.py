@@ -105,7 +105,10 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: see {log}")
             try:
-                if request(self.port, "GET", "/readyz")[0] == 200:
+                # Ready on the compiled kernels (a first start is ready before, running
+                # them as plain Python while they compile: not what is measured here).
+                status, body = request(self.port, "GET", "/readyz")
+                if status == 200 and body["kernels"] == "compiled":
                     return
             except OSError:
                 pass

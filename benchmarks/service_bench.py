@@ -140,7 +140,8 @@ class Client:
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             if method == "POST":
                 raise
-            # The server closes keep-alive connections idle for 5 s; GET/DELETE can be resent.
+            # The server closes keep-alive connections idle for KEEP_ALIVE_SECONDS; GET/DELETE
+            # can be resent.
             self.conn.close()
             self.conn.request(method, path, body=body, headers=headers)
             response = self.conn.getresponse()
@@ -232,8 +233,10 @@ def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
         if proc.poll() is not None:
             raise SystemExit(f"server exited with {proc.returncode}")
         try:
-            status, _ = Client(args.port).request("GET", "/readyz")
-            if status == 200:
+            # Ready on the compiled kernels (a first start is ready before, running them
+            # as plain Python while they compile: not what is measured here).
+            status, body = Client(args.port).request("GET", "/readyz")
+            if status == 200 and json.loads(body)["kernels"] == "compiled":
                 return proc
         except OSError:
             pass

@@ -14,7 +14,9 @@ unless the cache is known to be filled (the stamp below):
   - a larger run compiles what it needs as it goes, as it always did.
 Either way the terminal shows "compiling the CPU executor (first run only)" while it
 does, with the kernels compiled so far.  MOTIFSTREAM_FIRST_RUN=compile turns the
-background off (the test suite sets it).
+background off (the test suite sets it).  The service's first start uses the same pieces
+(`background_wanted`, `interpret_while_compiling`, `wait_for_background`;
+service/engine_service.py).
 
 The stamp, written by the background process when it has finished, names the code it
 compiled (Numba's and Python's versions, every source file's size and time) and every
@@ -68,9 +70,8 @@ def first_run(paths: list[str], backend: str, progress):
     announce = _Announce(progress)
     event.register("numba:compile", announce)
     try:
-        if backend == "cpu" and os.environ.get(MODE_VARIABLE, "background") != "compile" \
-                and not cache_filled() and _small(paths) and _start_background():
-            interpreted.interpret(budget=INTERPRET_SECONDS)
+        if backend == "cpu" and background_wanted() and small(paths) \
+                and interpret_while_compiling(INTERPRET_SECONDS):
             progress.phase("compiling the CPU executor in the background (first run only); "
                            "running it as plain Python meanwhile")
         yield
@@ -101,6 +102,33 @@ def poll() -> None:
             interpreted.stop()
 
 
+def background_wanted() -> bool:
+    """Whether a first run may compile in the background: not turned off, and the cache
+    not known to be filled."""
+    return os.environ.get(MODE_VARIABLE, "background") != "compile" and not cache_filled()
+
+
+def interpret_while_compiling(budget: float | None) -> bool:
+    """Start the background process and run the kernels as plain Python until it has
+    filled the cache, with `budget` seconds on the calling thread; False (nothing
+    started) where it cannot run."""
+    if not _start_background():
+        return False
+    interpreted.interpret(budget=budget)
+    return True
+
+
+def wait_for_background() -> int:
+    """Until the background process has finished (at once if none was started); its exit
+    status (0: none was started)."""
+    return 0 if _background is None else _background.wait()
+
+
+def log_path() -> Path:
+    """Where the background process writes what it prints."""
+    return cache_dir() / _LOG
+
+
 def cache_filled() -> bool:
     """Whether the background process has compiled this code into the cache, every index
     it wrote still there."""
@@ -127,7 +155,7 @@ def code_key() -> str:
     return digest.hexdigest()
 
 
-def _small(paths: list[str]) -> bool:
+def small(paths: list[str]) -> bool:
     """Whether the inputs hold at most INTERPRET_BELOW_BYTES, a gzip file counted as what
     it holds (the readers decompress it: 1 MB of gzip can hold a gigabyte of edges)."""
     left = INTERPRET_BELOW_BYTES

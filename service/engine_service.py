@@ -15,6 +15,17 @@ finished or committed, the Idempotency-Keys in flight), and the invariants that 
 together (batches handed to the writer in order; after any failure memory is rebuilt to
 equal the store) read best in one place.  What a standing query tracks for itself (its
 totals, latencies, events and stored form) is service/standing.py.
+
+A first start (the CPU executor's kernels not in Numba's cache, a small store) does not wait
+for them to compile: as the CLI's first run does (gpu/compile_ahead.py), it starts a
+background process that compiles them into the cache and runs them as plain Python
+meanwhile, one batch after another (no batch groups), each engine call with its own
+budget of INTERPRET_SECONDS.  When the process is done the engine thread loads the
+compiled kernels (the warm-up, before the next request).  A call that runs past its
+budget (gpu/cpu/interpreted.OutOfTime) has lost the engine's state with the kernels' work
+and changed nothing durable: the engine thread waits for the background process, rebuilds
+memory from the store on the compiled kernels and runs the call again, so its client gets
+the answer it would have got, later.
 """
 from __future__ import annotations
 
@@ -30,10 +41,11 @@ from datetime import datetime, timezone
 import numba
 import orjson
 
+from gpu import compile_ahead
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.cpu import interpreted
-from gpu.cuda.device import device_memory_bytes
+from gpu.cuda.device import device_memory_bytes, resolve_backend
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph
 from gpu.io.records import LabeledGraph, UpdateStream
@@ -49,6 +61,14 @@ from service.standing import Standing
 from storage import BatchRecord, QueryRecord, SnapshotCorrupt, SnapshotRecord
 
 log = logging.getLogger("motifstream.engine")
+
+# A first start runs the kernels as plain Python while they compile only for a store this
+# small (the snapshot's edges, the batches to replay after it, a --graph file's bytes:
+# compile_ahead.INTERPRET_BELOW_BYTES): the plain-Python kernels are ~100x slower.
+INTERPRET_BELOW_EDGES = 50_000
+INTERPRET_BELOW_BATCHES = 1_000
+# Seconds of plain Python an engine call may take before it waits for the compiled kernels.
+INTERPRET_SECONDS = compile_ahead.INTERPRET_SECONDS
 
 
 class ServiceUnavailable(RuntimeError):
@@ -162,11 +182,15 @@ class EngineService:
         Runs before a change committed in a transaction of its own (a query registered or
         deleted, a graph loaded), so that it never lands in the store ahead of a batch
         that then fails, and after a failed commit."""
+        self._caught_up_to_store()
+        if self.seq != self.store.last_seq():
+            self._rebuild(why)
+
+    def _caught_up_to_store(self) -> None:
+        """Every batch applied so far handed to the writer, and its commit finished."""
         self._settle()
         if self._last_commit is not None:
             wait([self._last_commit])
-        if self.seq != self.store.last_seq():
-            self._rebuild(why)
 
     async def ingest_async(self, batch: BatchInput, idempotency: tuple[str, str] | None
                            ) -> IngestResult:
@@ -197,7 +221,24 @@ class EngineService:
     def _guarded(self, fn, *args):
         if self.failure is not None:
             raise ServiceUnavailable(f"the engine is not available: {self.failure}")
-        return fn(*args)
+        return self._compiled_if_out_of_time(fn, *args)
+
+    def _compiled_if_out_of_time(self, fn, *args):
+        """`fn(*args)`, with its own budget while the kernels run as plain Python; past it,
+        memory is rebuilt from the store on the compiled kernels and `fn` runs again (the
+        call changed nothing durable: see the module docstring)."""
+        if interpreted.active():
+            interpreted.allow(INTERPRET_SECONDS)
+        try:
+            return fn(*args)
+        except interpreted.OutOfTime:     # (start() may begin interpreting inside fn)
+            log.warning("an engine call ran past %.0f s as plain Python: waiting for the "
+                        "background compile, then rebuilding the engine from the store on "
+                        "the compiled kernels and running the call again", INTERPRET_SECONDS)
+            self._to_compiled(warm=False)
+            self._caught_up_to_store()
+            self.recover()
+            return fn(*args)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -216,6 +257,8 @@ class EngineService:
         try:
             self.phase = "recovering the store"
             self._settle_kind()
+            if self._interpret_first_start():
+                interpreted.allow(INTERPRET_SECONDS)    # recovery's own budget
             self.recover()
             if self.settings.graph is not None:
                 if self._is_empty():
@@ -229,10 +272,67 @@ class EngineService:
                 else:
                     log.warning("the store already holds a graph; --graph %s is ignored",
                                 self.settings.graph)
-            self.phase = "warming the kernels"
-            self.warm_up()
+            if interpreted.active():
+                log.info("ready on the kernels as plain Python; the compiled ones take over "
+                         "when the background compile is done")
+            else:
+                self.phase = "warming the kernels"
+                self.warm_up()
         finally:
             self.compiling.finish()
+
+    def _interpret_first_start(self) -> bool:
+        """On a first start of the CPU executor (its kernels not in Numba's cache) with a
+        small store: start the background compile and run the kernels as plain Python
+        until it is done (module docstring).  Whether it did."""
+        if self.compiling.uncached == 0 or not compile_ahead.background_wanted():
+            return False
+        try:
+            backend = "cpu" if self.store.directed() else resolve_backend(self.settings.backend)
+        except ValueError:
+            return False            # the engine's construction says why
+        snapshot = self.store.latest_snapshot()
+        edges = 0 if snapshot is None else snapshot.edges
+        replay = self.store.last_seq() - (0 if snapshot is None else snapshot.seq)
+        inputs = [str(p) for p in (self.settings.graph, self.settings.labels) if p is not None]
+        if backend != "cpu" or edges >= INTERPRET_BELOW_EDGES \
+                or replay >= INTERPRET_BELOW_BATCHES or not compile_ahead.small(inputs):
+            return False
+        if not compile_ahead.interpret_while_compiling(INTERPRET_SECONDS):
+            return False
+        log.warning("the CPU executor's kernels are not in Numba's cache (a first start, or "
+                    "a new version): a background process compiles them (about %.0f s on "
+                    "two cores, once; its log: %s); until then they run as plain Python, "
+                    "slower, one batch at a time", self.compiling.estimate(),
+                    compile_ahead.log_path())
+        threading.Thread(target=self._when_compiled, name="motifstream-compile-watch",
+                         daemon=True).start()
+        return True
+
+    def _when_compiled(self) -> None:
+        """(Its own thread.) Once the background compile is done, the engine thread takes
+        the compiled kernels, before the requests queued after that moment."""
+        compile_ahead.wait_for_background()
+        try:
+            self._pool.submit(self._to_compiled)
+        except RuntimeError:        # shutting down
+            pass
+
+    def _to_compiled(self, warm: bool = True) -> None:
+        """(Engine thread.) Stop running the kernels as plain Python: wait for the
+        background compile, then load its kernels (the warm-up, with `warm`; else each on
+        its first call)."""
+        if not interpreted.active():
+            return
+        t0 = time.perf_counter()
+        if compile_ahead.wait_for_background():
+            log.error("the background compile failed (its log: %s): the kernels compile "
+                      "here instead, as each is first called", compile_ahead.log_path())
+        interpreted.stop()
+        if warm:
+            warm_up(self.backend, self._engine_config())
+        log.info("the compiled kernels took over from the plain-Python ones (%.2f s)",
+                 time.perf_counter() - t0)
 
     def starting(self) -> str:
         """What start-up is doing, for /readyz: the phase, or the kernels compiling."""
@@ -342,6 +442,8 @@ class EngineService:
             pending = self.engine.start(stream, list_limit=listing)
         except BatchRejected as exc:
             raise InputError(f"{batch.where(exc.line)}: {exc.reason}") from None
+        except interpreted.OutOfTime:
+            raise                   # _guarded rebuilds and runs the batch again
         except BaseException:
             self._rebuild("a batch failed inside the engine")
             raise
@@ -371,7 +473,15 @@ class EngineService:
                 except RuntimeError:    # shutting down: nothing is left to overlap with
                     self._settle()
         else:
-            self._hand_off([self._finish(started)])
+            try:
+                finished = self._finish(started)
+            except interpreted.OutOfTime:
+                # Not handed to the writer: the key is free again for the run once more.
+                if idempotency is not None:
+                    with self._keys_lock:
+                        self._pending_keys.pop(idempotency[0], None)
+                raise
+            self._hand_off([finished])
         return acknowledged
 
     @property
@@ -380,7 +490,10 @@ class EngineService:
         batches queued then form a batch group (gpu/pipeline.py: one lookup, one update
         and one search for all of them), handed to the writer together, and on CUDA a
         batch's host work overlaps the kernels of the one before.  Always on CUDA; on
-        the CPU unless the cpu_batch_groups setting is off."""
+        the CPU unless the cpu_batch_groups setting is off; never while the kernels run as
+        plain Python (a batch that runs out of time is then run again alone)."""
+        if interpreted.active():
+            return False
         if self.pipeline is not None:
             return self.pipeline
         return self.backend == "cuda" or self.settings.cpu_batch_groups
@@ -526,10 +639,8 @@ class EngineService:
         try:
             # The batches applied before: handed to the writer and committed first, so
             # that the store the engine is rebuilt from holds them (memory equals store).
-            self._settle()
-            if self._last_commit is not None:
-                wait([self._last_commit])
-            self.recover()
+            self._caught_up_to_store()
+            self._compiled_if_out_of_time(self.recover)
         except BaseException as exc:
             self.failure = f"rebuild after '{why}' failed: {exc}"
             log.exception("rebuild failed; the service stops taking requests")
@@ -566,6 +677,8 @@ class EngineService:
                                  options=standing.options_json(), created_seq=self.seq,
                                  created_at=standing.created_at)
             self.store.register_query(record, staged.new, backfill)
+        except interpreted.OutOfTime:
+            raise                   # _guarded rebuilds and registers it again
         except BaseException as exc:
             self.engine.remove_query(standing.engine_qid)
             raise ServiceUnavailable(f"query could not be persisted ({exc}); it was not "

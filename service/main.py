@@ -23,6 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpu.config import EngineConfig
+from gpu.cpu import interpreted
 from gpu.io.records import FormatError
 from gpu.plan.query import QueryError
 from service.deps import require_api_key
@@ -137,9 +138,11 @@ async def _start(state: ServiceState, freeze_gc: bool) -> None:
         _freeze_gc(collect=engine.compiling.compiled > 0)
     state.ready = True
     # CPU time, not wall time: on a shared machine the wall time says more about the others.
-    log.info("ready: batch %d, backend %s, %d kernels compiled, %.2f s of CPU since the "
+    log.info("ready: batch %d, backend %s, %d kernels compiled%s, %.2f s of CPU since the "
              "process started (%.2f s before recovery began)", engine.seq, engine.backend,
-             engine.compiling.compiled, time.process_time(), before)
+             engine.compiling.compiled,
+             " (running as plain Python until the background compile is done)"
+             if interpreted.active() else "", time.process_time(), before)
 
 
 def _freeze_gc(collect: bool) -> None:

@@ -170,10 +170,13 @@ class Liveness(BaseModel):
 
 
 class Readiness(BaseModel):
-    # GET /readyz once recovered and warm: the last batch applied and the executor.
+    # GET /readyz once recovered and warm: the last batch applied, the executor, and how its
+    # kernels run: compiled, or as plain Python while a first start compiles them in the
+    # background (exact, slower; docs/service.md).
     status: Literal["ready"]
     batch: int
     backend: str
+    kernels: Literal["compiled", "interpreted"]
 
 
 class ReadinessPending(BaseModel):

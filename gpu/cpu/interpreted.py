@@ -30,7 +30,10 @@ thousand neighbours takes minutes), so interpreting has a time budget: past it, 
 twin call raises `OutOfTime`, a BaseException (no `except Exception` of the engine makes
 it a batch's own error).  The kernels' work in progress is then lost, and with it the
 state of the engine that ran them: its caller starts over on compiled kernels (the CLI
-rebuilds its engine and replays the batches it has reported, service/cli.py).
+rebuilds its engine and replays the batches it has reported, service/cli.py; the service
+rebuilds its engine from the store and runs the request again, service/engine_service.py).
+The budget is the calling thread's: a thread that set none (the service's request handlers,
+parsing with the readers' kernels) never runs out, whatever another thread's budget says.
 
 Kernels take their per-query arrays as a typed list; `kernel_list` builds one with
 compiled helpers kept in Numba's cache (building it from Python compiles Numba's own list
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
 import types
 
@@ -52,7 +56,9 @@ from gpu.cpu import atomics, borrowed, cycles
 
 _interpreting = False
 _epoch = 0
-_deadline: float | None = None      # time.monotonic() past which twins stop
+# Per thread: (the epoch it was set in, the time.monotonic() past which that thread's twins
+# stop); a budget set before interpreting last started or stopped no longer counts.
+_budget = threading.local()
 
 
 class OutOfTime(BaseException):
@@ -63,20 +69,25 @@ class OutOfTime(BaseException):
 def interpret(packages: tuple[str, ...] = ("gpu",), budget: float | None = None) -> None:
     """From now on, run each kernel of `packages` (modules imported so far) as its twin
     where it has no compiled version for the call's argument types; with a `budget`,
-    for that many seconds at most (then twins raise OutOfTime)."""
-    global _interpreting, _epoch, _deadline
+    for that many seconds at most on the calling thread (then its twins raise OutOfTime)."""
+    global _interpreting, _epoch
     for dispatcher in kernels(packages):
         if "_compile_for_args" not in vars(dispatcher):
             dispatcher._compile_for_args = functools.partial(_compile_or_twin, dispatcher)
     if not _interpreting:
         _interpreting, _epoch = True, _epoch + 1
-    _deadline = None if budget is None else time.monotonic() + budget
+    allow(budget)
+
+
+def allow(budget: float | None) -> None:
+    """While interpreting, give the calling thread `budget` seconds from now (None: no
+    limit), whatever it had left: the service gives each engine call its own."""
+    _budget.until = (_epoch, None if budget is None else time.monotonic() + budget)
 
 
 def stop() -> None:
     """Compile (or load from the cache) every kernel called from now on."""
-    global _interpreting, _epoch, _deadline
-    _deadline = None
+    global _interpreting, _epoch
     if _interpreting:
         _interpreting, _epoch = False, _epoch + 1
 
@@ -174,7 +185,8 @@ def _twin_globals(module_globals: dict) -> dict:
 
 
 def _check_time() -> None:
-    if _deadline is not None and time.monotonic() > _deadline:
+    epoch_set, deadline = getattr(_budget, "until", (None, None))
+    if deadline is not None and epoch_set == _epoch and time.monotonic() > deadline:
         raise OutOfTime("the kernels ran past their time as plain Python")
 
 

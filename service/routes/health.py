@@ -4,6 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
+from gpu.cpu import interpreted
 from service.deps import StateDep, reject_unknown_parameters
 from service.metrics import CONTENT_TYPE
 from service.schemas import Liveness, Readiness
@@ -27,7 +28,8 @@ async def readyz(state: StateDep):
     """200 once recovery and kernel warm-up are done; 503 before (or if recovery failed)."""
     engine = state.engine
     if state.ready:
-        return {"status": "ready", "batch": engine.seq, "backend": engine.backend}
+        return {"status": "ready", "batch": engine.seq, "backend": engine.backend,
+                "kernels": "interpreted" if interpreted.active() else "compiled"}
     if engine.failure is not None:
         return JSONResponse({"status": "failed", "detail": engine.failure}, status_code=503)
     # What it is doing: recovering, compiling kernels (a first start: how far), warming.

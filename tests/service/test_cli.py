@@ -502,7 +502,7 @@ def emit(record):
     lines.append(record)
     seen.setdefault("interpreting_at_first", interpreted.active())
     if len(lines) == trip_after:
-        interpreted._deadline = 0.0     # the budget is spent: the next twin call stops
+        interpreted.allow(-1.0)         # the budget is spent: the next twin call stops
         seen["tripped"] = interpreted.active()
 
 cli._emit = emit
