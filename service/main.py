@@ -430,5 +430,6 @@ def serve(settings: Settings) -> None:
                             log_level=settings.log_level, access_log=settings.access_log,
                             log_config=log_config(settings.log_format, settings.log_level,
                                                   _key(settings)),
+                            timeout_keep_alive=settings.keep_alive_seconds,
                             timeout_graceful_shutdown=10)
     _Server(config, settings.socket_send_buffer).run()

@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     # pressure").  Large responses over a long round trip want more (a bandwidth-delay
     # product's worth).
     socket_send_buffer: int | None = Field(128 * 1024, ge=4096)
+    # How long an idle keep-alive connection stays open after its last response (uvicorn's
+    # timeout_keep_alive, 5 s by default).  Longer than a load balancer's idle timeout (60
+    # s on AWS ALB) so that the balancer, not the service, closes a pooled connection (else
+    # a request it sends as the service closes gets a 502); and idle clients that reconnect
+    # when closed cost a connection and a request each time: 500 of them at 5 s took 17% of
+    # the batch rate and doubled its p99 on two cores (docs/benchmarks.md).
+    keep_alive_seconds: float = Field(75.0, gt=0)
     # A result stream (SSE, WebSocket) that sent nothing for this long sends a `progress`
     # event, "complete through batch N", even for a query no batch touched; on SSE it is
     # also the keep-alive (it replaced the `: ping` comment and its sse_ping_seconds).

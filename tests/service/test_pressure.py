@@ -8,6 +8,8 @@ figures."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -192,6 +194,30 @@ def test_idle_connections_starve_nothing(tmp_path):
             idlers.join()
             for sock in silent:
                 sock.close()
+
+
+@pytest.mark.parametrize("keep_alive", [None, 1.0])
+def test_an_idle_keep_alive_connection_lives_keep_alive_seconds(tmp_path, keep_alive):
+    """Open for KEEP_ALIVE_SECONDS after its last response (75 by default, past uvicorn's
+    own 5 s), then closed by the server."""
+    settings = {} if keep_alive is None else {"keep_alive_seconds": keep_alive}
+    with serving(tmp_path, **settings) as (server, _, _):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.settimeout(10)
+            assert sock.recv(1 << 16).startswith(b"HTTP/1.1 200")
+            if keep_alive is None:
+                time.sleep(6.0)
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):    # open, nothing to read
+                    sock.recv(1)
+            else:
+                t0 = time.monotonic()
+                assert sock.recv(1) == b""              # closed by the server
+                assert keep_alive - 0.5 < time.monotonic() - t0 < keep_alive + 5
+        finally:
+            sock.close()
 
 
 @pytest.mark.slow
