@@ -200,24 +200,34 @@ def test_idle_connections_starve_nothing(tmp_path):
 def test_an_idle_keep_alive_connection_lives_keep_alive_seconds(tmp_path, keep_alive):
     """Open for KEEP_ALIVE_SECONDS after its last response (75 by default, past uvicorn's
     own 5 s), then closed by the server."""
-    settings = {} if keep_alive is None else {"keep_alive_seconds": keep_alive}
-    with serving(tmp_path, **settings) as (server, _, _):
-        sock = socket.create_connection(("127.0.0.1", server.port))
-        try:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            sock.settimeout(10)
-            assert sock.recv(1 << 16).startswith(b"HTTP/1.1 200")
-            if keep_alive is None:
-                time.sleep(6.0)
-                sock.setblocking(False)
-                with pytest.raises(BlockingIOError):    # open, nothing to read
-                    sock.recv(1)
-            else:
-                t0 = time.monotonic()
-                assert sock.recv(1) == b""              # closed by the server
-                assert keep_alive - 0.5 < time.monotonic() - t0 < keep_alive + 5
-        finally:
-            sock.close()
+    write_graph(tmp_path / "graph.txt", vertices=30, edges=40)
+    env = {} if keep_alive is None else {"MOTIFSTREAM_KEEP_ALIVE_SECONDS": str(keep_alive)}
+    server = Server(tmp_path / "data", tmp_path / "graph.txt", tmp_path / "server.log", env)
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.settimeout(10)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += sock.recv(1 << 16)
+        head, _, body = reply.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(body) < length:
+            body += sock.recv(1 << 16)
+        assert head.startswith(b"HTTP/1.1 200") and len(body) == length
+        if keep_alive is None:
+            time.sleep(6.0)
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):    # open, nothing to read
+                sock.recv(1)
+        else:
+            t0 = time.monotonic()
+            assert sock.recv(1) == b""              # closed by the server
+            assert keep_alive - 0.5 < time.monotonic() - t0 < keep_alive + 5
+    finally:
+        sock.close()
+        server.stop()
 
 
 @pytest.mark.slow
