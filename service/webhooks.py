@@ -12,7 +12,10 @@ result streams carry (`batch`, `time`, counts...), byte for byte, with
 
 A 2xx answer delivers it.  A connection error, a timeout, a 5xx or a 429 is retried after
 `webhook_backoff_seconds`, doubling up to `webhook_backoff_max_seconds`, at most
-`webhook_attempts` tries in all; any other answer (a 3xx, a 4xx) will not change by retrying.
+`webhook_attempts` tries in all; a 429 or 5xx with `Retry-After` (seconds or an HTTP date,
+RFC 9110) waits as long as it asks if that is longer, up to `webhook_backoff_max_seconds`
+(a receiver cannot hold delivery up for longer than the service's own cap); any other
+answer (a 3xx, a 4xx) will not change by retrying.
 An event given up on goes to the query's dead-letter log, and delivery goes on with the next.
 Events go out one at a time, in batch order.
 
@@ -30,6 +33,7 @@ import hmac
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 
 import httpx2
 
@@ -61,6 +65,21 @@ def retryable(status: int) -> bool:
     """Whether an answer of `status` may change on a later try: the receiver's failure (5xx)
     or its request to slow down (429)."""
     return status >= 500 or status == 429
+
+
+def retry_after(response: httpx2.Response, now: datetime | None = None) -> float | None:
+    """The seconds a receiver's `Retry-After` asks to wait (delay-seconds or an HTTP date,
+    RFC 9110 section 10.2.3; a date in the past is 0), or None without a valid one."""
+    value = response.headers.get("Retry-After", "").strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:         # an HTTP date is GMT; a malformed one may lack its zone
+        return None
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -162,11 +181,14 @@ class Deliverer(QueryTasks):
         error = ""
         attempt = 0
         delay = min(self.backoff, self.backoff_max)
+        asked = None        # the last answer's Retry-After, seconds
         while attempt < self.attempts:
             if attempt:
-                await asyncio.sleep(delay)
+                await asyncio.sleep(delay if asked is None else
+                                    max(delay, min(asked, self.backoff_max)))
                 delay = min(delay * 2, self.backoff_max)
             attempt += 1
+            asked = None
             try:
                 response = await self._client.post(
                     webhook.url, content=body, headers={**headers, ATTEMPT_HEADER: str(attempt)})
@@ -181,6 +203,7 @@ class Deliverer(QueryTasks):
             self.failures += 1
             if not retryable(response.status_code):
                 break
+            asked = retry_after(response)
         self.dead_letters += 1
         log.warning("webhook of query %d: batch %d is a dead letter after %d attempts (%s)",
                     webhook.query_id, event.seq, attempt, error)

@@ -8,6 +8,8 @@ import json
 import threading
 import time
 from collections import deque
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import asyncio
@@ -17,7 +19,7 @@ import pytest
 
 from service.settings import Settings
 from service.webhooks import (ATTEMPT_HEADER, BATCH_HEADER, QUERY_HEADER, SIGNATURE_HEADER,
-                              Deliverer, Webhook)
+                              Deliverer, Webhook, retry_after)
 from storage import EventRecord
 from tests.service.conftest import running
 
@@ -321,3 +323,62 @@ def test_the_backoff_doubles_up_to_its_cap_then_the_event_is_a_dead_letter(monke
     assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
     [(query_id, seq, (payload, attempts, error, _))] = store.writes
     assert (query_id, seq, payload, attempts, error) == (3, 12, event.payload, 6, "HTTP 503")
+
+
+@pytest.mark.parametrize("answer, expected", [
+    # Retry-After in seconds: longer than the backoff is waited, up to the cap; shorter
+    # leaves the backoff as it is.
+    ({"Retry-After": "3"}, [3.0, 3.0, 4.0, 5.0, 5.0]),
+    ({"Retry-After": "120"}, [5.0, 5.0, 5.0, 5.0, 5.0]),
+    ({"Retry-After": "0"}, [1.0, 2.0, 4.0, 5.0, 5.0]),
+    # An HTTP date (RFC 9110): four seconds from now, as the receiver's clock says.
+    ({"Retry-After": "date+4"}, [4.0, 4.0, 4.0, 5.0, 5.0]),
+    # Not a delay: ignored.
+    ({"Retry-After": "soon"}, [1.0, 2.0, 4.0, 5.0, 5.0]),
+])
+def test_retry_after_is_honoured_up_to_the_backoff_cap(monkeypatch, answer, expected):
+    delays: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        delays.append(seconds)
+
+    settings = Settings(webhook_attempts=6, webhook_backoff_seconds=1.0,
+                        webhook_backoff_max_seconds=5.0)
+    store = _CursorLog()
+    event = EventRecord(3, 12, '{"batch": 12}')
+    webhook = Webhook(3, "http://receiver.test/hook", SECRET, 11, "2026-11-25T00:00:00+00:00")
+
+    def answering(request):
+        headers = dict(answer)
+        if headers["Retry-After"].startswith("date+"):
+            when = datetime.now(timezone.utc) + timedelta(
+                seconds=int(headers["Retry-After"][5:]) + 0.9)   # HTTP dates drop fractions
+            headers["Retry-After"] = format_datetime(when, usegmt=True)
+        return httpx2.Response(429, headers=headers)
+
+    async def deliver() -> None:
+        deliverer = Deliverer(store, None, settings, transport=httpx2.MockTransport(answering))
+        monkeypatch.setattr(asyncio, "sleep", no_wait)
+        try:
+            await deliverer._deliver(webhook, event)
+        finally:
+            monkeypatch.undo()
+            await deliverer.close()
+
+    asyncio.run(deliver())
+    assert delays == pytest.approx(expected, abs=0.95)
+    [(_, _, (_, attempts, error, _))] = store.writes
+    assert (attempts, error) == (6, "HTTP 429")
+
+
+def test_retry_after_reads_seconds_and_http_dates():
+    now = datetime(2026, 11, 27, 8, 0, 0, tzinfo=timezone.utc)
+
+    def asked(value: str):
+        return retry_after(httpx2.Response(503, headers={"Retry-After": value}), now)
+
+    assert asked("7") == 7.0
+    assert asked("Fri, 27 Nov 2026 08:00:30 GMT") == 30.0
+    assert asked("Fri, 27 Nov 2026 07:59:00 GMT") == 0.0      # already past
+    assert asked("-3") is None and asked("1.5") is None and asked("") is None
+    assert asked("Fri, 27 Nov 2026 08:00:30") is None          # no zone: not an HTTP date
