@@ -27,7 +27,7 @@ from gpu.cpu import interpreted
 from gpu.plan import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges
 from gpu.config import EngineConfig
-from gpu.cuda.device import resolve_backend
+from gpu.cuda.device import BACKENDS, resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
 from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.graph.lists import DynamicGraph
@@ -80,6 +80,8 @@ class Engine:
         self.directed = bool(directed)
         if self.directed and backend == "cuda":
             raise ValueError("directed graphs run on the cpu executor for now, not on cuda")
+        if backend not in BACKENDS:     # (a directed graph's "auto" is not resolved)
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.backend = resolve_backend("cpu" if self.directed else backend)
         self.coalesce = coalesce
         if graph is None:

@@ -263,6 +263,8 @@ def test_queries_of_the_other_kind_are_refused():
         undirected.add_query(arc)
     with pytest.raises(ValueError, match="cpu executor"):
         Engine(directed=True, backend="cuda")
+    with pytest.raises(ValueError, match="backend must be one of auto, cpu, cuda, got 'gpu'"):
+        Engine(directed=True, backend="gpu")    # not taken for "auto"
 
 
 def test_directed_query_validation():
