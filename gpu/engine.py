@@ -74,8 +74,7 @@ class Engine:
                  directed: bool = False) -> None:
         """`directed`: the graph's edges, and its queries', are arcs u -> v (fixed for the
         engine's life).  Directed graphs run on the CPU executor for now: `backend="auto"`
-        picks it, and "cuda" is refused.  Their leaves are enumerated, not counted
-        (gpu/plan/planner.py)."""
+        picks it, and "cuda" is refused."""
         self.config = config or EngineConfig()
         self.directed = bool(directed)
         if self.directed and backend == "cuda":
@@ -143,9 +142,7 @@ class Engine:
         try:
             cand = self.signatures.host_cand(qid)
             plan = build_plan(query, self._plan_stats(query, cand), coalesce=self.coalesce)
-            # Directed plans enumerate their leaves (gpu/plan/planner.py): no counts.
-            leaves = LeafCounts(query, self.graph.label.shape[0],
-                                kept=self._device is None and not query.directed)
+            leaves = LeafCounts(query, self.graph.label.shape[0], kept=self._device is None)
             leaves.rebuild(self.graph, cand)
         except BaseException:
             self.signatures.remove_query(qid)
@@ -426,7 +423,8 @@ class Engine:
 
     def _upkeep_parts(self) -> list[tuple]:
         sig = self.signatures
-        return [(sig.cand[qid], s.leaves.nc, s.leaves.leaf_q, s.leaves.leaf_elab)
+        return [(sig.cand[qid], s.leaves.nc, s.leaves.leaf_q, s.leaves.leaf_elab,
+                 s.leaves.leaf_dir)
                 + sig.query_side(qid) for qid, s in self._queries.items()]
 
     def _incremental(self, us, vs, labels, list_limit: Mapping[int, int], defer: bool = False

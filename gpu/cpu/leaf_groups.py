@@ -200,7 +200,9 @@ def _group_leaf_tail(t, level, r_min, mr_p, graph, cand, plan, leaves, scratch, 
         y = m[parent]
         el = bw_label[t, lv, 0]
         bit = np.uint32(1) << np.uint32(q)
-        base[lv] = _leaf_count(y, q, el, m, level, mr_p, graph, cand, leaves)
+        # (Grouped search is planned for undirected queries only: _groupable_leaf.)
+        base[lv] = _leaf_count(y, q, el, plan[11][t, lv, 0], False, m, level, mr_p, graph,
+                               cand, leaves)
         for e in range(first, lv):
             if bw_level[t, e, 0] == parent and q_label[orders[t, e]] == q_label[q] \
                     and bw_label[t, e, 0] == el:

@@ -173,9 +173,17 @@ def _unused_size(buf, n, m, level):
     return size
 
 
+@nb.njit(cache=True, inline="always")
+def directed_plan(plan):
+    """Whether `plan` is a directed query's: its backward entries are 2n wide (an arc each
+    way; TaskTypes.bw_key), an undirected one's n."""
+    return plan[11].shape[2] == 2 * plan[1].shape[1]
+
+
 @nb.njit(cache=True)
-def _leaf_count(y, q, el, m, used_levels, cur, graph, cand, leaves):
-    """Candidates of leaf q among y's neighbours via edges labelled el, minus m[:used_levels].
+def _leaf_count(y, q, el, key, directed, m, used_levels, cur, graph, cand, leaves):
+    """Candidates of leaf q among y's neighbours via edges labelled el filed under `key` in
+    y's list (its label; directed, with the leaf's arc direction), minus m[:used_levels].
 
     nc holds the count over edges that are not updates of the running phase; the
     phase's update edges at y are added back where the total-order rule allows.
@@ -186,13 +194,19 @@ def _leaf_count(y, q, el, m, used_levels, cur, graph, cand, leaves):
     size = np.int64(nc[y, leaf_column[q]])
     if upd_cnt[y] > 0:
         for k in range(upd_start[y], upd_start[y] + upd_cnt[y]):
-            if upd_elab[k] == el and (cand[upd_nbr[k]] & bit) != 0 \
-                    and not _blocked(upd_rank[k], cur):
+            w = upd_nbr[k]
+            if upd_elab[k] == el and (cand[w] & bit) != 0 and not _blocked(upd_rank[k], cur):
+                if directed:
+                    # Either arc between y and w may be this update: it counts if it is
+                    # the one of the leaf's direction (the entry under `key` has its rank).
+                    p = find_position(nbr, nlab, start, deg, y, w, key)
+                    if p < 0 or rank[p] != upd_rank[k]:
+                        continue
                 size += 1
     for k in range(used_levels):
         w = m[k]
         if w >= 0 and (cand[w] & bit) != 0:     # grouped search leaves m[leaf] at -1
-            p = find_position(nbr, nlab, start, deg, y, w, label[w])
+            p = find_position(nbr, nlab, start, deg, y, w, key)
             if p >= 0 and elab[p] == el and not _blocked(rank[p], cur):
                 size -= 1
     return size
@@ -201,18 +215,21 @@ def _leaf_count(y, q, el, m, used_levels, cur, graph, cand, leaves):
 @nb.njit(cache=True)
 def _leaf_product(t, first, used_levels, m, cur, graph, cand, plan, leaves):
     """Matches of the trailing leaves from level `first`, avoiding m[:used_levels]: a product
-    of falling factorials (leaves sharing parent, label and edge label share one set)."""
-    q_label, orders, bw_level, bw_label = plan[0], plan[1], plan[3], plan[4]
+    of falling factorials (leaves sharing parent, list key (label; directed, and arc
+    direction) and edge label share one set)."""
+    orders, bw_level, bw_label, bw_key = plan[1], plan[3], plan[4], plan[11]
+    directed = directed_plan(plan)
     n = orders.shape[1]
     product = np.int64(1)
     for level in range(first, n):
         q = orders[t, level]
         parent = bw_level[t, level, 0]
         el = bw_label[t, level, 0]
-        size = _leaf_count(m[parent], q, el, m, used_levels, cur, graph, cand, leaves)
+        key = bw_key[t, level, 0]
+        size = _leaf_count(m[parent], q, el, key, directed, m, used_levels, cur, graph, cand,
+                           leaves)
         for earlier in range(first, level):
-            r = orders[t, earlier]
-            if bw_level[t, earlier, 0] == parent and q_label[r] == q_label[q] \
+            if bw_level[t, earlier, 0] == parent and bw_key[t, earlier, 0] == key \
                     and bw_label[t, earlier, 0] == el:
                 size -= 1
         if size <= 0:

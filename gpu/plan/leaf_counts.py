@@ -1,7 +1,9 @@
 """Per-leaf neighbour-candidate counts, maintained per batch, so leaf levels are counted in O(1).
 
 For a query leaf q (degree 1, parent p, edge label l) and a data vertex y,
-nc[y, j] = |{w in N(y) : w is a candidate of q and label(y, w) = l}|.  A
+nc[y, j] = |{w in N(y) : w is a candidate of q and label(y, w) = l}|; for a directed
+query, over the arcs of the leaf's direction only (`leaf_dir`: 0 for the arc p -> q, so
+the arcs y -> w; 1 for q -> p, the arcs w -> y; -1, undirected, every edge).  A
 trailing run of leaves in a matching order is then counted from these
 numbers instead of being enumerated (RapidFlow's leaf handling, adapted to
 batches).  At rest nc reflects the whole current graph; while a phase of a
@@ -15,22 +17,36 @@ import numba as nb
 import numpy as np
 
 
+@nb.njit(cache=True, inline="always")
+def _entry_fits(leaf_dir, nlab, k, owner_is_parent):
+    """Whether list entry k (its key's low bit: 0 for an arc out of the list's owner, 1 for
+    one into it) is an arc of the leaf's direction, the owner being the parent's match or
+    the leaf's.  Undirected: every entry."""
+    if leaf_dir < 0:
+        return True
+    out = (nlab[k] & 1) == 0
+    return out == (owner_is_parent == (leaf_dir == 0))
+
+
 @nb.njit(cache=True)
-def _edge_contrib(nc, cand, leaf_q, leaf_elab, us, vs, labels, sign):
+def _edge_contrib(nc, cand, leaf_q, leaf_elab, leaf_dir, us, vs, labels, sign):
+    # Edge (arc) u -> v: v is a leaf candidate under parent u for an arc p -> q (or an
+    # undirected leaf), u one under parent v for an arc q -> p (or an undirected leaf).
     for i in range(us.shape[0]):
         u, v, lab = us[i], vs[i], labels[i]
         for j in range(leaf_q.shape[0]):
             if leaf_elab[j] != lab:
                 continue
             bit = np.uint32(1) << np.uint32(leaf_q[j])
-            if cand[v] & bit:
+            if leaf_dir[j] != 1 and cand[v] & bit:
                 nc[u, j] += sign
-            if cand[u] & bit:
+            if leaf_dir[j] != 0 and cand[u] & bit:
                 nc[v, j] += sign
 
 
 @nb.njit(cache=True)
-def _cand_changed(nc, leaf_q, leaf_elab, vertices, old_bits, new_bits, start, deg, nbr, elab):
+def _cand_changed(nc, leaf_q, leaf_elab, leaf_dir, vertices, old_bits, new_bits, start, deg,
+                  nbr, nlab, elab):
     for i in range(vertices.shape[0]):
         w = vertices[i]
         for j in range(leaf_q.shape[0]):
@@ -39,12 +55,12 @@ def _cand_changed(nc, leaf_q, leaf_elab, vertices, old_bits, new_bits, start, de
             if delta == 0:
                 continue
             for k in range(start[w], start[w] + deg[w]):
-                if elab[k] == leaf_elab[j]:
+                if elab[k] == leaf_elab[j] and _entry_fits(leaf_dir[j], nlab, k, False):
                     nc[nbr[k], j] += delta
 
 
 @nb.njit(cache=True)
-def _full(nc, cand, leaf_q, leaf_elab, start, deg, nbr, elab, alive, n):
+def _full(nc, cand, leaf_q, leaf_elab, leaf_dir, start, deg, nbr, nlab, elab, alive, n):
     for y in range(n):
         for j in range(leaf_q.shape[0]):
             nc[y, j] = 0
@@ -53,7 +69,8 @@ def _full(nc, cand, leaf_q, leaf_elab, start, deg, nbr, elab, alive, n):
         for k in range(start[y], start[y] + deg[y]):
             w = nbr[k]
             for j in range(leaf_q.shape[0]):
-                if elab[k] == leaf_elab[j] and cand[w] & (np.uint32(1) << np.uint32(leaf_q[j])):
+                if elab[k] == leaf_elab[j] and _entry_fits(leaf_dir[j], nlab, k, True) \
+                        and cand[w] & (np.uint32(1) << np.uint32(leaf_q[j])):
                     nc[y, j] += 1
 
 
@@ -65,8 +82,13 @@ class LeafCounts:
         degrees = query.degrees
         self.leaf_q = np.flatnonzero(degrees == 1).astype(np.int32) \
             if query.num_vertices >= 3 and kept else np.empty(0, dtype=np.int32)
-        self.leaf_elab = np.array([query.edge_label_matrix[q][query.edge_label_matrix[q] >= 0][0]
+        matrix = query.edge_label_matrix
+        # A leaf's one edge: the arc parent -> leaf is column q of the matrix, leaf ->
+        # parent row q (undirected: both, the same label).
+        self.leaf_elab = np.array([max(matrix[:, q].max(), matrix[q].max())
                                    for q in self.leaf_q], dtype=np.int32)
+        self.leaf_dir = np.array([(0 if matrix[:, q].max() >= 0 else 1) if query.directed
+                                  else -1 for q in self.leaf_q], dtype=np.int32)
         self.column = np.full(query.num_vertices, -1, dtype=np.int32)
         self.column[self.leaf_q] = np.arange(len(self.leaf_q), dtype=np.int32)
         self.nc = np.zeros((capacity, max(1, len(self.leaf_q))), dtype=np.int32)
@@ -84,30 +106,31 @@ class LeafCounts:
     def rebuild(self, graph, cand) -> None:
         """Whole-graph count (registration only)."""
         if self.active:
-            _full(self.nc, cand, self.leaf_q, self.leaf_elab, graph.start, graph.deg,
-                  graph.nbr, graph.elab, graph.alive, graph.num_slots)
+            _full(self.nc, cand, self.leaf_q, self.leaf_elab, self.leaf_dir, graph.start,
+                  graph.deg, graph.nbr, graph.nlab, graph.elab, graph.alive, graph.num_slots)
 
     def check(self, graph, cand) -> None:
         """Assert nc equals a from-scratch count (tests)."""
         if not self.active:
             return
         fresh = np.zeros_like(self.nc)
-        _full(fresh, cand, self.leaf_q, self.leaf_elab, graph.start, graph.deg, graph.nbr,
-              graph.elab, graph.alive, graph.num_slots)
+        _full(fresh, cand, self.leaf_q, self.leaf_elab, self.leaf_dir, graph.start, graph.deg,
+              graph.nbr, graph.nlab, graph.elab, graph.alive, graph.num_slots)
         n = graph.num_slots
         assert np.array_equal(fresh[:n], self.nc[:n]), "leaf counts drifted"
 
     def edges(self, cand, us, vs, labels, sign: int) -> None:
         """Add (+1) or take out (-1) the contribution of edges us-vs under bits `cand`."""
         if self.active and len(us):
-            _edge_contrib(self.nc, cand, self.leaf_q, self.leaf_elab, us, vs,
+            _edge_contrib(self.nc, cand, self.leaf_q, self.leaf_elab, self.leaf_dir, us, vs,
                           np.ascontiguousarray(labels, dtype=np.int32), np.int32(sign))
 
     def candidates_changed(self, graph, vertices, old_bits, new_bits) -> None:
         """Follow candidate-bit changes of `vertices` into their neighbours' counts."""
         if self.active and len(vertices):
-            _cand_changed(self.nc, self.leaf_q, self.leaf_elab, vertices, old_bits, new_bits,
-                          graph.start, graph.deg, graph.nbr, graph.elab)
+            _cand_changed(self.nc, self.leaf_q, self.leaf_elab, self.leaf_dir, vertices,
+                          old_bits, new_bits, graph.start, graph.deg, graph.nbr, graph.nlab,
+                          graph.elab)
 
 
 @nb.njit(cache=True)

@@ -229,16 +229,14 @@ def _task_types(query: QueryGraph, orbits, sigma, stats: PlanStats | None) -> Ta
     adjacent = query.adjacency
     tail_free = np.array([n >= 4 and not adjacent[o[-1], o[-2]] for o in orders.tolist()],
                          dtype=np.bool_)
+    tails = [_counted_tail(query, o, bw_level[t]) for t, o in enumerate(orders.tolist())]
+    leaf_from = np.array([first for first, _ in tails], dtype=np.int32)
+    tail_head = np.array([head for _, head in tails], dtype=np.bool_)
     if query.directed:
-        # Leaf counting and grouped leaf search count a leaf's candidates by label, not by
-        # arc direction: directed plans enumerate their leaves.
-        leaf_from = np.full(t_count, n, dtype=np.int32)
-        tail_head = np.zeros(t_count, dtype=np.bool_)
+        # Grouped leaf search (gpu/cpu/leaf_groups.py) counts a group's leaves by label and
+        # edge label, not by arc direction: directed plans search those tasks one by one.
         leaf_root = np.full(t_count, -1, dtype=np.int32)
     else:
-        tails = [_counted_tail(query, o, bw_level[t]) for t, o in enumerate(orders.tolist())]
-        leaf_from = np.array([first for first, _ in tails], dtype=np.int32)
-        tail_head = np.array([head for _, head in tails], dtype=np.bool_)
         leaf_root = np.array([_groupable_leaf(query, o, int(leaf_from[t]), bool(tail_free[t]))
                               for t, o in enumerate(orders.tolist())], dtype=np.int32)
     return TaskTypes(query.labels.astype(np.int32), roots, root_labels, multiplicity, orders,
@@ -291,20 +289,25 @@ def _leaf_run_start(query: QueryGraph, order: list[int], bw_level: np.ndarray) -
 
     Two leaves with different labels, or one parent and different edge labels, have
     disjoint candidates; with one parent, label and edge label they share one set.  Two
-    leaves of one label under different parents may overlap: the run stops there.
+    leaves of one label under different parents may overlap: the run stops there.  So may
+    two directed leaves of one label under one parent whose arcs point different ways (a
+    data vertex can hold both arcs): the run stops there too.
     """
     n = len(order)
     degrees = query.degrees
-    run: list[tuple[int, int]] = []     # (query vertex, parent level)
+    run: list[tuple[int, int, bool]] = []     # (query vertex, parent level, arc into it)
     first = n
     for level in range(n - 1, 1, -1):
         q = order[level]
         if degrees[q] != 1:
             break
         parent = int(bw_level[level, 0])
-        if any(query.labels[q] == query.labels[r] and parent != pr for r, pr in run):
+        inward = bool(query.directed and
+                      query.edge_label_matrix[order[parent], q] != NO_EDGE)
+        if any(query.labels[q] == query.labels[r] and (parent != pr or inward != into)
+               for r, pr, into in run):
             break
-        run.append((q, parent))
+        run.append((q, parent, inward))
         first = level
     return first
 

@@ -24,25 +24,26 @@ from gpu.plan.signatures import _apply_edges, _candidates, _encode
 def leaf_edges(queries, us, vs, labels, sign):
     """LeafCounts.edges for every query: add (+1) or take out (-1) edges us-vs."""
     for q in range(len(queries)):
-        cand, nc, leaf_q, leaf_elab = queries[q][0], queries[q][1], queries[q][2], queries[q][3]
-        _edge_contrib(nc, cand, leaf_q, leaf_elab, us, vs, labels, sign)
+        cand, nc, leaf_q, leaf_elab, leaf_dir = queries[q][:5]
+        _edge_contrib(nc, cand, leaf_q, leaf_elab, leaf_dir, us, vs, labels, sign)
 
 
 @nb.njit(cache=True, nogil=True)
-def refresh_candidates(queries, vertices, alive, label, deg, codes, start, nbr, elab):
+def refresh_candidates(queries, vertices, alive, label, deg, codes, start, nbr, nlab, elab):
     """For every query: recompute the candidate bits of `vertices` (their codes are
     already re-encoded) and follow the changes into the neighbours' leaf counts
     (SignatureTable.refresh, then LeafCounts.candidates_changed)."""
     old = np.empty(vertices.shape[0], dtype=np.uint32)
     new = np.empty(vertices.shape[0], dtype=np.uint32)
     for q in range(len(queries)):
-        cand, nc, leaf_q, leaf_elab, q_label, q_deg, q_codes = queries[q]
+        cand, nc, leaf_q, leaf_elab, leaf_dir, q_label, q_deg, q_codes = queries[q]
         for i in range(vertices.shape[0]):
             old[i] = cand[vertices[i]]
         _candidates(cand, vertices, alive, label, deg, codes, q_label, q_deg, q_codes)
         for i in range(vertices.shape[0]):
             new[i] = cand[vertices[i]]
-        _cand_changed(nc, leaf_q, leaf_elab, vertices, old, new, start, deg, nbr, elab)
+        _cand_changed(nc, leaf_q, leaf_elab, leaf_dir, vertices, old, new, start, deg, nbr,
+                      nlab, elab)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -60,16 +61,16 @@ def _signature_changes(counts, slot_of, codes, delete_u, delete_v, insert_u, ins
 
 @nb.njit(cache=True, nogil=True)
 def _batch_changes(queries, counts, slot_of, codes, delete_u, delete_v, insert_u, insert_v,
-                   insert_labels, vertices, directed, alive, label, deg, start, nbr, elab):
+                   insert_labels, vertices, directed, alive, label, deg, start, nbr, nlab, elab):
     """_signature_changes, the inserted edges' leaf counts under the old candidate bits,
     then the bit changes of the touched vertices (refresh_candidates), in one call."""
     for q in range(len(queries)):
-        cand, nc, leaf_q, leaf_elab = queries[q][0], queries[q][1], queries[q][2], queries[q][3]
-        _edge_contrib(nc, cand, leaf_q, leaf_elab, insert_u, insert_v, insert_labels,
+        cand, nc, leaf_q, leaf_elab, leaf_dir = queries[q][:5]
+        _edge_contrib(nc, cand, leaf_q, leaf_elab, leaf_dir, insert_u, insert_v, insert_labels,
                       np.int32(1))
     touched = _signature_changes(counts, slot_of, codes, delete_u, delete_v, insert_u,
                                  insert_v, vertices, directed)
-    refresh_candidates(queries, touched, alive, label, deg, codes, start, nbr, elab)
+    refresh_candidates(queries, touched, alive, label, deg, codes, start, nbr, nlab, elab)
     return touched
 
 
@@ -87,12 +88,12 @@ def batch_changes(queries, signatures, graph, delete_u, delete_v, insert_u, inse
                                   insert_u, insert_v, vertices, sig.directed)
     return _batch_changes(queries, sig.counts, sig.slot_of, sig.codes, delete_u, delete_v,
                           insert_u, insert_v, insert_labels, vertices, sig.directed, graph.alive,
-                          graph.label, graph.deg, graph.start, graph.nbr, graph.elab)
+                          graph.label, graph.deg, graph.start, graph.nbr, graph.nlab, graph.elab)
 
 
 class QueryArrays:
     """A typed list of one tuple of arrays per query, rebuilt only when an array changes:
-    (cand, nc, leaf_q, leaf_elab, q_label, q_deg, q_codes) for the kernels above, or
+    (cand, nc, leaf_q, leaf_elab, leaf_dir, q_label, q_deg, q_codes) for the kernels above, or
     executor.small_query's tuples for the small-batch search.
 
     The owner names the state of its arrays with a key that changes whenever one of them

@@ -47,6 +47,13 @@ SHAPES = {
     "reciprocal": _directed([0, 0], [(0, 1), (1, 0)]),
     "reciprocal_tail": _directed([0, 0, 0], [(0, 1), (1, 0), (1, 2)]),
     "bowtie": _directed([0] * 4, [(0, 1), (1, 0), (1, 2), (2, 3), (3, 1)]),
+    # Counted leaves (gpu/plan/leaf_counts.py, per arc direction): one parent, one label,
+    # arcs both ways (overlapping candidates: the counted run stops between them); leaves
+    # of two labels; leaves under two parents; a leaf under a reciprocal pair.
+    "fan_mixed": _directed([0] * 4, [(0, 1), (2, 0), (0, 3)]),
+    "fan_two_labels": _directed([0, 0, 1, 1, 0], [(0, 1), (2, 0), (0, 3), (4, 0)]),
+    "tree": _directed([0] * 5, [(0, 1), (1, 2), (3, 1), (4, 0)]),
+    "reciprocal_leaves": _directed([0] * 4, [(0, 1), (1, 0), (2, 1), (1, 3)]),
 }
 
 
@@ -236,6 +243,25 @@ def test_the_reverse_arc_is_a_different_edge(setup):
     out = h.engine.to_labeled()
     assert sorted(zip(out.edge_src.tolist(), out.edge_dst.tolist())) == [(2, 1), (2, 3),
                                                                          (3, 1)]
+
+
+def test_directed_leaves_are_counted_per_arc_direction():
+    """The planner counts trailing leaves of directed queries (tails from leaf_counts), but
+    not across two leaves of one label and parent whose arcs point different ways."""
+    def counted(shape: str) -> list[int]:
+        types = build_plan(to_query(SHAPES[shape], shape)).incremental
+        return [types.orders.shape[1] - int(first) for first in types.leaf_from]
+
+    assert counted("fan_out") == [2] and counted("fan_in") == [2]
+    assert max(counted("fan_two_labels")) == 2
+    # fan_mixed rooted at 0 -> 1: its last two levels are the leaves 2 -> 0 and 0 -> 3,
+    # one label and parent, arcs both ways: only the last is counted.  Rooted at 2 -> 0:
+    # the leaves 0 -> 1 and 0 -> 3 share one set, both counted.
+    types = build_plan(to_query(SHAPES["fan_mixed"], "fan_mixed")).incremental
+    assert {tuple(root): n for root, n in zip(types.roots.tolist(), counted("fan_mixed"),
+                                               strict=True)} == {(0, 1): 1, (2, 0): 2}
+    assert all(leaf_root == -1 for leaf_root in
+               build_plan(to_query(SHAPES["fan_out"], "fan_out")).incremental.leaf_root)
 
 
 def test_plans_root_at_arcs_only():
