@@ -40,8 +40,8 @@ from pathlib import Path
 import numba
 from numba.core import event
 
-import gpu
 from gpu.cpu import interpreted
+from gpu.kernel_cache import code_stamp
 
 # Larger inputs compile rather than interpret: the twins are ~100x slower than the
 # compiled kernels (the embedded demo, 350 kB, runs in about a second either way).
@@ -146,13 +146,10 @@ def cache_dir() -> Path:
 
 
 def code_key() -> str:
-    """Names the code Numba compiles: its version, Python's, every source file."""
-    digest = hashlib.sha256(f"{numba.__version__} {sys.version}".encode())
-    root = Path(gpu.__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        info = path.stat()
-        digest.update(f"{path.relative_to(root)} {info.st_size} {info.st_mtime_ns}".encode())
-    return digest.hexdigest()
+    """Names the code Numba compiles: its version, Python's, every source file (the stamp
+    each kernel is cached under, gpu/kernel_cache.py)."""
+    return hashlib.sha256(f"{numba.__version__} {sys.version} {code_stamp()}".encode()
+                          ).hexdigest()
 
 
 def small(paths: list[str]) -> bool:

@@ -17,6 +17,8 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+
 
 @intrinsic
 def borrowed(typingctx, array):

@@ -14,6 +14,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+
 
 @intrinsic
 def cycles(typingctx):

@@ -52,6 +52,7 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 from numba.typed import List
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.cpu import atomics, borrowed, cycles
 
 _interpreting = False

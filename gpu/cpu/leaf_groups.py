@@ -33,6 +33,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.cpu.atomics import atomic_add
 from gpu.cpu.borrowed import borrowed_search
 from gpu.cpu.search import (NO_RANK, _candidates, _leaf_count, _lower_bound, _used,

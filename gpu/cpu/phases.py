@@ -13,6 +13,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.cpu.atomics import atomic_add, atomic_cas, atomic_load
 from gpu.cpu.borrowed import borrowed, borrowed_graph, borrowed_plan
 from gpu.cpu.cycles import cycles

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.cpu.borrowed import borrowed, borrowed_search
 from gpu.cpu.work_queue import REC_END, REC_FIRST, give, short_of_work
 from gpu.graph.lists import find_position, label_segment

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.cpu.atomics import atomic_add, atomic_load, atomic_store
 
 # Where the counters sit in `state` (apart, so that waiting workers reading one do not

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+
 EMPTY = -1
 TOMBSTONE = -2
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.config import EngineConfig
 from gpu.graph.idmap import find_slot
 from gpu.plan.signatures import candidate_edge_counts

@@ -29,6 +29,7 @@ from typing import Iterator, NamedTuple
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.io.records import MAX_ID, MAX_LABEL, FormatError
 
 _CHUNK_BYTES = 1 << 24

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+
 
 @nb.njit(cache=True, inline="always")
 def _entry_fits(leaf_dir, nlab, k, owner_is_parent):

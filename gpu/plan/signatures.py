@@ -16,6 +16,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+
 LABELS_PER_WORD = 32
 _HI = np.uint64(0xAAAAAAAAAAAAAAAA)
 _LO = np.uint64(0x5555555555555555)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.cpu.interpreted import kernel_list
 from gpu.plan.leaf_counts import _cand_changed, _edge_contrib
 from gpu.plan.signatures import _apply_edges, _candidates, _encode
