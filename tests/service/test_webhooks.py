@@ -297,32 +297,43 @@ class _CursorLog:
         self.writes.append((query_id, seq, dead_letter))
 
 
-def test_the_backoff_doubles_up_to_its_cap_then_the_event_is_a_dead_letter(monkeypatch):
+BACKOFF = Settings(webhook_attempts=6, webhook_backoff_seconds=1.0,
+                   webhook_backoff_max_seconds=5.0)
+EVENT = EventRecord(3, 12, '{"batch": 12}')
+
+
+def _delays_to_a_dead_letter(monkeypatch, answering) -> tuple[list[float], tuple]:
+    """One event delivered under BACKOFF to a receiver that answers `answering(request)`
+    every time: the waits between the tries, and the dead letter's (query, batch, (payload,
+    attempts, error, time))."""
     delays: list[float] = []
 
     async def no_wait(seconds: float) -> None:
         delays.append(seconds)
 
-    settings = Settings(webhook_attempts=6, webhook_backoff_seconds=1.0,
-                        webhook_backoff_max_seconds=5.0)
     store = _CursorLog()
-    event = EventRecord(3, 12, '{"batch": 12}')
     webhook = Webhook(3, "http://receiver.test/hook", SECRET, 11, "2026-11-25T00:00:00+00:00")
 
     async def deliver() -> None:
-        transport = httpx2.MockTransport(lambda request: httpx2.Response(503))
-        deliverer = Deliverer(store, None, settings, transport=transport)
+        deliverer = Deliverer(store, None, BACKOFF, transport=httpx2.MockTransport(answering))
         monkeypatch.setattr(asyncio, "sleep", no_wait)
         try:
-            await deliverer._deliver(webhook, event)
+            await deliverer._deliver(webhook, EVENT)
         finally:
             monkeypatch.undo()
             await deliverer.close()
 
     asyncio.run(deliver())
+    [dead_letter] = store.writes
+    return delays, dead_letter
+
+
+def test_the_backoff_doubles_up_to_its_cap_then_the_event_is_a_dead_letter(monkeypatch):
+    delays, dead_letter = _delays_to_a_dead_letter(monkeypatch,
+                                                   lambda request: httpx2.Response(503))
     assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
-    [(query_id, seq, (payload, attempts, error, _))] = store.writes
-    assert (query_id, seq, payload, attempts, error) == (3, 12, event.payload, 6, "HTTP 503")
+    query_id, seq, (payload, attempts, error, _) = dead_letter
+    assert (query_id, seq, payload, attempts, error) == (3, 12, EVENT.payload, 6, "HTTP 503")
 
 
 @pytest.mark.parametrize("answer, expected", [
@@ -337,17 +348,6 @@ def test_the_backoff_doubles_up_to_its_cap_then_the_event_is_a_dead_letter(monke
     ({"Retry-After": "soon"}, [1.0, 2.0, 4.0, 5.0, 5.0]),
 ])
 def test_retry_after_is_honoured_up_to_the_backoff_cap(monkeypatch, answer, expected):
-    delays: list[float] = []
-
-    async def no_wait(seconds: float) -> None:
-        delays.append(seconds)
-
-    settings = Settings(webhook_attempts=6, webhook_backoff_seconds=1.0,
-                        webhook_backoff_max_seconds=5.0)
-    store = _CursorLog()
-    event = EventRecord(3, 12, '{"batch": 12}')
-    webhook = Webhook(3, "http://receiver.test/hook", SECRET, 11, "2026-11-25T00:00:00+00:00")
-
     def answering(request):
         headers = dict(answer)
         if headers["Retry-After"].startswith("date+"):
@@ -356,18 +356,8 @@ def test_retry_after_is_honoured_up_to_the_backoff_cap(monkeypatch, answer, expe
             headers["Retry-After"] = format_datetime(when, usegmt=True)
         return httpx2.Response(429, headers=headers)
 
-    async def deliver() -> None:
-        deliverer = Deliverer(store, None, settings, transport=httpx2.MockTransport(answering))
-        monkeypatch.setattr(asyncio, "sleep", no_wait)
-        try:
-            await deliverer._deliver(webhook, event)
-        finally:
-            monkeypatch.undo()
-            await deliverer.close()
-
-    asyncio.run(deliver())
+    delays, (_, _, (_, attempts, error, _)) = _delays_to_a_dead_letter(monkeypatch, answering)
     assert delays == pytest.approx(expected, abs=0.95)
-    [(_, _, (_, attempts, error, _))] = store.writes
     assert (attempts, error) == (6, "HTTP 429")
 
 
