@@ -471,7 +471,8 @@ class Engine:
                     self._device.set_ranks(us, vs, edges)
                 else:
                     self.graph.set_ranks(us, vs, ranks)
-                    self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks)
+                    self._updates.fill(self.graph.label.shape[0], us, vs, labels, ranks,
+                                       self.directed)
             # On CUDA the counted queries share one launch per query size, and the listed
             # ones one launch pair per size (their rows mapped to external ids on the
             # device as they are found, and read back when the batch is finished); a

@@ -288,7 +288,8 @@ def _mark_updates(us, vs, labels, graph, upd_start, upd_cnt, directed):
     """Ranks 1..k for the update edges us-vs in the graph's rank column (both directions)
     and the update index filled per endpoint: DynamicGraph.set_ranks and UpdateIndex.fill
     in one pass.  Returns (ranks, forward, backward positions, upd_nbr, upd_rank,
-    upd_elab); _unmark_updates clears what it set."""
+    upd_elab: directed, with the arc's direction, as UpdateIndex's); _unmark_updates clears
+    what it set."""
     start, deg, nbr, nlab, elab, rank, label = graph
     k = us.shape[0]
     ranks = np.empty(k, dtype=np.int32)
@@ -318,7 +319,7 @@ def _mark_updates(us, vs, labels, graph, upd_start, upd_cnt, directed):
         e = i if i < k else i - k
         upd_nbr[j] = vs[e] if i < k else us[e]
         upd_rank[j] = ranks[e]
-        upd_elab[j] = labels[e]
+        upd_elab[j] = 2 * labels[e] + (i >= k) if directed else labels[e]
         s = src[i]
         if upd_cnt[s] == 0:
             upd_start[s] = j

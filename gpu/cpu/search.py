@@ -187,22 +187,18 @@ def _leaf_count(y, q, el, key, directed, m, used_levels, cur, graph, cand, leave
     y's list (its label; directed, with the leaf's arc direction), minus m[:used_levels].
 
     nc holds the count over edges that are not updates of the running phase; the
-    phase's update edges at y are added back where the total-order rule allows.
+    phase's update edges at y are added back where the total-order rule allows (in a
+    directed graph those of the leaf's direction: their upd_elab carries it, as `key`).
     """
     start, deg, nbr, nlab, elab, rank, label = graph
     leaf_column, nc, upd_start, upd_cnt, upd_nbr, upd_rank, upd_elab = leaves
     bit = np.uint32(1) << np.uint32(q)
     size = np.int64(nc[y, leaf_column[q]])
+    want = 2 * el + (key & 1) if directed else el
     if upd_cnt[y] > 0:
         for k in range(upd_start[y], upd_start[y] + upd_cnt[y]):
-            w = upd_nbr[k]
-            if upd_elab[k] == el and (cand[w] & bit) != 0 and not _blocked(upd_rank[k], cur):
-                if directed:
-                    # Either arc between y and w may be this update: it counts if it is
-                    # the one of the leaf's direction (the entry under `key` has its rank).
-                    p = find_position(nbr, nlab, start, deg, y, w, key)
-                    if p < 0 or rank[p] != upd_rank[k]:
-                        continue
+            if upd_elab[k] == want and (cand[upd_nbr[k]] & bit) != 0 \
+                    and not _blocked(upd_rank[k], cur):
                 size += 1
     for k in range(used_levels):
         w = m[k]

@@ -145,7 +145,11 @@ def _fill_index(upd_start, upd_cnt, src, order):
 
 
 class UpdateIndex:
-    """The update edges of the running phase, listed per endpoint by rank (batch-local CSR)."""
+    """The update edges of the running phase, listed per endpoint by rank (batch-local CSR).
+
+    `elab` is the edge label; in a directed graph, 2 label + the arc's direction at the
+    entry's endpoint (0: the arc leaves it, 1: it enters), as a list key carries direction,
+    so a leaf count takes the arcs of its leaf's direction alone."""
 
     def __init__(self, capacity: int) -> None:
         self.start = np.zeros(capacity, dtype=np.int64)
@@ -161,14 +165,17 @@ class UpdateIndex:
             self.start = np.zeros(capacity, dtype=np.int64)
             self.count = np.zeros(capacity, dtype=np.int32)
 
-    def fill(self, capacity: int, us, vs, labels, ranks) -> None:
+    def fill(self, capacity: int, us, vs, labels, ranks, directed: bool = False) -> None:
         self.reserve(capacity)
         src = np.concatenate([us, vs]).astype(np.int32)
         both = np.concatenate([ranks, ranks]).astype(np.int32)
         order = np.lexsort((both, src))     # per vertex by rank (grouped search relies on it)
         self.nbr = np.concatenate([vs, us]).astype(np.int32)[order]
         self.rank = both[order]
-        self.elab = np.concatenate([labels, labels]).astype(np.int32)[order]
+        labels = np.asarray(labels, dtype=np.int32)
+        elab = np.concatenate([2 * labels, 2 * labels + 1]) if directed else \
+            np.concatenate([labels, labels])
+        self.elab = elab.astype(np.int32)[order]
         _fill_index(self.start, self.count, src, order)
         self._touched = src
 
