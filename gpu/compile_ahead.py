@@ -104,8 +104,20 @@ def poll() -> None:
 
 def background_wanted() -> bool:
     """Whether a first run may compile in the background: not turned off, and the cache
-    not known to be filled."""
-    return os.environ.get(MODE_VARIABLE, "background") != "compile" and not cache_filled()
+    neither known to be filled (the stamp) nor holding the search compiled from this code
+    (a run that compiled in the foreground writes no stamp)."""
+    return os.environ.get(MODE_VARIABLE, "background") != "compile" and not cache_filled() \
+        and not search_cached()
+
+
+def search_cached() -> bool:
+    """Whether Numba's cache holds the CPU executor's search kernel compiled from this code:
+    its index fresh under the package's stamp (gpu/kernel_cache.py)."""
+    from gpu.cpu import search
+    try:
+        return bool(search.run_tasks._cache._cache_file._load_index())
+    except Exception:   # noqa: BLE001 -- Numba's internals moved: say no, compile as needed
+        return False
 
 
 def interpret_while_compiling(budget: float | None) -> bool:

@@ -285,7 +285,7 @@ class EngineService:
         """On a first start of the CPU executor (its kernels not in Numba's cache) with a
         small store: start the background compile and run the kernels as plain Python
         until it is done (module docstring).  Whether it did."""
-        if self.compiling.uncached == 0 or not compile_ahead.background_wanted():
+        if not compile_ahead.background_wanted():
             return False
         try:
             backend = "cpu" if self.store.directed() else resolve_backend(self.settings.backend)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numba as nb
+import numpy as np
 import pytest
 
 from gpu import compile_ahead
@@ -50,6 +51,7 @@ class _Process:
 def cold(monkeypatch, tmp_path):
     """An empty cache folder, the background mode on, and a stand-in for the process."""
     monkeypatch.setattr(compile_ahead, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(compile_ahead, "search_cached", lambda: False)
     monkeypatch.setenv(compile_ahead.MODE_VARIABLE, "background")
     started: list[_Process] = []
 
@@ -175,3 +177,22 @@ def test_the_demo_on_an_empty_cache_then_on_the_filled_one(tmp_path):
 
     assert counts(first) == counts(second)
     assert first[-1]["queries"] and sum(q["positive"] for q in first[-1]["queries"].values())
+
+
+def test_a_search_compiled_from_this_code_wants_no_background(monkeypatch):
+    """A run that compiled in the foreground writes no stamp; its cache still holds the
+    search from this code, fresh under the package's stamp, and no background is wanted."""
+    from gpu import Engine, QueryGraph
+    from gpu.cpu import search
+    from gpu.io.records import LabeledGraph
+    graph = LabeledGraph(np.arange(3), np.zeros(3, np.int32), np.array([0, 1]),
+                         np.array([1, 2]), np.zeros(2, np.int32))
+    engine = Engine(graph, backend="cpu")
+    engine.count(engine.add_query(QueryGraph.build("p", [0, 1, 2], [0, 0, 0],
+                                                   [(0, 1), (1, 2)])))
+    monkeypatch.setenv(compile_ahead.MODE_VARIABLE, "background")
+    monkeypatch.setattr(compile_ahead, "cache_filled", lambda: False)
+    assert compile_ahead.search_cached() and not compile_ahead.background_wanted()
+    # Compiled from other code (another stamp): stale, as Numba reads it.
+    monkeypatch.setattr(search.run_tasks._cache._cache_file, "_source_stamp", "other code")
+    assert not compile_ahead.search_cached() and compile_ahead.background_wanted()

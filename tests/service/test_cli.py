@@ -494,6 +494,7 @@ def start():
     return True
 
 compile_ahead.cache_filled = lambda: False
+compile_ahead.search_cached = lambda: False
 compile_ahead._start_background = start
 command, trip_after = sys.argv[1], int(sys.argv[2])
 lines, seen = [], {}

@@ -19,7 +19,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-import service.compiling
 import service.engine_service
 from gpu import compile_ahead
 from gpu.cpu import interpreted
@@ -60,11 +59,11 @@ class _Compiling:
 
 @pytest.fixture
 def cold(monkeypatch, tmp_path):
-    """A first start: the kernels not in Numba's cache (as the service sees it), the
+    """A first start: the kernels not in Numba's cache (as compile_ahead sees it), the
     background mode on, the background process a stand-in; yields the stand-ins started."""
-    monkeypatch.setattr(service.compiling, "_cached", lambda kernel: False)
     monkeypatch.setattr(compile_ahead, "cache_dir", lambda: tmp_path)
     monkeypatch.setattr(compile_ahead, "cache_filled", lambda: False)
+    monkeypatch.setattr(compile_ahead, "search_cached", lambda: False)
     monkeypatch.setenv(compile_ahead.MODE_VARIABLE, "background")
     started: list[_Compiling] = []
 
