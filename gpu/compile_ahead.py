@@ -4,7 +4,8 @@ process that fills it, and running the kernels as plain Python until it has.
 Compiling every kernel a run reaches costs half a minute of one core, once per machine
 (Numba keeps the result in its cache: `__pycache__` beside the sources where that is
 writable, else its user-wide cache).  `first_run()` wraps a command; on the CPU executor,
-unless the cache is known to be filled (the stamp below):
+unless the cache is known to be filled (the stamp below) or holds the search kernel
+compiled from this code (`search_cached`: a run that compiled in the foreground):
   - a small run (inputs of at most INTERPRET_BELOW_BYTES, decompressed) starts a
     background process, `python -m gpu.compile_ahead`, which compiles every kernel a
     batch can reach (gpu/warm_up.py) and the readers' into the cache, niced and detached

@@ -66,6 +66,16 @@ class _Standing:
     leaves: LeafCounts
 
 
+def executor_for(backend: str, directed: bool) -> str:
+    """The executor an Engine of `backend` ("auto", "cpu", "cuda") runs on: directed graphs
+    on the CPU executor for now (their "auto" picks it, "cuda" is refused)."""
+    if directed and backend == "cuda":
+        raise ValueError("directed graphs run on the cpu executor for now, not on cuda")
+    if backend not in BACKENDS:     # (a directed graph's "auto" is not resolved)
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return resolve_backend("cpu" if directed else backend)
+
+
 class Engine:
     """Exact batch-dynamic subgraph matching for a set of standing queries."""
 
@@ -77,11 +87,7 @@ class Engine:
         picks it, and "cuda" is refused."""
         self.config = config or EngineConfig()
         self.directed = bool(directed)
-        if self.directed and backend == "cuda":
-            raise ValueError("directed graphs run on the cpu executor for now, not on cuda")
-        if backend not in BACKENDS:     # (a directed graph's "auto" is not resolved)
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        self.backend = resolve_backend("cpu" if self.directed else backend)
+        self.backend = executor_for(backend, self.directed)
         self.coalesce = coalesce
         if graph is None:
             graph = LabeledGraph(np.empty(0, np.int64), np.empty(0, np.int32),

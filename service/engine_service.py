@@ -45,8 +45,8 @@ from gpu import compile_ahead
 from gpu.batch import BatchRejected
 from gpu.config import EngineConfig
 from gpu.cpu import interpreted
-from gpu.cuda.device import device_memory_bytes, resolve_backend
-from gpu.engine import Engine
+from gpu.cuda.device import device_memory_bytes
+from gpu.engine import Engine, executor_for
 from gpu.io.graphs import load_graph
 from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.warm_up import warm_up
@@ -288,7 +288,7 @@ class EngineService:
         if not compile_ahead.background_wanted():
             return False
         try:
-            backend = "cpu" if self.store.directed() else resolve_backend(self.settings.backend)
+            backend = executor_for(self.settings.backend, self.store.directed())
         except ValueError:
             return False            # the engine's construction says why
         snapshot = self.store.latest_snapshot()
