@@ -26,6 +26,9 @@
 #                DIRECTED_BACKENDS (default "cuda cpu"; on cuda the directed side is refused
 #                today and only the undirected side runs); DIRECTED_ARGS adds flags (e.g.
 #                "--kinds dense --max-queries 3"), DIRECTED_TIMEOUT bounds each run (default 500)
+#   timeline     benchmarks.batch_timeline (one batch's host phases, copies, kernels and the
+#                GPU's idle time, through PyTorch's profiler); TIMELINE_ARGS adds flags (e.g.
+#                "--size 1 --queries 10"), TIMELINE_TIMEOUT bounds it (default 300)
 #   pma          the packed-memory-array tests on cupy, then benchmarks.pma_bench (R-MAT;
 #                PMA_ARGS adds flags, e.g. "--scale 20 --edges 10000000"; PMA_TIMEOUT
 #                bounds it, seconds, default 400)
@@ -112,6 +115,10 @@ for stage in "${stages[@]}"; do
                     --backend "$backend" --kinds "$kind" --json "$OUT/gh-$backend.jsonl" \
                     ${GH_ARGS:-} 2>&1 | tee -a "$OUT/gh-$backend.txt" | tail -12
             done ;;
+        timeline)
+            timeout "${TIMELINE_TIMEOUT:-300}" python3 -m benchmarks.batch_timeline --graph "$GRAPH" \
+                --json "$OUT/timeline.jsonl" ${TIMELINE_ARGS:-} 2>&1 | tee -a "$OUT/timeline.txt" | tail -60
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         pma)
             python3 -m pytest -q -p no:cacheprovider -p no:benchmark -m gpu tests/gpu/graph/test_pma.py 2>&1 \
                 | tee "$OUT/pma-tests.txt" | tail -5

@@ -33,7 +33,6 @@ import numpy as np
 from benchmarks.gh_table import (INSERT_FRACTION, _provenance, add_setup_args,
                                  deletions_of, match_seconds, measure_alone, query_sets,
                                  resolve_queries_dir, run_header, warm_up)
-from benchmarks.querygen import KINDS
 from gpu.cuda.device import resolve_backend
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph, write_graph

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpu.batch_edges import (CONFLICT, DYING_INSERT, LOOP, MISSING, NEGATIVE_LABEL,
-                             Rejection, distinct, edge_changes)
+                             EdgeArrays, Rejection, distinct, edge_changes)
 from gpu.io.records import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
                             UpdateStream)
 
@@ -49,6 +49,9 @@ class EffectiveBatch:
     insert_labels: np.ndarray
     applied: dict[str, int] = field(default_factory=_counts)
     ignored: dict[str, int] = field(default_factory=_counts)
+    # The edge arrays above as they were made on the device (gpu/cuda/batch_prep.py), entry
+    # for entry: the device graph's update and the search read these instead of uploading.
+    device: EdgeArrays | None = None
 
 
 def _first_duplicate_conflict(keys: np.ndarray, values: np.ndarray) -> int:
@@ -139,7 +142,9 @@ def normalize(stream: UpdateStream, graph, device=None) -> EffectiveBatch:
     ignored["edges_deleted"] += changes.ignored_deletes
     iu, iv, ins_labels = changes.insert_u, changes.insert_v, changes.insert_labels
     du, dv, dl = changes.delete_u, changes.delete_v, changes.delete_labels
+    on_device = changes.on_device
     if len(del_slots):
+        on_device = None    # the deleted vertices' edges join on the host
         xu, xv, xl = graph.incident_edges(del_slots)
         du, dv, dl = np.concatenate([du, xu]), np.concatenate([dv, xv]), np.concatenate([dl, xl])
         k = du.astype(np.int64) << 32 | dv.astype(np.int64)
@@ -153,7 +158,7 @@ def normalize(stream: UpdateStream, graph, device=None) -> EffectiveBatch:
     return EffectiveBatch(add_ids=add_ids, add_labels=add_labels, add_slots=add_slots,
                           delete_slots=del_slots, delete_u=du, delete_v=dv, delete_labels=dl,
                           insert_u=iu, insert_v=iv, insert_labels=ins_labels,
-                          applied=applied, ignored=ignored)
+                          applied=applied, ignored=ignored, device=on_device)
 
 
 _NO_INT32 = np.empty(0, dtype=np.int32)

@@ -49,9 +49,22 @@ class Rejection:
 
 
 @dataclass
+class EdgeArrays:
+    """Effective edge changes (int32 slots and labels, sorted by edge) in one array
+    module: on CuPy the device copy of an EdgeChanges' host arrays, entry for entry."""
+    delete_u: object
+    delete_v: object
+    delete_labels: object
+    insert_u: object
+    insert_v: object
+    insert_labels: object
+
+
+@dataclass
 class EdgeChanges:
     """Effective edge changes as host arrays (slots, u < v or arcs u -> v, sorted by
-    edge), and the records ignored."""
+    edge), and the records ignored; `on_device`: the same arrays where they were made on
+    the device (so the graph update and the search need not upload them again)."""
     delete_u: np.ndarray
     delete_v: np.ndarray
     delete_labels: np.ndarray
@@ -60,6 +73,7 @@ class EdgeChanges:
     insert_labels: np.ndarray
     ignored_inserts: int
     ignored_deletes: int
+    on_device: EdgeArrays | None = None
 
 
 def _stable_argsort(xp, keys):
@@ -163,16 +177,23 @@ def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add
     del_keys, first_del = xp.unique(key[dels][names], return_index=True)
     ignored_deletes = ignored_deletes + (dels.shape[0] - del_keys.shape[0])
     del_labels = stored[names][first_del].astype(np.int32)
-    # One read-back of everything the host needs.
+    # One read-back of everything the host needs, as int32 (slots below 2^31, labels
+    # int32, counts at most the records); on CuPy its parts stay on the device as well.
     m_ins, m_del = ins_keys.shape[0], del_keys.shape[0]
     packed = xp.concatenate([
         (ins_keys >> 32), ins_keys & 0xFFFFFFFF, ins_labels.astype(np.int64),
         (del_keys >> 32), del_keys & 0xFFFFFFFF, del_labels.astype(np.int64),
-        xp.stack([xp.asarray(ignored_inserts), xp.asarray(ignored_deletes)]).astype(np.int64)])
-    host = packed.get() if xp is not np else packed
-    parts = np.split(host, np.cumsum([m_ins, m_ins, m_ins, m_del, m_del, m_del]))
-    iu, iv, il, du, dv, dl, counts = parts
-    return EdgeChanges(delete_u=du.astype(np.int32), delete_v=dv.astype(np.int32),
-                       delete_labels=dl.astype(np.int32), insert_u=iu.astype(np.int32),
-                       insert_v=iv.astype(np.int32), insert_labels=il.astype(np.int32),
-                       ignored_inserts=int(counts[0]), ignored_deletes=int(counts[1]))
+        xp.stack([xp.asarray(ignored_inserts), xp.asarray(ignored_deletes)]).astype(np.int64)]
+    ).astype(np.int32)
+    bounds = np.cumsum([m_ins, m_ins, m_ins, m_del, m_del, m_del])
+    iu, iv, il, du, dv, dl, counts = np.split(packed.get() if xp is not np else packed,
+                                              bounds)
+    on_device = None
+    if xp is not np:
+        d_iu, d_iv, d_il, d_du, d_dv, d_dl, _ = (packed[lo:hi] for lo, hi in zip(
+            [0, *bounds], [*bounds, packed.shape[0]], strict=True))
+        on_device = EdgeArrays(delete_u=d_du, delete_v=d_dv, delete_labels=d_dl,
+                               insert_u=d_iu, insert_v=d_iv, insert_labels=d_il)
+    return EdgeChanges(delete_u=du, delete_v=dv, delete_labels=dl, insert_u=iu,
+                       insert_v=iv, insert_labels=il, ignored_inserts=int(counts[0]),
+                       ignored_deletes=int(counts[1]), on_device=on_device)

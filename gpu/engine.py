@@ -36,7 +36,6 @@ from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import PlanStats, QueryPlan, TaskTypes, build_plan
 from gpu.plan.query import QueryGraph
 from gpu.results import BatchResult, MatchList, MatchSet
-from gpu.graph.sets import sorted_unique
 from gpu.plan.signatures import SignatureTable
 
 __all__ = ["Engine", "EngineConfig", "BatchRejected", "UnknownQuery"]
@@ -399,14 +398,17 @@ class Engine:
         # Leaf counts leave out each phase's update edges (see gpu/plan/leaf_counts.py).  The
         # deleted edges' contributions go for good: the edges leave the graph next.
         self._leaf_edges(batch.delete_u, batch.delete_v, batch.delete_labels, -1)
-        negative, neg_seconds = self._incremental(batch.delete_u, batch.delete_v,
-                                                  batch.delete_labels, list_limit, defer)
+        dev = batch.device     # the edge changes on the device already, or None
+        negative, neg_seconds = self._incremental(
+            batch.delete_u, batch.delete_v, batch.delete_labels, list_limit, defer,
+            dev and (dev.delete_u, dev.delete_v, dev.delete_labels))
         t2 = clock.now()
         self._mutate(batch)
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, -1)
         t3 = clock.now()
-        positive, pos_seconds = self._incremental(batch.insert_u, batch.insert_v,
-                                                  batch.insert_labels, list_limit, defer)
+        positive, pos_seconds = self._incremental(
+            batch.insert_u, batch.insert_v, batch.insert_labels, list_limit, defer,
+            dev and (dev.insert_u, dev.insert_v, dev.insert_labels))
         t4 = clock.now()
         self._leaf_edges(batch.insert_u, batch.insert_v, batch.insert_labels, +1)
         t5 = clock.now()
@@ -433,11 +435,12 @@ class Engine:
                  s.leaves.leaf_dir)
                 + sig.query_side(qid) for qid, s in self._queries.items()]
 
-    def _incremental(self, us, vs, labels, list_limit: Mapping[int, int], defer: bool = False
-                     ) -> tuple[dict, dict[int, float]]:
+    def _incremental(self, us, vs, labels, list_limit: Mapping[int, int], defer: bool = False,
+                     on_device: tuple | None = None) -> tuple[dict, dict[int, float]]:
         """Matches using at least one of the edges us-vs, each once (total-order rule),
         and each query's matching seconds; with `defer`, counted queries on the device get
-        a Deferred (their totals still on the way) instead of a MatchSet."""
+        a Deferred (their totals still on the way) instead of a MatchSet.  `on_device`:
+        (us, vs, labels) on the device already (CUDA), read there instead of uploaded."""
         results, seconds = {}, {}
         if len(us) == 0:    # nothing can match: skip the per-query work
             for qid, standing in self._queries.items():
@@ -473,7 +476,7 @@ class Engine:
                 if self._device is not None:
                     # Uploaded once: the ranks, the counted launches and the listings
                     # read the same copy.
-                    edges = self._device.upload_edges(us, vs, labels, ranks)
+                    edges = self._device.upload_edges(us, vs, labels, ranks, on_device)
                     self._device.set_ranks(us, vs, edges)
                 else:
                     self.graph.set_ranks(us, vs, ranks)
@@ -529,11 +532,9 @@ class Engine:
             g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
         if self._device is not None:
             # The device graph, signatures and candidate bits follow on the device.
-            touched = sorted_unique(np.concatenate([
-                batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
-                batch.delete_slots, batch.add_slots])).astype(np.int32)
+            touched, touched_on_device = self._device.touched(batch)
             t0 = clock.now()
-            self._device.sync(g, touched, batch)
+            self._device.sync(g, touched, batch, touched_on_device)
             self._device_seconds = clock.now() - t0
             return
         if len(batch.add_ids):

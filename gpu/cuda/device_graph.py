@@ -165,6 +165,9 @@ class PmaGraph:
         self.pma.ensure_vertices(graph.num_slots)
         if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
             return
+        if batch.device is not None and self.view is not None:
+            self._apply_from_device(batch.device)
+            return
         label = graph.label
         iu = np.concatenate([batch.insert_u, batch.insert_v])
         iv = np.concatenate([batch.insert_v, batch.insert_u])
@@ -183,6 +186,24 @@ class PmaGraph:
         both = cp.asarray(np.concatenate([inserted, deleted, vals]))
         self.pma.apply(both[:ni], both[ni + nd:].astype(np.int32), both[ni:ni + nd],
                        check=self.checks, presorted=small)
+
+    def _apply_from_device(self, edges) -> None:
+        """_apply of a batch whose changes are on the device already (EdgeArrays): keyed
+        there through each slot's label index, so nothing is made or uploaded here."""
+        def both_ways(us, vs):
+            return self.device_keys(cp.concatenate([us, vs]), cp.concatenate([vs, us]))
+        inserted = both_ways(edges.insert_u, edges.insert_v)
+        deleted = both_ways(edges.delete_u, edges.delete_v)
+        vals = cp.concatenate([edges.insert_labels, edges.insert_labels])
+        self.pma.apply(inserted, vals, deleted, check=self.checks)
+
+    def device_keys(self, us: cp.ndarray, vs: cp.ndarray) -> cp.ndarray:
+        """The keys of edges us -> vs (born slots, device arrays), each destination's label
+        index read from the slots' label indices kept with the view."""
+        assert self.view is not None, "the slots' label indices are kept with the view"
+        return ((us.astype(np.uint64) << np.uint64(32))
+                + (self._slot_labels[vs].astype(np.uint64) << np.uint64(self.vertex_bits))
+                + vs.astype(np.uint64))
 
     def _refresh_view(self, graph, batch, touched=None) -> None:
         """Copy again the view's lists of the vertices whose edges `batch` changed (or of
@@ -243,15 +264,10 @@ class PmaGraph:
         """stored_labels of device arrays (int32, -1 where absent or where an endpoint is
         not one of the graph's `num_slots` born slots), keyed through the view's label
         index of each slot; inside `streams.changing()` (gpu/cuda/batch_prep.py)."""
-        assert self.view is not None, "the slots' label indices are kept with the view"
         if us.shape[0] == 0:
             return cp.empty(0, dtype=np.int32)
         born = (us < num_slots) & (vs < num_slots)
-        u = cp.where(born, us, 0).astype(np.uint64)
-        v = cp.where(born, vs, 0)
-        keys = ((u << np.uint64(32))
-                + (self._slot_labels[v].astype(np.uint64) << np.uint64(self.vertex_bits))
-                + v.astype(np.uint64))
+        keys = self.device_keys(cp.where(born, us, 0), cp.where(born, vs, 0))
         found = self.pma.lookup(keys, values=True)[1]
         return cp.where(born, found, -1).astype(np.int32)
 

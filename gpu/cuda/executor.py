@@ -23,6 +23,7 @@ from gpu.cuda.device_graph import make_device_graph
 from gpu.cuda.shared_launch import MAX_PAIRS, SharedLaunch
 from gpu.cuda.signatures import DeviceSignatures
 from gpu.config import EngineConfig
+from gpu.graph.sets import sorted_unique
 from gpu.plan.planner import TaskTypes
 from gpu.results import MatchSet
 
@@ -46,9 +47,27 @@ class DeviceMirror:
         self._ext: cp.ndarray | None = None
 
     # ---- graph ---------------------------------------------------------
-    def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
+    @staticmethod
+    def touched(batch) -> tuple[np.ndarray, cp.ndarray | None]:
+        """The distinct vertices an EffectiveBatch touches (ascending int32) on the host,
+        and on the device too when its edge changes are there (found there, then read
+        back: a million-edge batch's four million endpoints sort faster on the device)."""
+        dev = batch.device
+        if dev is None:
+            return sorted_unique(np.concatenate([
+                batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
+                batch.delete_slots, batch.add_slots])).astype(np.int32), None
+        parts = [dev.delete_u, dev.delete_v, dev.insert_u, dev.insert_v,
+                 cp.asarray(np.concatenate([batch.delete_slots, batch.add_slots]
+                                           ).astype(np.int32))]
+        found = cp.unique(cp.concatenate(parts))
+        return found.get(), found
+
+    def sync(self, graph, touched: np.ndarray | None = None, batch=None,
+             touched_on_device: cp.ndarray | None = None) -> None:
         """Follow the host graph after a batch (None: copy it whole); `touched` are the
-        vertices the batch touched, `batch` its EffectiveBatch.  The signatures and
+        vertices the batch touched (`touched_on_device`: the same, on the device, when
+        `touched` found them there), `batch` its EffectiveBatch.  The signatures and
         candidate bits follow on the device."""
         self.graph.sync(graph, touched, batch)
         self._host = graph
@@ -62,7 +81,7 @@ class DeviceMirror:
             # A whole load's temporaries (sorts of every key) would stay in CuPy's pool.
             cp.get_default_memory_pool().free_all_blocks()
         else:
-            self.signatures.apply(graph, batch, touched)
+            self.signatures.apply(graph, batch, touched, touched_on_device)
 
     def external(self, rows: cp.ndarray) -> cp.ndarray:
         """Rows of vertex slots as external ids (int64), queued on the device; -1 entries
@@ -162,9 +181,16 @@ class DeviceMirror:
 
     @staticmethod
     def upload_edges(us: np.ndarray, vs: np.ndarray, labels: np.ndarray,
-                     ranks: np.ndarray) -> match_launchers.UpdateEdges:
-        """A phase's update edges on the device, in one upload."""
+                     ranks: np.ndarray, on_device: tuple | None = None
+                     ) -> match_launchers.UpdateEdges:
+        """A phase's update edges on the device, in one upload; `on_device`: the same
+        (us, vs, labels) on the device already (an EffectiveBatch's), ranked 1..n as
+        `ranks` are, so that nothing is uploaded."""
         count = len(us)
+        if on_device is not None:
+            assert np.array_equal(ranks[[0, -1]], [1, count]), "ranks other than 1..n"
+            return match_launchers.UpdateEdges(*on_device,
+                                               cp.arange(1, count + 1, dtype=np.int32))
         both = cp.asarray(np.concatenate([us, vs, labels, ranks]).astype(np.int32,
                                                                          copy=False))
         return match_launchers.UpdateEdges(*(both[i * count:(i + 1) * count] for i in range(4)))

@@ -134,9 +134,12 @@ class DeviceSignatures:
         return self.cand[qid].get()
 
     # ---- per batch ------------------------------------------------------
-    def apply(self, graph, batch, touched: np.ndarray) -> None:
+    def apply(self, graph, batch, touched: np.ndarray,
+              touched_on_device: cp.ndarray | None = None) -> None:
         """Follow an EffectiveBatch the host graph has taken: new vertices, the changed
-        edges, deleted vertices, then the touched vertices' codes and bits."""
+        edges, deleted vertices, then the touched vertices' codes and bits.  The edges
+        and `touched` are read on the device where they are there already (the batch's
+        `device` arrays, `touched_on_device`), else uploaded together."""
         self.resize(graph)
         if len(batch.add_slots):
             slots = cp.asarray(batch.add_slots.astype(np.int32))
@@ -145,14 +148,22 @@ class DeviceSignatures:
             self.counts[slots] = 0
             self.deg[slots] = 0
             self.alive[slots] = True
-        # One upload for the per-batch index arrays; the kernels read views of it.
-        parts = (batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v, touched)
-        sizes = np.cumsum([0] + [len(p) for p in parts])
-        if sizes[-1] == 0:
-            return
-        both = cp.asarray(np.concatenate(parts).astype(np.int32, copy=False))
-        du, dv, iu, iv, vertices = (both[a:b] for a, b in zip(sizes[:-1], sizes[1:],
-                                                              strict=True))
+        dev = batch.device
+        if dev is not None and touched_on_device is not None:
+            du, dv, iu, iv = dev.delete_u, dev.delete_v, dev.insert_u, dev.insert_v
+            vertices = touched_on_device
+            if vertices.shape[0] == 0:
+                return
+        else:
+            # One upload for the per-batch index arrays; the kernels read views of it.
+            parts = (batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
+                     touched)
+            sizes = np.cumsum([0] + [len(p) for p in parts])
+            if sizes[-1] == 0:
+                return
+            both = cp.asarray(np.concatenate(parts).astype(np.int32, copy=False))
+            du, dv, iu, iv, vertices = (both[a:b] for a, b in zip(sizes[:-1], sizes[1:],
+                                                                  strict=True))
         signature_launchers.count_edges(du, dv, -1, self.slot_of, self.counts, self.deg)
         if len(batch.delete_slots):
             self.alive[cp.asarray(batch.delete_slots.astype(np.int32))] = False

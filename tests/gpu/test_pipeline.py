@@ -44,8 +44,8 @@ def deferring(monkeypatch) -> list[_SlowLaunch]:
     launches: list[_SlowLaunch] = []
     real = Engine._incremental
 
-    def incremental(self, us, vs, labels, list_limit, defer=False):
-        results, seconds = real(self, us, vs, labels, list_limit, defer)
+    def incremental(self, us, vs, labels, list_limit, defer=False, on_device=None):
+        results, seconds = real(self, us, vs, labels, list_limit, defer, on_device)
         if not defer:
             return results, seconds
         qids = list(results)

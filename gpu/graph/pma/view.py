@@ -102,15 +102,15 @@ class ListView:
 
     def refresh(self, pma, deg: np.ndarray, touched: np.ndarray) -> None:
         """Copy again the lists of `touched` vertices (host array) after a batch changed
-        them in `pma`; `deg` as in rebuild."""
-        deg = np.asarray(deg, dtype=np.int64)
+        them in `pma`; `deg` as in rebuild (read at the touched vertices only: a batch's
+        cost follows the batch)."""
         self.ensure_vertices(deg.shape[0])
         touched = np.asarray(touched, dtype=np.int64)
         if touched.size == 0:
             return
         grown = touched[deg[touched] > self.cap[touched]]
         if grown.size:
-            cap = np.maximum(self.min_capacity, 2 * deg[grown])
+            cap = np.maximum(self.min_capacity, 2 * deg[grown].astype(np.int64))
             need = int(cap.sum())
             if self.top + need > self.size:
                 self.rebuild(pma, deg)

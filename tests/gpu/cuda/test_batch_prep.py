@@ -11,7 +11,7 @@ import pytest
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.io.records import NO_LABEL, UpdateStream
-from tests.gpu.test_batch import (DV, E, EDGES, SOURCE, V, VERTICES, _effect_or_error,
+from tests.gpu.test_batch import (DE, DV, E, EDGES, SOURCE, V, VERTICES, _effect_or_error,
                                   labeled, random_records, ref_graph)
 
 pytestmark = pytest.mark.gpu
@@ -42,6 +42,25 @@ def test_rejections_are_the_hosts(records):
     assert device == _effect_or_error(stream, engine.graph, None)
 
 
+def _device_copy_is_the_hosts(stream, engine) -> bool:
+    """The batch's `device` edge arrays equal its host arrays entry for entry (int32), or
+    are None where the deleted vertices' edges joined on the host."""
+    from gpu.batch import BatchRejected, normalize
+    try:
+        effect = normalize(stream, engine.graph, engine._prep)
+    except BatchRejected:
+        return True
+    if effect.device is None:   # also where the host settled it: no edge record, or one
+        edge_records = int(np.isin(stream.kind, (E, DE)).sum())
+        return len(effect.delete_slots) > 0 or edge_records == 0 or len(stream) == 1
+    for name in ("delete_u", "delete_v", "delete_labels", "insert_u", "insert_v",
+                 "insert_labels"):
+        copy = getattr(effect.device, name)
+        if copy.dtype != np.int32 or copy.get().tolist() != getattr(effect, name).tolist():
+            return False
+    return True
+
+
 def test_random_batches_settle_as_on_the_host_while_the_graph_changes():
     """Random mixes (vertex adds and deletes, duplicates, cancelling pairs, deletes naming
     other labels), applied one after another so the id map's device copy follows vertex
@@ -53,6 +72,7 @@ def test_random_batches_settle_as_on_the_host_while_the_graph_changes():
         stream = UpdateStream.from_records(records, SOURCE)
         host = _effect_or_error(stream, engine.graph, None)
         assert _effect_or_error(stream, engine.graph, engine._prep) == host, (step, records)
+        assert _device_copy_is_the_hosts(stream, engine), (step, records)
         if isinstance(host, str):
             continue
         # Apply a batch that keeps the graph near the fixture (every vertex back).
