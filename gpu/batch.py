@@ -120,8 +120,14 @@ def normalize(stream: UpdateStream, graph, device=None) -> EffectiveBatch:
     del_slots = del_slots[found].astype(np.int32)
 
     # ---- edges: on the host, or on the device (gpu/batch_edges.py) --------------------
-    ei = np.flatnonzero((kind == INSERT_EDGE) | (kind == DELETE_EDGE))
-    host = (a[ei], b[ei], label[ei], kind[ei] == INSERT_EDGE, add_ids, add_slots, del_slots)
+    edge_records = (kind == INSERT_EDGE) | (kind == DELETE_EDGE)
+    if edge_records.all():      # only edge records (most large batches): no gathers
+        ei = np.arange(len(kind))
+        host = (a, b, label, kind == INSERT_EDGE, add_ids, add_slots, del_slots)
+    else:
+        ei = np.flatnonzero(edge_records)
+        host = (a[ei], b[ei], label[ei], kind[ei] == INSERT_EDGE, add_ids, add_slots,
+                del_slots)
     if device is not None and len(ei) >= device.min_records:
         changes = device.edge_changes(graph, host)
     else:

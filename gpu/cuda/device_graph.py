@@ -138,9 +138,12 @@ class PmaGraph:
         in host lists this array follows."""
         return getattr(graph, "device", None) is self
 
-    def sync(self, graph, touched=None, batch=None) -> None:
+    def sync(self, graph, touched=None, batch=None, touched_on_device=None) -> None:
         """Follow the host graph: load it whole (no batch), or apply the batch's edge
-        changes (an EffectiveBatch, already applied to the host graph)."""
+        changes (an EffectiveBatch, already applied to the host graph, except for the
+        degrees of a batch whose changes are on the device: those are read back here
+        from the array's counts at the touched vertices, `touched` and
+        `touched_on_device`)."""
         self._host = graph
         self.max_degree = graph.max_degree
         if batch is None:
@@ -151,8 +154,13 @@ class PmaGraph:
         self._label_slots(graph, batch.add_slots)
         with self.streams.changing():
             self._apply(graph, batch)
+            if batch.device is not None:
+                assert self._holds(graph) and touched_on_device is not None
+                graph.follow_degrees(touched, self.pma.deg[touched_on_device].get(),
+                                     len(batch.insert_u) - len(batch.delete_u))
+                self.max_degree = graph.max_degree
         with self.streams.reading():
-            self._refresh_view(graph, batch, touched)
+            self._refresh_view(graph, batch, touched, touched_on_device)
 
     def _apply(self, graph, batch) -> None:
         """The batch's edge changes into the array (sync)."""
@@ -205,15 +213,17 @@ class PmaGraph:
                 + (self._slot_labels[vs].astype(np.uint64) << np.uint64(self.vertex_bits))
                 + vs.astype(np.uint64))
 
-    def _refresh_view(self, graph, batch, touched=None) -> None:
+    def _refresh_view(self, graph, batch, touched=None, touched_on_device=None) -> None:
         """Copy again the view's lists of the vertices whose edges `batch` changed (or of
-        `touched`, the engine's distinct touched vertices, which include them)."""
+        `touched`, the engine's distinct touched vertices, which include them, and
+        `touched_on_device` their device copy)."""
         if self.view is None:
             return
         if touched is None:
             touched = np.unique(np.concatenate([batch.insert_u, batch.insert_v,
                                                 batch.delete_u, batch.delete_v]))
-        self.view.refresh(self.pma, graph.deg[:graph.num_slots], touched)
+            touched_on_device = None
+        self.view.refresh(self.pma, graph.deg[:graph.num_slots], touched, touched_on_device)
 
     def _label_slots(self, graph, slots) -> None:
         """Record the label indices of these (new) vertex slots for the rank kernel."""
@@ -395,6 +405,14 @@ class DeviceEdgeGraph(VertexTable):
 
     def delete_edges(self, us: np.ndarray, vs: np.ndarray) -> None:
         self._count(us, vs, -1)
+
+    def follow_degrees(self, vertices: np.ndarray, degrees: np.ndarray, edges: int) -> None:
+        """Take the array's degrees of `vertices` (every endpoint of a batch's edge
+        changes) and its change in edges, for a batch the engine did not count here."""
+        self.deg[vertices] = degrees
+        self.num_edges += edges
+        if len(degrees):
+            self._max_degree = max(self._max_degree, int(degrees.max()))
 
     def _count(self, us: np.ndarray, vs: np.ndarray, sign: int) -> None:
         if len(us) == 0:

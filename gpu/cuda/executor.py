@@ -69,7 +69,7 @@ class DeviceMirror:
         vertices the batch touched (`touched_on_device`: the same, on the device, when
         `touched` found them there), `batch` its EffectiveBatch.  The signatures and
         candidate bits follow on the device."""
-        self.graph.sync(graph, touched, batch)
+        self.graph.sync(graph, touched, batch, touched_on_device)
         self._host = graph
         if self._ext is not None:
             if batch is None or self._ext.shape[0] != graph.ext.shape[0]:

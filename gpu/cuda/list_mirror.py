@@ -47,8 +47,10 @@ class ListMirror:
     def register_labels(self, labels) -> None:
         pass
 
-    def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
-        """Bring the copies up to date after a batch that touched `touched` (None: all)."""
+    def sync(self, graph, touched: np.ndarray | None = None, batch=None,
+             touched_on_device=None) -> None:
+        """Bring the copies up to date after a batch that touched `touched` (None: all;
+        `touched_on_device` is PmaGraph's, unused here)."""
         self.max_degree = graph.max_degree
         for name in self.VERTEX + self.POOLS:
             host = getattr(graph, name)

@@ -100,10 +100,11 @@ class ListView:
         self.rebuilds += 1
         self._copy(pma, np.flatnonzero(deg > 0), deg)
 
-    def refresh(self, pma, deg: np.ndarray, touched: np.ndarray) -> None:
-        """Copy again the lists of `touched` vertices (host array) after a batch changed
-        them in `pma`; `deg` as in rebuild (read at the touched vertices only: a batch's
-        cost follows the batch)."""
+    def refresh(self, pma, deg: np.ndarray, touched: np.ndarray, on_device=None) -> None:
+        """Copy again the lists of `touched` vertices (host array; `on_device`: the same
+        on the device, so not uploaded again) after a batch changed them in `pma`; `deg` as
+        in rebuild (read at the touched vertices only: a batch's cost follows the
+        batch)."""
         self.ensure_vertices(deg.shape[0])
         touched = np.asarray(touched, dtype=np.int64)
         if touched.size == 0:
@@ -120,24 +121,31 @@ class ListView:
             self.top += need
             xp = self.xp
             self.device_start[xp.asarray(grown)] = xp.asarray(start)
-        self._copy(pma, touched, deg)    # those left without edges too: their length is 0
+        # Those left without edges too: their length is 0.
+        self._copy(pma, touched, deg, on_device)
 
-    def _copy(self, pma, vertices: np.ndarray, deg: np.ndarray) -> None:
-        """Copy the lists of `vertices` from the array; on the device a warp each, and
-        blocks for those of LONG_LIST entries or more (a hub's, which one warp would walk
-        for milliseconds)."""
+    def _copy(self, pma, vertices: np.ndarray, deg: np.ndarray, on_device=None) -> None:
+        """Copy the lists of `vertices` from the array (`on_device`: the same, there); on
+        the device a warp each, and blocks for those of LONG_LIST entries or more (a hub's,
+        which one warp would walk for milliseconds)."""
         if vertices.size == 0:
             return
         if self.xp is np:
             self._copy_lists(pma, vertices)
             return
         from gpu.cuda import pma_launchers
+        xp = self.xp
         long_lists = deg[vertices] >= LONG_LIST
         short, long = vertices[~long_lists], vertices[long_lists]
         if short.size:
-            pma_launchers.refresh_lists(pma, self.xp.asarray(short, dtype=np.int64),
-                                        self.device_start, self.nbr, self.nlab, self.elab,
-                                        self.deg)
+            if on_device is None:
+                short_on_device = xp.asarray(short, dtype=np.int64)
+            elif long.size:
+                short_on_device = on_device[xp.asarray(~long_lists)].astype(np.int64)
+            else:
+                short_on_device = on_device.astype(np.int64)
+            pma_launchers.refresh_lists(pma, short_on_device, self.device_start, self.nbr,
+                                        self.nlab, self.elab, self.deg)
         if long.size:
             pieces = -(-deg[long] // LONG_PIECE)
             pma_launchers.refresh_long_lists(pma, long, pieces, self.device_start, self.nbr,
