@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION, run_header
+from benchmarks.gh_table import DEFAULT_GRAPH, run_header
 
 # The engine's phases, as host ranges (module, attribute path).  Nested ranges are kept:
 # the timeline indents them.
@@ -142,16 +142,10 @@ def summarize(events: list[dict]) -> list[dict]:
 
 
 def _gh_setup(args):
-    from gpu.io.graphs import load_graph, read_query
-    from gpu.io.records import DELETE_EDGE, UpdateStream
-    from gpu.io.streams import split_stream
+    from benchmarks.phase_profile import gh_batch
+    from gpu.io.graphs import read_query
     from gpu.plan.query import QueryGraph
-    initial, batch = split_stream(load_graph(args.graph, num_labels=5, seed=0),
-                                  INSERT_FRACTION, 0)
-    if args.size:
-        batch = next(iter(batch.batches(args.size)))
-    undo = UpdateStream(batch.kind * 0 + DELETE_EDGE, batch.a, batch.b, batch.label,
-                        batch.line, "undo")
+    initial, batch, undo = gh_batch(args.graph, args.size)
     queries = []
     for kind in args.kinds:
         for i in range(args.queries):

@@ -18,12 +18,21 @@ import pstats
 import time
 from pathlib import Path
 
-from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION
+from benchmarks.gh_table import DEFAULT_GRAPH, INSERT_FRACTION, deletions_of
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph, read_query
-from gpu.io.records import DELETE_EDGE, UpdateStream
+from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.io.streams import split_stream
 from gpu.plan.query import QueryGraph
+
+
+def gh_batch(graph: Path, size: int = 0) -> tuple[LabeledGraph, UpdateStream, UpdateStream]:
+    """gh_table's set-up: the graph (5 random labels) less its held-out 10%, the held-out
+    insertion batch (its first `size` edges when given), and the batch that undoes it."""
+    initial, batch = split_stream(load_graph(graph, num_labels=5, seed=0), INSERT_FRACTION, 0)
+    if size:
+        batch = next(iter(batch.batches(size)))
+    return initial, batch, deletions_of(batch)
 
 
 def main(argv=None) -> None:
@@ -37,12 +46,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=1, help="batches profiled (default 1)")
     p.add_argument("--top", type=int, default=30)
     args = p.parse_args(argv)
-    initial, batch = split_stream(load_graph(args.graph, num_labels=5, seed=0),
-                                  INSERT_FRACTION, 0)
-    if args.batch_size:
-        batch = next(iter(batch.batches(args.batch_size)))
-    undo = UpdateStream(batch.kind * 0 + DELETE_EDGE, batch.a, batch.b, batch.label,
-                        batch.line, "undo")
+    initial, batch, undo = gh_batch(args.graph, args.batch_size)
     engine = Engine(initial, backend=args.backend)
     for query in args.query:
         engine.add_query(QueryGraph.from_labeled(read_query(query), query.stem))
