@@ -128,10 +128,12 @@ def normalize(stream: UpdateStream, graph, device=None) -> EffectiveBatch:
         ei = np.flatnonzero(edge_records)
         host = (a[ei], b[ei], label[ei], kind[ei] == INSERT_EDGE, add_ids, add_slots,
                 del_slots)
+    inserts = int(np.count_nonzero(host[3]))
     if device is not None and len(ei) >= device.min_records:
-        changes = device.edge_changes(graph, host)
+        changes = device.edge_changes(graph, host, inserts)
     else:
-        changes = edge_changes(np, _HostLookups(graph), *host, directed=graph.directed)
+        changes = edge_changes(np, _HostLookups(graph), *host, directed=graph.directed,
+                               inserts=inserts)
     if isinstance(changes, Rejection):
         i = ei[changes.record]
         edge = f"edge ({a[i]}, {b[i]})"

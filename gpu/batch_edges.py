@@ -105,11 +105,14 @@ def distinct(xp, keys, values):
 
 
 def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add_slots,
-                 del_slots, directed: bool = False) -> EdgeChanges | Rejection:
+                 del_slots, directed: bool = False, inserts: int | None = None
+                 ) -> EdgeChanges | Rejection:
     """The effective edge changes of the edge records (a, b, labels, inserting: arrays of
     `xp`, one entry per record, in record order), given the batch's new vertices (add_ids
     ascending with their add_slots) and deleted vertex slots (`xp` arrays); or the
-    Rejection of the batch.  `directed`: a record is the arc a -> b, keyed as it is."""
+    Rejection of the batch.  `directed`: a record is the arc a -> b, keyed as it is.
+    `inserts`: how many records insert, where the caller knows (a batch of one kind then
+    skips the other kind's steps: on CuPy each is a launch or a wait)."""
     n = a.shape[0]
     ends = xp.concatenate([a, b])
     slots = lookups.slots(ends)
@@ -127,8 +130,17 @@ def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add
         lo = xp.minimum(su, sv).astype(np.int64)
         hi = xp.maximum(su, sv).astype(np.int64)
     key = lo << 32 | hi
-    ins = xp.flatnonzero(inserting)
-    ins_keys, first, conflict = distinct(xp, key[ins], labels[ins])
+    no_index = xp.zeros(0, dtype=np.int64)
+    if inserts == n:
+        ins = xp.arange(n)
+    elif inserts == 0:
+        ins = no_index
+    else:
+        ins = xp.flatnonzero(inserting)
+    if ins.shape[0]:
+        ins_keys, first, conflict = distinct(xp, key[ins], labels[ins])
+    else:
+        ins_keys, first, conflict = no_index, no_index, xp.asarray(0)
     # The earliest record missing an endpoint: its first end before its second.
     missing = xp.where(slots < 0, (xp.arange(2 * n) % n) * 2 + xp.arange(2 * n) // n, 2 * n)
     checks = xp.stack([
@@ -147,7 +159,12 @@ def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add
                 return Rejection(check, found[check] // 2, found[check] % 2)
             return Rejection(check, found[check])
 
-    dels = xp.flatnonzero(~inserting & ~dying)
+    if inserts == n:
+        dels = no_index
+    elif inserts == 0 and not del_slots.shape[0]:
+        dels = xp.arange(n)
+    else:
+        dels = xp.flatnonzero(~inserting & ~dying)
     ignored_deletes = dying.sum()
     ignored_inserts = xp.asarray(0)
     # Inserts and deletes of one edge cancel.  (isin sorts; most batches only insert or
@@ -172,11 +189,14 @@ def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add
     # A delete names the edge when its label is omitted or equals the stored one; as the
     # batch is a set, an edge goes when any of its delete records names it.
     stored = stored[exists.shape[0]:]
-    dl_all = labels[dels]
-    names = (stored >= 0) & ((dl_all == NO_LABEL) | (dl_all == stored))
-    del_keys, first_del = xp.unique(key[dels][names], return_index=True)
+    if dels.shape[0]:
+        dl_all = labels[dels]
+        names = (stored >= 0) & ((dl_all == NO_LABEL) | (dl_all == stored))
+        del_keys, first_del = xp.unique(key[dels][names], return_index=True)
+        del_labels = stored[names][first_del].astype(np.int32)
+    else:
+        del_keys, del_labels = no_index, xp.zeros(0, dtype=np.int32)
     ignored_deletes = ignored_deletes + (dels.shape[0] - del_keys.shape[0])
-    del_labels = stored[names][first_del].astype(np.int32)
     # One read-back of everything the host needs, as int32 (slots below 2^31, labels
     # int32, counts at most the records); on CuPy its parts stay on the device as well.
     m_ins, m_del = ins_keys.shape[0], del_keys.shape[0]

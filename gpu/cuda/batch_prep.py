@@ -48,15 +48,17 @@ class DevicePrep:
             self._id_map = DeviceIdMap(graph.ids)
         return self._id_map
 
-    def edge_changes(self, graph, host: tuple) -> EdgeChanges | Rejection:
+    def edge_changes(self, graph, host: tuple, inserts: int | None = None
+                     ) -> EdgeChanges | Rejection:
         """gpu/batch_edges.py edge_changes of the host arrays `host` (a, b, labels,
-        inserting, add_ids, add_slots, del_slots), copied in one upload.  On the array's
-        stream (gpu/cuda/array_stream.py): the lookups read the array, and the read-backs
-        wait for this work only."""
+        inserting, add_ids, add_slots, del_slots; `inserts` records insert), copied in one
+        upload.  On the array's stream (gpu/cuda/array_stream.py): the lookups read the
+        array, and the read-backs wait for this work only."""
         parts = [np.asarray(p, dtype=np.int64) for p in host]
         bounds = np.cumsum([0] + [len(p) for p in parts])
         with self.pma_graph.streams.changing():
             both = cp.asarray(np.concatenate(parts))
             x = [both[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
             return edge_changes(cp, _DeviceLookups(self, graph), x[0], x[1],
-                                x[2].astype(np.int32), x[3] == 1, x[4], x[5], x[6])
+                                x[2].astype(np.int32), x[3] == 1, x[4], x[5], x[6],
+                                inserts=inserts)

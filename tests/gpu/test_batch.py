@@ -468,10 +468,10 @@ class _HostPrep:
     def __init__(self, min_records: int) -> None:
         self.min_records, self.calls = min_records, 0
 
-    def edge_changes(self, graph, host):
+    def edge_changes(self, graph, host, inserts=None):
         from gpu.batch_edges import edge_changes
         self.calls += 1
-        return edge_changes(np, gpu.batch._HostLookups(graph), *host)
+        return edge_changes(np, gpu.batch._HostLookups(graph), *host, inserts=inserts)
 
 
 def test_normalize_hands_large_batches_to_the_device_side():
