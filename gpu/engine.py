@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from gpu import clock, pipeline
+from gpu import clock, event_time, pipeline
 from gpu.cpu import interpreted
 from gpu.plan import upkeep
 from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges
@@ -31,6 +31,7 @@ from gpu.cuda.device import BACKENDS, resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
 from gpu.io.records import LabeledGraph, UpdateStream
 from gpu.graph.lists import DynamicGraph
+from gpu.graph.times import EdgeTimes
 from gpu.pipeline import BatchGroup, Deferred, PendingBatch
 from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import PlanStats, QueryPlan, TaskTypes, build_plan
@@ -80,10 +81,21 @@ class Engine:
 
     def __init__(self, graph: LabeledGraph | None = None, backend: str = "auto",
                  config: EngineConfig | None = None, coalesce: bool = True,
-                 directed: bool = False) -> None:
+                 directed: bool = False, retention: int | None = None) -> None:
         """`directed`: the graph's edges, and its queries', are arcs u -> v (fixed for the
         engine's life).  Directed graphs run on the CPU executor for now: `backend="auto"`
-        picks it, and "cuda" is refused."""
+        picks it, and "cuda" is refused.  `retention`: a batch that moves the watermark
+        (the largest event time accepted) to T deletes every edge whose time is <= T -
+        retention with it (gpu/event_time.py; None: edges never expire)."""
+        if retention is not None and (isinstance(retention, bool) or
+                                      not isinstance(retention, (int, np.integer))
+                                      or retention < 0):
+            raise ValueError(f"retention must be an integer >= 0 or None, got {retention!r}")
+        self.retention = None if retention is None else int(retention)
+        # Event times (gpu/event_time.py): kept once a batch brings one, or with retention.
+        self.times = EdgeTimes()
+        self.watermark: int | None = None
+        self._timed = self.retention is not None
         self.config = config or EngineConfig()
         self.directed = bool(directed)
         self.backend = executor_for(backend, self.directed)
@@ -371,6 +383,11 @@ class Engine:
         if not isinstance(list_limit, Mapping):
             list_limit = dict.fromkeys(self._queries, list_limit)
         t0 = clock.now()
+        if self._timed or stream.timed:
+            # From the first timed batch on every batch keeps the times (a deletion drops
+            # its edge's): no batch groups.
+            self._timed = True
+            return event_time.start_timed(self, stream, list_limit, t0)
         if pipeline.groupable(self, list_limit):
             limit = self.group_edges
             edges = pending_edges(stream, self.graph, limit)
@@ -382,13 +399,18 @@ class Engine:
         # Validated against the graph with every batch before it in.
         self.flush()
         batch = normalize(stream, self.graph, self._prep)
+        self._admit(batch, stream)
+        self.batches_applied += 1
+        return self._run_batch(batch, list_limit, defer, t0)
+
+    def _admit(self, batch: EffectiveBatch, stream: UpdateStream) -> None:
+        """Reject a validated batch the device graph cannot take (its new vertices' labels
+        or slots), before anything changes."""
         if self._device is not None and len(batch.add_slots):
             slots = max(self.graph.num_slots, int(batch.add_slots.max()) + 1)
             problem = self._device.admit(batch.add_labels, slots)
             if problem is not None:
                 raise BatchRejected(stream.source, 0, problem)
-        self.batches_applied += 1
-        return self._run_batch(batch, list_limit, defer, t0)
 
     def _run_batch(self, batch: EffectiveBatch, list_limit: Mapping[int, int], defer: bool,
                    t0: float) -> PendingBatch:
@@ -568,6 +590,14 @@ class Engine:
             self._upkeep.check(self._arrays_key(), self._upkeep_parts())
         else:
             self._device.check(lists)
+
+    def edge_times(self) -> dict[tuple[int, int], int]:
+        """Each timed edge's event time, by its endpoints' external ids (u < v as slots, or
+        the arc u -> v); untimed edges are left out."""
+        self.flush()
+        ext = self.graph.ext
+        return {(int(ext[key >> 32]), int(ext[key & 0xFFFFFFFF])): time
+                for key, time in self.times.items()}
 
     def to_labeled(self) -> LabeledGraph:
         """The current graph with external ids (snapshots, tests)."""

@@ -31,13 +31,22 @@ class QueryDelta:
     removed: np.ndarray | None = None
     truncated: bool = False
     seconds: float = 0.0                # this query's matching time in the batch (both phases)
+    # On an engine that keeps event times (gpu/event_time.py): how many of the negative
+    # matches used an edge that retention expired in this batch, and when listed, which
+    # of the removed rows those are (bool per row).  None otherwise.
+    expired: int | None = None
+    removed_expired: np.ndarray | None = None
 
     def to_json(self) -> dict:
         out = {"positive": self.positive, "negative": self.negative}
+        if self.expired is not None:
+            out["expired"] = self.expired
         if self.added is not None:
             out["added"] = self.added.tolist()
             out["removed"] = self.removed.tolist()
             out["truncated"] = self.truncated
+            if self.removed_expired is not None:
+                out["removed_expired"] = self.removed_expired.tolist()
         return out
 
 

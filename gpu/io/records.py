@@ -16,6 +16,8 @@ DELETE_VERTEX = np.int8(1)
 INSERT_EDGE = np.int8(2)
 DELETE_EDGE = np.int8(3)
 NO_LABEL = -1
+# An untimed record's event time (issue 23: times are optional, untimed input keeps working).
+NO_TIME = np.iinfo(np.int64).min
 
 MAX_ID = 2**63 - 1
 MAX_LABEL = 2**31 - 1
@@ -61,7 +63,8 @@ class LabeledGraph:
 
 @dataclass(frozen=True, eq=False)
 class UpdateStream:
-    """A sequence of update records, one per source line, as parallel arrays."""
+    """A sequence of update records, one per source line, as parallel arrays; `time`, when
+    given, is each record's event time (NO_TIME: untimed; read on edge inserts only)."""
 
     kind: np.ndarray
     a: np.ndarray
@@ -69,17 +72,27 @@ class UpdateStream:
     label: np.ndarray
     line: np.ndarray
     source: str
+    time: np.ndarray | None = None
 
     def __post_init__(self):
         _coerce(self, kind=np.int8, a=np.int64, b=np.int64, label=np.int32, line=np.int64)
+        if self.time is not None:
+            _coerce(self, kind=np.int8, time=np.int64)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
 
+    @property
+    def timed(self) -> bool:
+        """Whether any edge insert carries an event time."""
+        return self.time is not None and bool(
+            ((self.kind == INSERT_EDGE) & (self.time != NO_TIME)).any())
+
     def slice(self, start: int, stop: int) -> UpdateStream:
         s = slice(start, stop)
         return UpdateStream(
-            self.kind[s], self.a[s], self.b[s], self.label[s], self.line[s], self.source
+            self.kind[s], self.a[s], self.b[s], self.label[s], self.line[s], self.source,
+            None if self.time is None else self.time[s]
         )
 
     def batches(self, size: int | None) -> Iterator[UpdateStream]:
@@ -99,19 +112,24 @@ class UpdateStream:
 
     @staticmethod
     def from_records(records: Iterable, source: str = "<records>") -> UpdateStream:
-        """Build from ``(kind, a, b, label)`` tuples; ``b`` is stored as 0 for vertex records."""
-        rows = []
-        for pos, (kind, a, b, label) in enumerate(records):
-            kind, a, b, label = int(kind), int(a), int(b), int(label)
+        """Build from ``(kind, a, b, label)`` tuples, or ``(kind, a, b, label, time)`` ones
+        (time an int, or None: untimed); ``b`` is stored as 0 for vertex records."""
+        rows, times = [], []
+        for pos, record in enumerate(records):
+            kind, a, b, label = (int(x) for x in record[:4])
+            time = record[4] if len(record) > 4 else None
             problem = _record_problem(kind, a, b, label)
             if problem:
                 raise FormatError(source, pos + 1, problem)
             is_edge = kind in (INSERT_EDGE, DELETE_EDGE)
             rows.append((kind, a, b if is_edge else 0, label))
+            times.append(NO_TIME if time is None else int(time))
         cols = np.array(rows, dtype=np.int64).reshape(-1, 4)
+        timed = any(t != NO_TIME for t in times)
         return UpdateStream(
             cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3],
             np.arange(1, len(rows) + 1), source,
+            np.array(times, dtype=np.int64) if timed else None,
         )
 
 

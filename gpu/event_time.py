@@ -1,0 +1,207 @@
+"""A timed batch (issue 23): its records' event times, the refreshes, the watermark, the
+edges retention expires with it, and how the engine runs it.
+
+The rules are tests/reference_time.py's: an edge takes the largest time of the batch's
+insert records of it, on insertion or as a refresh of an edge that stays (an insert that a
+delete of the same edge cancels changes nothing); the watermark is the largest time of
+every accepted timed insert record; with retention R, once the batch has moved the
+watermark to T, every timed edge with time <= T - R is deleted in the same batch.
+
+The engine runs the expiry as a batch of deletions before the batch itself, both inside
+one `Engine.apply`: the first batch's negative matches are exactly the batch's negative
+matches that use an expired edge (on the graph before it every such match is found from
+its expired edges), the second's are the rest, and an edge the batch inserts with a time
+already past the horizon is never inserted (it would be inserted and expired at once:
+counted as both, matched by neither phase).  Nothing here changes anything until the
+batch has been validated.  Executor-independent: expiry is deletions, which both
+executors apply; windows and `before` constraints (pruning inside the search) are next.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpu import clock
+from gpu.batch import EffectiveBatch, normalize, stored_labels
+from gpu.graph.times import NO_KEYS, edge_keys
+from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, NO_TIME, UpdateStream
+from gpu.pipeline import PendingBatch
+from gpu.results import BatchResult, QueryDelta
+
+if TYPE_CHECKING:
+    from gpu.engine import Engine
+
+_NO_INT32 = np.empty(0, dtype=np.int32)
+
+
+def _slots(graph, batch: EffectiveBatch, ids: np.ndarray) -> np.ndarray:
+    """The slot of each external id after the batch's vertex adds (validated: all known)."""
+    slots = graph.ids.lookup(ids).astype(np.int64)
+    new = slots < 0
+    if new.any():
+        pos = np.searchsorted(batch.add_ids, ids[new])
+        slots[new] = batch.add_slots[pos]
+    return slots
+
+
+def _keys(graph, batch: EffectiveBatch, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    su, sv = _slots(graph, batch, a), _slots(graph, batch, b)
+    if not graph.directed:
+        su, sv = np.minimum(su, sv), np.maximum(su, sv)
+    return edge_keys(su, sv)
+
+
+def _split(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return (keys >> 32).astype(np.int32), (keys & 0xFFFFFFFF).astype(np.int32)
+
+
+@dataclasses.dataclass
+class TimedEffect:
+    """What a validated batch does to times: the watermark after it, the new edges' and
+    the refreshed edges' times, the edges retention expires (existing ones, deleted
+    first; and new ones, never inserted), by key."""
+    watermark: int | None
+    new_keys: np.ndarray
+    new_times: np.ndarray
+    refreshed_keys: np.ndarray
+    refreshed_times: np.ndarray
+    expired: np.ndarray             # existing edges' keys
+    expired_new: np.ndarray         # the batch's new edges already past the horizon
+    deleted: np.ndarray             # the batch's own deletions' keys
+
+
+def timed_effect(engine: Engine, stream: UpdateStream, batch: EffectiveBatch) -> TimedEffect:
+    """The batch's effect on times (module docstring); takes the expiring entries from the
+    expiry index, so only once the batch is accepted."""
+    g = engine.graph
+    kind = stream.kind
+    time = stream.time if stream.time is not None else np.full(len(kind), NO_TIME)
+    timed = np.flatnonzero((kind == INSERT_EDGE) & (time != NO_TIME))
+    watermark = engine.watermark
+    if len(timed):
+        latest = int(time[timed].max())
+        watermark = latest if watermark is None else max(watermark, latest)
+    new_all = edge_keys(batch.insert_u, batch.insert_v)
+    deleted = edge_keys(batch.delete_u, batch.delete_v)
+    keys = _keys(g, batch, stream.a[timed], stream.b[timed])
+    order = np.argsort(keys, kind="stable")
+    keys, times, labels = keys[order], time[timed][order], stream.label[timed][order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else NO_KEYS
+    uniq = keys[starts]
+    latest_of = np.maximum.reduceat(times, starts) if len(keys) else NO_KEYS
+    insert_label = labels[starts]
+    # Cancelled: a delete record of the edge naming no label or the insert's label.
+    cancelled = np.zeros(len(uniq), dtype=bool)
+    dels = np.flatnonzero(kind == DELETE_EDGE)
+    if len(dels) and len(uniq):
+        dkeys = _keys(g, batch, stream.a[dels], stream.b[dels])
+        pos = np.minimum(np.searchsorted(uniq, dkeys), len(uniq) - 1)
+        hit = uniq[pos] == dkeys
+        names = (stream.label[dels] == NO_LABEL) | (stream.label[dels] == insert_label[pos])
+        cancelled[pos[hit & names]] = True
+    is_new = np.isin(uniq, new_all)
+    stays = ~is_new & ~cancelled & ~np.isin(uniq, deleted)
+    if stays.any():
+        u, v = _split(uniq[stays])
+        exists = stored_labels(g, u, v) >= 0
+        stays[np.flatnonzero(stays)[~exists]] = False
+    effect = TimedEffect(watermark, uniq[is_new], latest_of[is_new], uniq[stays],
+                         latest_of[stays], NO_KEYS, NO_KEYS, deleted)
+    if engine.retention is None or watermark is None:
+        return effect
+    horizon = watermark - engine.retention
+    taken, at = engine.times.index.take_until(horizon)
+    live = np.unique(taken[engine.times.current(taken, at)])
+    # Refreshed edges go by their new time, the batch's deletions by the batch.
+    live = live[~np.isin(live, effect.refreshed_keys) & ~np.isin(live, deleted)]
+    effect.expired = np.union1d(live, effect.refreshed_keys[effect.refreshed_times <= horizon])
+    effect.expired_new = effect.new_keys[effect.new_times <= horizon]
+    return effect
+
+
+def _deletions(graph, keys: np.ndarray) -> EffectiveBatch:
+    """A batch that deletes the existing edges `keys` (sorted), with their stored labels."""
+    u, v = _split(keys)
+    batch = EffectiveBatch(
+        add_ids=np.empty(0, dtype=np.int64), add_labels=_NO_INT32, add_slots=_NO_INT32,
+        delete_slots=_NO_INT32, delete_u=u, delete_v=v,
+        delete_labels=stored_labels(graph, u, v), insert_u=_NO_INT32, insert_v=_NO_INT32,
+        insert_labels=_NO_INT32)
+    batch.applied["edges_deleted"] = len(keys)
+    return batch
+
+
+def _without_inserts(batch: EffectiveBatch, keys: np.ndarray) -> EffectiveBatch:
+    """The batch less its inserts of edges `keys` (counted as inserted and deleted)."""
+    if len(keys) == 0:
+        return batch
+    keep = ~np.isin(edge_keys(batch.insert_u, batch.insert_v), keys)
+    applied = dict(batch.applied)
+    applied["edges_deleted"] += len(keys)
+    return dataclasses.replace(batch, insert_u=batch.insert_u[keep],
+                               insert_v=batch.insert_v[keep],
+                               insert_labels=batch.insert_labels[keep], applied=applied,
+                               device=None)
+
+
+def _merged(expired: BatchResult | None, main: BatchResult,
+            list_limit: Mapping[int, int]) -> dict[int, QueryDelta]:
+    """Each query's delta of the whole batch: the expiry's negatives (marked expired, listed
+    first) with the batch's own."""
+    deltas = {}
+    for qid, own in main.queries.items():
+        gone = expired.queries[qid] if expired is not None else None
+        delta = QueryDelta(positive=own.positive,
+                           negative=own.negative + (gone.negative if gone else 0),
+                           seconds=own.seconds + (gone.seconds if gone else 0.0),
+                           expired=gone.negative if gone else 0)
+        limit = list_limit.get(qid, 0)
+        if limit > 0:
+            parts = [own.removed] if gone is None else [gone.removed, own.removed]
+            removed = np.concatenate(parts)
+            marks = np.concatenate([np.ones(len(parts[0]), dtype=bool) if gone else
+                                    np.zeros(0, dtype=bool),
+                                    np.zeros(len(own.removed), dtype=bool)])
+            delta.added, delta.removed = own.added, removed[:limit]
+            delta.removed_expired = marks[:limit]
+            delta.truncated = own.truncated or (gone is not None and gone.truncated) or \
+                len(removed) > limit
+        deltas[qid] = delta
+    return deltas
+
+
+def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, int],
+                t0: float) -> PendingBatch:
+    """Engine.start of a batch on an engine that keeps times: validated, then its expiry
+    and itself applied and matched (module docstring); finished when this returns."""
+    engine.flush()
+    batch = normalize(stream, engine.graph, engine._prep)
+    engine._admit(batch, stream)
+    effect = timed_effect(engine, stream, batch)
+    # Accepted: nothing below refuses the batch.
+    engine.watermark = effect.watermark
+    engine.batches_applied += 1
+    expiry = None
+    if len(effect.expired):
+        expiry = engine._run_batch(_deletions(engine.graph, effect.expired), list_limit,
+                                   False, t0).finish()
+    main_batch = _without_inserts(batch, effect.expired_new)
+    main = engine._run_batch(main_batch, list_limit, False, t0).finish()
+    times = engine.times
+    times.drop(np.concatenate([effect.deleted, effect.expired]))
+    fresh = ~np.isin(effect.new_keys, effect.expired_new)
+    times.set(effect.new_keys[fresh], effect.new_times[fresh])
+    kept = ~np.isin(effect.refreshed_keys, effect.expired)
+    times.set(effect.refreshed_keys[kept], effect.refreshed_times[kept])
+    applied = dict(main_batch.applied)
+    applied["edges_deleted"] += len(effect.expired)
+    timings = dict(main.timings)
+    if expiry is not None:
+        for name, seconds in expiry.timings.items():
+            timings[name] = timings.get(name, 0.0) + seconds
+    done = clock.now()
+    return PendingBatch(dataclasses.replace(main_batch, applied=applied), list_limit, {}, {},
+                        {}, t0, done, timings, deltas=_merged(expiry, main, list_limit))

@@ -1,0 +1,168 @@
+"""Timed batches on the engine (gpu/event_time.py, issue 23): event times, refreshes, the
+watermark and retention against the timed oracle (tests/reference_time.py) on random timed
+streams, both executors; each batch's positive, negative and expired matches exactly."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from gpu.batch import BatchRejected
+from gpu.engine import Engine
+from gpu.graph.times import ExpiryIndex
+from gpu.io.records import NO_TIME, UpdateStream
+from tests import reference as ref
+from tests.gpu.test_oracle import (BATCH_KINDS, BIG_LIMIT, EngineSetup, engine_setup,  # noqa: F401
+                                   gen_batch, random_graph, random_queries, row_set,
+                                   to_labeled, to_query, to_stream)
+from tests.reference import Rejected
+from tests.reference_time import TimedQuery, TimedRefGraph
+
+
+def timed_stream(records) -> UpdateStream:
+    """The engine's stream of timed oracle records (kind, a, b, label, time)."""
+    plain = to_stream([r[:4] for r in records])
+    times = np.array([NO_TIME if r[4] is None else r[4] for r in records], dtype=np.int64)
+    return UpdateStream(plain.kind, plain.a, plain.b, plain.label, plain.line, plain.source,
+                        times)
+
+
+def with_times(rng: random.Random, records, clock: list[int]) -> list[tuple]:
+    """Give the batch's edge inserts times around a clock that moves forward (some
+    untimed, some older than the watermark: late arrivals and refreshes to the past)."""
+    out = []
+    for record in records:
+        time = None
+        if record[0] == ref.INSERT_EDGE and rng.random() < 0.85:
+            clock[0] += rng.randint(0, 3)
+            time = clock[0] - rng.choice([0, 0, 0, 1, 5, 12])
+        out.append((*record, time))
+    return out
+
+
+class TimedHarness:
+    """A TimedRefGraph and an Engine fed the same timed batches, checked after each."""
+
+    def __init__(self, rng: random.Random, setup: EngineSetup, retention: int | None):
+        g = random_graph(rng)
+        self.oracle = TimedRefGraph(g.copy(), retention=retention)
+        self.engine = Engine(to_labeled(g), backend=setup.backend, config=setup.config,
+                             retention=retention)
+        self.queries = {self.engine.add_query(to_query(q, name)): q
+                        for name, q in random_queries(rng, g).items()}
+        self.expired_edges = self.expired_matches = 0     # what the stream exercised
+
+    def apply(self, records) -> None:
+        before = {qid: self.oracle.valid(TimedQuery(q)) for qid, q in self.queries.items()}
+        graph, times, mark = self.oracle.graph.copy(), dict(self.oracle.times), \
+            self.oracle.watermark
+        try:
+            applied, ignored, expired = self.oracle.apply(records)
+        except Rejected:
+            self.oracle.graph, self.oracle.times, self.oracle.watermark = graph, times, mark
+            with pytest.raises(BatchRejected):
+                self.engine.apply(timed_stream(records), list_limit=BIG_LIMIT)
+            self.check_times()
+            return
+        result = self.engine.apply(timed_stream(records), list_limit=BIG_LIMIT)
+        assert result.applied == applied and result.ignored == ignored, records
+        self.expired_edges += len(expired)
+        g = self.oracle.graph
+        for qid, q in self.queries.items():
+            after = self.oracle.valid(TimedQuery(q))
+            delta = result.queries[qid]
+            pos, neg = after - before[qid], before[qid] - after
+            gone = {m for m in neg
+                    if any(ref.edge_key(m[a], m[b], g.directed) in expired
+                           for a, b, _ in q.edge_list())}
+            assert row_set(delta.added, q.n) == pos, (qid, records)
+            assert row_set(delta.removed, q.n) == neg, (qid, records)
+            assert (delta.positive, delta.negative) == (len(pos), len(neg)), (qid, records)
+            # An engine keeps times from its first timed batch on (or with retention);
+            # before that its results are the untimed ones.
+            if self.engine.watermark is None and self.engine.retention is None:
+                assert delta.expired is None and delta.removed_expired is None and not gone
+                continue
+            assert delta.expired == len(gone), (qid, records)
+            marked = {tuple(int(x) for x in row) for row, flag in
+                      zip(np.asarray(delta.removed), delta.removed_expired, strict=True)
+                      if flag}
+            assert marked == gone, (qid, records)
+            self.expired_matches += len(gone)
+        self.engine.check()
+        self.check_times()
+
+    def check_times(self) -> None:
+        expected = {tuple(sorted(key)): t for key, t in self.oracle.times.items()
+                    if t is not None}
+        got = {tuple(sorted(pair)): t for pair, t in self.engine.edge_times().items()}
+        assert got == expected
+        assert self.engine.watermark == self.oracle.watermark
+
+
+@pytest.mark.parametrize("retention", [None, 0, 4, 15])
+def test_random_timed_streams_equal_the_oracle(retention, engine_setup):
+    expired_edges = expired_matches = 0
+    for seed in range(3):
+        rng = random.Random(1000 * seed + (retention or 0))
+        harness = TimedHarness(rng, engine_setup, retention)
+        clock = [0]
+        for _ in range(14):
+            kind = rng.choice(BATCH_KINDS)
+            records = gen_batch(rng, harness.oracle.graph, kind)
+            harness.apply(with_times(rng, records, clock))
+        expired_edges += harness.expired_edges
+        expired_matches += harness.expired_matches
+    if retention is not None:       # the streams reached what the test is about
+        assert expired_edges > 0 and expired_matches > 0
+
+
+def test_retention_expires_in_the_batch_that_moves_the_watermark():
+    g = ref.RefGraph.build({1: 0, 2: 0, 3: 0, 4: 0}, [])
+    engine = Engine(to_labeled(g), backend="cpu", retention=10)
+    path = engine.add_query(to_query(ref.RefQuery.build([0, 0, 0], [(0, 1), (1, 2)]), "path"))
+    E = ref.INSERT_EDGE
+    r = engine.apply(timed_stream([(E, 1, 2, 0, 100), (E, 2, 3, 0, 105), (E, 3, 4, 0, None)]),
+                     list_limit=10)
+    assert r.queries[path].positive == 4 and r.queries[path].expired == 0
+    # Watermark 111: the edge at 100 goes with this batch, and the two paths through it.
+    r = engine.apply(timed_stream([(E, 1, 4, 0, 111)]), list_limit=10)
+    delta = r.queries[path]
+    assert r.applied["edges_deleted"] == 1 and r.applied["edges_inserted"] == 1
+    assert delta.expired == 2 and delta.removed_expired.tolist().count(True) == 2
+    assert (1, 2) not in engine.edge_times() and (2, 1) not in engine.edge_times()
+    assert engine.watermark == 111
+    # A late edge already past the horizon is counted inserted and expired, and matches
+    # nothing; an untimed edge never expires.
+    r = engine.apply(timed_stream([(E, 1, 3, 0, 50)]), list_limit=10)
+    assert r.applied["edges_inserted"] == 1 and r.applied["edges_deleted"] == 1
+    assert r.queries[path].positive == 0 and r.queries[path].negative == 0
+    assert engine.graph.num_edges == 3
+
+
+def test_untimed_input_stays_as_it_was():
+    g = ref.RefGraph.build({1: 0, 2: 0, 3: 0}, [])
+    engine = Engine(to_labeled(g), backend="cpu")
+    result = engine.apply(to_stream([(ref.INSERT_EDGE, 1, 2, 0)]))
+    assert engine.watermark is None and engine.edge_times() == {}
+    assert result.queries == {} and "expired" not in str(result)
+
+
+def test_retention_must_be_a_non_negative_integer():
+    for bad in (-1, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="retention"):
+            Engine(retention=bad)
+
+
+def test_the_expiry_index_takes_each_entry_once_in_time_order():
+    index = ExpiryIndex()
+    index.add(np.array([7, 8, 9]), np.array([30, 10, 20]))
+    index.add(np.array([1, 2]), np.array([15, 40]))
+    keys, times = index.take_until(20)
+    assert sorted(zip(times.tolist(), keys.tolist())) == [(10, 8), (15, 1), (20, 9)]
+    assert len(index) == 2
+    keys, _ = index.take_until(20)
+    assert keys.size == 0
+    keys, times = index.take_until(100)
+    assert sorted(keys.tolist()) == [2, 7] and len(index) == 0
