@@ -85,6 +85,9 @@ def assert_same_stream(actual: UpdateStream, expected: UpdateStream) -> None:
         assert got.dtype == want.dtype, field
         np.testing.assert_array_equal(got, want, err_msg=field)
     np.testing.assert_array_equal(actual.line, np.arange(1, len(expected) + 1))
+    assert (actual.time is None) == (expected.time is None), "time"
+    if expected.time is not None:
+        np.testing.assert_array_equal(actual.time, expected.time, err_msg="time")
 
 
 def assert_same_graph(actual: LabeledGraph, expected: LabeledGraph) -> None:

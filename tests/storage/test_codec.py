@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from gpu.io.records import INSERT_EDGE, UpdateStream
-from storage.codec import MAGIC, decode_updates, encode_updates
+from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_TIME, UpdateStream
+from storage.codec import MAGIC, MAGIC_TIMED, decode_updates, encode_updates
 from storage.errors import StorageError
 from tests.storage.builders import assert_same_stream, updates_for
 
@@ -52,7 +52,7 @@ def test_decoded_arrays_are_writable_copies():
 
 @pytest.mark.parametrize(
     "blob",
-    [b"", b"MSU", b"MSU\x02" + bytes(21), b"PK\x03\x04" + bytes(21)],
+    [b"", b"MSU", b"MSU\x03" + bytes(21), b"PK\x03\x04" + bytes(21)],
     ids=["empty", "short-header", "newer-version", "foreign"],
 )
 def test_bad_magic_is_refused(blob):
@@ -64,3 +64,24 @@ def test_truncated_record_is_refused():
     blob = encode_updates(updates_for(2, n=3))
     with pytest.raises(StorageError, match="whole number"):
         decode_updates(blob[:-1], "batch 2")
+
+
+def test_timed_records_round_trip_with_their_times_and_untimed_ones_as_before():
+    timed = UpdateStream.from_records([(INSERT_EDGE, 1, 2, 0, 2**62), (INSERT_EDGE, 2, 3, 1, None),
+                                       (DELETE_EDGE, 1, 3, -1, None),
+                                       (INSERT_EDGE, 3, 4, 0, -5)])
+    blob = encode_updates(timed)
+    assert blob[:len(MAGIC_TIMED)] == MAGIC_TIMED
+    assert blob[len(MAGIC_TIMED):][:29] == struct.pack("<bqqiq", INSERT_EDGE, 1, 2, 0, 2**62)
+    decoded = decode_updates(blob, "timed")
+    assert_same_stream(decoded, timed)
+    assert decoded.time.tolist() == [2**62, NO_TIME, NO_TIME, -5]
+    untimed = UpdateStream.from_records([(INSERT_EDGE, 1, 2, 0, None)])
+    assert untimed.time is None and encode_updates(untimed)[:len(MAGIC)] == MAGIC
+    assert decode_updates(encode_updates(untimed), "untimed").time is None
+
+
+def test_a_truncated_timed_record_is_refused():
+    blob = encode_updates(UpdateStream.from_records([(INSERT_EDGE, 1, 2, 0, 7)] * 2))
+    with pytest.raises(StorageError, match="29-byte records"):
+        decode_updates(blob[:-1], "batch 4")
