@@ -105,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     match.add_argument("--list-limit", type=_positive_int, default=DEFAULT_LIST_LIMIT,
                        metavar="N", help="most matches listed per batch and query and sign "
                                          f"(default {DEFAULT_LIST_LIMIT}); counts stay exact")
+    match.add_argument("--retention", type=_non_negative_int, metavar="W",
+                       help="edges expire: a batch that moves the watermark (the largest "
+                            "event time, `e u v label time` lines) to T deletes every edge "
+                            "timed <= T - W with it (default: never)")
     match.set_defaults(command=_match)
 
     count = commands.add_parser(
@@ -177,14 +181,19 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
                         help="no progress display on stderr")
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, lowest: int = 1) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    if value < lowest:
+        kind = "a positive" if lowest == 1 else "a non-negative"
+        raise argparse.ArgumentTypeError(f"must be {kind} integer, got {value}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    return _positive_int(text, 0)
 
 
 def _version() -> str:
@@ -239,7 +248,7 @@ def _load(args, progress: Progress) -> tuple[Engine, dict[int, str]]:
     queries = _load_queries(args.query, progress, args.directed)
     progress.phase(f"indexing {graph.num_vertices} vertices, {graph.num_edges} edges")
     engine = Engine(graph, backend=backend, config=EngineConfig(device_graph=args.device_graph),
-                    directed=args.directed)
+                    directed=args.directed, retention=getattr(args, "retention", None))
     return engine, {engine.add_query(q): q.name for q in queries}
 
 
@@ -329,8 +338,11 @@ def _match_stream(args, progress: Progress) -> int:
                     totals.add(res, len(batches[i]))
                     for qid, name in names.items():
                         delta = res.queries[qid]
-                        _emit({"batch": i, "query": name, "positive": delta.positive,
-                               "negative": delta.negative, "seconds": res.seconds})
+                        line = {"batch": i, "query": name, "positive": delta.positive,
+                                "negative": delta.negative, "seconds": res.seconds}
+                        if delta.expired is not None:     # event times (issue 23)
+                            line["expired"] = delta.expired
+                        _emit(line)
                         if listing:
                             truncated += _write_matches(listing, i, name, delta)
                     progress.update(done, len(batches), totals.updates)
@@ -425,9 +437,14 @@ def _open_listing(path: str | None):
 
 def _write_matches(f, batch: int, name: str, delta) -> bool:
     """Write one query's listed matches for one batch; True when the list was cut short."""
+    expired = (delta.removed_expired.tolist() if delta.removed_expired is not None
+               else None)
     for sign, rows in (("+", delta.added), ("-", delta.removed)):
-        for row in rows.tolist():
-            f.write(json.dumps({"batch": batch, "query": name, "sign": sign, "match": row}))
+        for j, row in enumerate(rows.tolist()):
+            record = {"batch": batch, "query": name, "sign": sign, "match": row}
+            if sign == "-" and expired is not None:
+                record["expired"] = expired[j]
+            f.write(json.dumps(record))
             f.write("\n")
     if delta.truncated:
         f.write(json.dumps({"batch": batch, "query": name, "truncated": True}) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpu.io.records import (ADD_VERTEX, DELETE_EDGE, DELETE_VERTEX, INSERT_EDGE, NO_LABEL,
-                            LabeledGraph, UpdateStream)
+                            NO_TIME, LabeledGraph, UpdateStream)
 from gpu.io.text import STREAM_GRAMMAR, open_for_write, parse, read_bytes, write_lines
 
 
@@ -14,7 +14,9 @@ def read_updates(path) -> UpdateStream:
 
 
 def parse_updates_text(text: str | bytes, source: str = "<text>") -> UpdateStream:
-    """Parse an update stream; only syntax and value ranges are checked, in file order."""
+    """Parse an update stream; only syntax and value ranges are checked, in file order.
+    An edge insert may give an event time after its label (`e u v label time`); the
+    stream has times when any record does (the others untimed)."""
     data = text.encode() if isinstance(text, str) else text
     recs = parse(data, STREAM_GRAMMAR, source)
     kind, f = recs.kind, recs.fields
@@ -22,7 +24,10 @@ def parse_updates_text(text: str | bytes, source: str = "<text>") -> UpdateStrea
     label = np.where(is_edge, f[:, 2], f[:, 1])
     # `e u v` inserts an edge of label 0; other records keep -1 (= NO_LABEL) when omitted.
     label = np.where((kind == INSERT_EDGE) & (label < 0), 0, label)
-    return UpdateStream(kind, f[:, 0], np.where(is_edge, f[:, 1], 0), label, recs.line, source)
+    timed = (kind == INSERT_EDGE) & (f[:, 3] >= 0)
+    time = np.where(timed, f[:, 3], NO_TIME) if timed.any() else None
+    return UpdateStream(kind, f[:, 0], np.where(is_edge, f[:, 1], 0), label, recs.line, source,
+                        time)
 
 
 _UPDATE_LINE = {  # (kind, has a label) -> line format over (a, b, label)
@@ -35,14 +40,17 @@ _UPDATE_LINE = {  # (kind, has a label) -> line format over (a, b, label)
 }
 
 
-def _format_update(kind: int, a: int, b: int, label: int) -> str:
-    return _UPDATE_LINE[kind, label != NO_LABEL].format(a, b, label)
+def _format_update(kind: int, a: int, b: int, label: int, time: int = NO_TIME) -> str:
+    line = _UPDATE_LINE[kind, label != NO_LABEL].format(a, b, label)
+    return line if time == NO_TIME else f"{line[:-1]} {time}\n"
 
 
 def write_updates(stream: UpdateStream, path) -> None:
-    """Write in update-stream format; omitted labels (NO_LABEL) stay omitted."""
+    """Write in update-stream format; omitted labels (NO_LABEL) stay omitted, and an edge
+    insert's event time follows its label."""
+    times = () if stream.time is None else (stream.time,)
     with open_for_write(path) as f:
-        write_lines(f, _format_update, stream.kind, stream.a, stream.b, stream.label)
+        write_lines(f, _format_update, stream.kind, stream.a, stream.b, stream.label, *times)
 
 
 def split_stream(

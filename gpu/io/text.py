@@ -74,6 +74,8 @@ _LABEL = _Field("vertex label", MAX_LABEL)
 _SRC = _Field("edge source", MAX_ID)
 _DST = _Field("edge target", MAX_ID)
 _ELABEL = _Field("edge label", MAX_LABEL)
+# An edge insert's event time (issue 23), after its label: `e u v label time`.
+_TIME = _Field("event time", MAX_ID)
 
 T_RECORD, V_RECORD, E_RECORD = 0, 1, 2  # record indices in GRAPH_GRAMMAR
 GRAPH_GRAMMAR = _Grammar(
@@ -89,7 +91,7 @@ STREAM_GRAMMAR = _Grammar(
     (
         _Record(b"v", (_ID, _LABEL), (), False),
         _Record(b"-v", (_ID,), (_LABEL,), False),
-        _Record(b"e", (_SRC, _DST), (_ELABEL,), False),
+        _Record(b"e", (_SRC, _DST), (_ELABEL, _TIME), False),
         _Record(b"-e", (_SRC, _DST), (_ELABEL,), False),
     ),
     b"#",

@@ -535,3 +535,39 @@ def test_a_first_run_out_of_time_starts_over_compiled_and_reports_each_result_on
     expected = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert _without_times(tripped["lines"]) == _without_times(expected)
     assert len(expected) > trip_after
+
+
+def test_match_with_retention_reports_expired_matches(capsys, tmp_path):
+    """Event times on `e` lines and --retention: the batch that moves the watermark past an
+    edge's time deletes it, and the matches it took are reported (and listed) as expired;
+    a late edge already past the horizon is inserted and expired at once."""
+    graph = tmp_path / "g.graph"
+    graph.write_text("v 1 0\nv 2 0\nv 3 0\nv 4 0\n")
+    path = tmp_path / "path.graph"
+    path.write_text("v 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\n")
+    updates = tmp_path / "u.txt"
+    updates.write_text("e 1 2 0 100\ne 2 3 0 105\ne 3 4 0\ne 1 4 0 111\ne 1 3 0 50\n")
+    listing = tmp_path / "l.jsonl"
+    status, lines, err = run(capsys, "match", "--graph", graph, "--query", path, "--updates",
+                             updates, "--batch-size", "3", "--retention", "10", "--list",
+                             listing, "--backend", "cpu")
+    assert status == 0 and err == ""
+    first, second, summary = lines
+    assert (first["positive"], first["negative"], first["expired"]) == (4, 0, 0)
+    assert (second["positive"], second["negative"], second["expired"]) == (2, 2, 2)
+    assert summary["applied"]["edges_inserted"] == 5 and summary["applied"]["edges_deleted"] == 2
+    removed = [json.loads(line) for line in listing.read_text().splitlines()
+               if json.loads(line).get("sign") == "-"]
+    assert sorted(tuple(r["match"]) for r in removed) == [(1, 2, 3), (3, 2, 1)]
+    assert all(r["expired"] for r in removed)
+    # Without --retention the same stream keeps every edge; the lines say no expiry.
+    status, lines, _ = run(capsys, "match", "--graph", graph, "--query", path, "--updates",
+                           updates, "--batch-size", "3", "--backend", "cpu")
+    assert status == 0 and [line.get("expired") for line in lines[:2]] == [0, 0]
+    assert lines[-1]["applied"]["edges_deleted"] == 0
+
+
+def test_retention_must_be_non_negative(capsys, files):
+    status, lines, err = match(capsys, files, "--retention", "-1")
+    assert status == 2 and lines == []
+    assert "must be a non-negative integer, got -1" in err

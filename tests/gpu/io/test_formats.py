@@ -19,6 +19,7 @@ from gpu.io.records import (
     DELETE_VERTEX,
     INSERT_EDGE,
     NO_LABEL,
+    NO_TIME,
     FormatError,
     LabeledGraph,
     UpdateStream,
@@ -216,6 +217,9 @@ def test_stream_is_not_deduplicated_or_checked_semantically():
         ("+e 1 2\n", 1, "unknown record type '+e'"),
         ("e 1 b\n", 1, "edge target 'b' is not an integer"),
         ("-e 1 2 -1\n", 1, "edge label '-1' is negative"),
+        ("e 1 2 0 -4\n", 1, "event time '-4' is negative"),
+        ("e 1 2 0 7 8\n", 1, "unexpected extra token '8'"),
+        ("-e 1 2 0 7\n", 1, "unexpected extra token '7'"),
         ("v 99999999999999999999 1\n", 1, "vertex id '99999999999999999999' is too large"),
     ],
 )
@@ -234,6 +238,19 @@ def test_write_read_updates_round_trip(tmp_path):
     path = tmp_path / "s.txt.gz"
     write_updates(s, path)
     assert_same_stream(read_updates(path), s)
+
+
+def test_event_times_after_the_label_read_and_written(tmp_path):
+    s = parse_updates_text("e 1 2 0 100\ne 2 3\ne 3 4 5 0\n-e 1 2\nv 9 1\n")
+    assert s.time.tolist() == [100, NO_TIME, 0, NO_TIME, NO_TIME]
+    assert s.label.tolist() == [0, 0, 5, NO_LABEL, 1]
+    assert parse_updates_text("e 1 2 3\n").time is None       # untimed input as before
+    path = tmp_path / "timed.txt"
+    write_updates(s, path)
+    assert path.read_text().splitlines()[:3] == ["e 1 2 0 100", "e 2 3 0", "e 3 4 5 0"]
+    back = read_updates(path)
+    assert_same_stream(back, s)
+    assert back.time.tolist() == s.time.tolist()
 
 
 def assert_same_stream(got: UpdateStream, want: UpdateStream):
