@@ -29,9 +29,9 @@ from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges
 from gpu.config import EngineConfig
 from gpu.cuda.device import BACKENDS, resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
-from gpu.io.records import LabeledGraph, UpdateStream
+from gpu.io.records import NO_TIME, LabeledGraph, UpdateStream
 from gpu.graph.lists import DynamicGraph
-from gpu.graph.times import EdgeTimes
+from gpu.graph.times import EdgeTimes, edge_keys
 from gpu.pipeline import BatchGroup, Deferred, PendingBatch
 from gpu.plan.leaf_counts import LeafCounts, UpdateIndex
 from gpu.plan.planner import PlanStats, QueryPlan, TaskTypes, build_plan
@@ -114,6 +114,8 @@ class Engine:
             self.graph = DeviceEdgeGraph.from_labeled(graph, self.config, self._device.graph)
         else:
             self.graph = DynamicGraph.from_labeled(graph, self.config, self.directed)
+        if graph.edge_times is not None or graph.watermark is not None:
+            self._restore_times(graph)
         self._queries: dict[int, _Standing] = {}
         self._updates = UpdateIndex(self.graph.label.shape[0])
         self._upkeep = upkeep.QueryArrays()
@@ -591,6 +593,19 @@ class Engine:
         else:
             self._device.check(lists)
 
+    def _restore_times(self, graph: LabeledGraph) -> None:
+        """Take a timed graph's edge times and watermark (a snapshot's, to_labeled's)."""
+        self._timed = True
+        self.watermark = None if graph.watermark is None else int(graph.watermark)
+        if graph.edge_times is None:
+            return
+        timed = np.flatnonzero(graph.edge_times != NO_TIME)
+        su = self.graph.ids.lookup(graph.edge_src[timed])
+        sv = self.graph.ids.lookup(graph.edge_dst[timed])
+        if not self.directed:
+            su, sv = np.minimum(su, sv), np.maximum(su, sv)
+        self.times.set(edge_keys(su, sv), graph.edge_times[timed])
+
     def edge_times(self) -> dict[tuple[int, int], int]:
         """Each timed edge's event time, by its endpoints' external ids (u < v as slots, or
         the arc u -> v); untimed edges are left out."""
@@ -605,5 +620,11 @@ class Engine:
         g = self.graph
         alive = np.flatnonzero(g.alive[: g.num_slots])
         us, vs, labels = g.edges()
+        times = None
+        if self._timed:     # the edges' times (NO_TIME: untimed) and the watermark too
+            get = self.times.get
+            times = np.array([NO_TIME if (t := get(key)) is None else t
+                              for key in edge_keys(us, vs).tolist()], dtype=np.int64)
         return LabeledGraph(vertex_ids=g.ext[alive].copy(), vertex_labels=g.label[alive].copy(),
-                            edge_src=g.ext[us], edge_dst=g.ext[vs], edge_labels=labels)
+                            edge_src=g.ext[us], edge_dst=g.ext[vs], edge_labels=labels,
+                            edge_times=times, watermark=self.watermark)

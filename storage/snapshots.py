@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu.io.records import LabeledGraph
+from gpu.io.records import NO_TIME, LabeledGraph
 from storage.errors import SnapshotCorrupt
 
 FIELDS = ("vertex_ids", "vertex_labels", "edge_src", "edge_dst", "edge_labels")
+# A timed graph's (issue 23), stored only when it has them: each edge's event time and the
+# watermark (an empty array when there is none yet).
+TIMED_FIELDS = ("edge_times", "watermark")
 DIGEST_KEY = "sha256"
 TEMP_SUFFIX = ".tmp"
 
@@ -32,6 +35,11 @@ def write_snapshot(directory: Path, seq: int, graph: LabeledGraph) -> Path:
     path = directory / snapshot_name(seq)
     temp = directory / f".{path.name}.{os.getpid()}{TEMP_SUFFIX}"
     arrays = {name: getattr(graph, name) for name in FIELDS}
+    if graph.edge_times is not None or graph.watermark is not None:
+        arrays["edge_times"] = (graph.edge_times if graph.edge_times is not None
+                                else np.full(graph.num_edges, NO_TIME, dtype=np.int64))
+        arrays["watermark"] = np.array([] if graph.watermark is None else [graph.watermark],
+                                       dtype=np.int64)
     try:
         with open(temp, "wb") as handle:
             np.savez(handle, **arrays, **{DIGEST_KEY: np.array(_digest(arrays))})
@@ -50,7 +58,8 @@ def read_snapshot(path: Path) -> LabeledGraph:
     try:
         # Our own handle: np.load leaks the one it opens when the zip is unreadable.
         with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in FIELDS}
+            arrays = {name: data[name] for name in FIELDS + TIMED_FIELDS
+                      if name in FIELDS or name in data.files}
             stored = str(data[DIGEST_KEY])
     except FileNotFoundError:
         raise SnapshotCorrupt(path, "file is missing") from None
@@ -58,6 +67,9 @@ def read_snapshot(path: Path) -> LabeledGraph:
         raise SnapshotCorrupt(path, f"unreadable ({type(exc).__name__}: {exc})") from exc
     if _digest(arrays) != stored:
         raise SnapshotCorrupt(path, "sha256 digest does not match the arrays")
+    if "edge_times" in arrays:
+        mark = arrays.pop("watermark")
+        arrays["watermark"] = int(mark[0]) if mark.size else None
     return LabeledGraph(**arrays)
 
 
@@ -73,7 +85,7 @@ def is_temporary(path: Path) -> bool:
 def _digest(arrays: dict[str, np.ndarray]) -> str:
     # Names, dtypes and shapes are hashed too, so reinterpreted bytes do not pass.
     digest = hashlib.sha256()
-    for name in FIELDS:
+    for name in (n for n in FIELDS + TIMED_FIELDS if n in arrays):
         array = np.ascontiguousarray(arrays[name])
         digest.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
         digest.update(memoryview(array).cast("B"))

@@ -40,17 +40,24 @@ class FormatError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class LabeledGraph:
-    """A vertex- and edge-labelled graph keyed by external vertex ids."""
+    """A vertex- and edge-labelled graph keyed by external vertex ids; `edge_times`, when
+    given, is each edge's event time (NO_TIME: untimed) and `watermark` the largest event
+    time accepted so far (issue 23: a timed graph's state, as engines and snapshots keep
+    it)."""
 
     vertex_ids: np.ndarray
     vertex_labels: np.ndarray
     edge_src: np.ndarray
     edge_dst: np.ndarray
     edge_labels: np.ndarray
+    edge_times: np.ndarray | None = None
+    watermark: int | None = None
 
     def __post_init__(self):
         _coerce(self, vertex_ids=np.int64, vertex_labels=np.int32)
         _coerce(self, edge_src=np.int64, edge_dst=np.int64, edge_labels=np.int32)
+        if self.edge_times is not None:
+            _coerce(self, edge_src=np.int64, edge_times=np.int64)
 
     @property
     def num_vertices(self) -> int:

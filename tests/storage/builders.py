@@ -95,3 +95,7 @@ def assert_same_graph(actual: LabeledGraph, expected: LabeledGraph) -> None:
         got, want = getattr(actual, field), getattr(expected, field)
         assert got.dtype == want.dtype, field
         np.testing.assert_array_equal(got, want, err_msg=field)
+    assert (actual.edge_times is None) == (expected.edge_times is None), "edge_times"
+    if expected.edge_times is not None:
+        np.testing.assert_array_equal(actual.edge_times, expected.edge_times)
+    assert actual.watermark == expected.watermark, "watermark"

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from gpu.io.records import LabeledGraph
+from gpu.io.records import NO_TIME, LabeledGraph
 from storage import snapshots
 from storage.errors import SnapshotCorrupt
 from storage.snapshots import read_snapshot, remove_snapshot, write_snapshot
@@ -19,6 +19,35 @@ def test_round_trip_is_exact(tmp_path):
     path = write_snapshot(tmp_path, 7, original)
     assert path == tmp_path / "snapshot-000000000007.npz"
     assert_same_graph(read_snapshot(path), original)
+
+
+def test_a_timed_graph_round_trips_with_its_times_and_watermark(tmp_path):
+    base = graph(3)
+    times = np.where(np.arange(base.num_edges) % 3 == 0, NO_TIME,
+                     np.arange(base.num_edges, dtype=np.int64) * 10 - 7)
+    for watermark in (1_700_000_000_123, None):
+        timed = LabeledGraph(base.vertex_ids, base.vertex_labels, base.edge_src,
+                             base.edge_dst, base.edge_labels, times, watermark)
+        restored = read_snapshot(write_snapshot(tmp_path, 4, timed))
+        assert_same_graph(restored, timed)
+    # An untimed graph's file is as before: no time arrays in it.
+    path = write_snapshot(tmp_path, 5, base)
+    with np.load(path) as data:
+        assert set(data.files) == set(snapshots.FIELDS) | {snapshots.DIGEST_KEY}
+    assert read_snapshot(path).edge_times is None
+
+
+def test_a_changed_edge_time_fails_the_digest(tmp_path):
+    base = graph(4)
+    timed = LabeledGraph(base.vertex_ids, base.vertex_labels, base.edge_src, base.edge_dst,
+                         base.edge_labels, np.arange(base.num_edges, dtype=np.int64), 9)
+    path = write_snapshot(tmp_path, 6, timed)
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["edge_times"] = arrays["edge_times"] + 1
+    np.savez(path, **arrays)
+    with pytest.raises(SnapshotCorrupt, match="digest"):
+        read_snapshot(path)
 
 
 def test_empty_graph_round_trips(tmp_path):
