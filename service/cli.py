@@ -130,6 +130,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--directed", action="store_true", default=None,
                        help="a new store's graph is directed: edges are arcs u -> v (a store "
                             "that holds a graph keeps its kind)")
+    serve.add_argument("--retention", type=_non_negative_int, metavar="W",
+                       help="a new store's edges expire: a batch that moves the watermark "
+                            "(the largest event time) to T deletes every edge timed <= T - W "
+                            "(a store keeps its own; default: never)")
     serve.add_argument("--device-graph", choices=DEVICE_GRAPHS,
                        help="cuda: the graph's layout on the device (default pma)")
     serve_graph = serve.add_mutually_exclusive_group()
@@ -367,7 +371,8 @@ def _match_stream(args, progress: Progress) -> int:
     return 0
 
 
-_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "directed", "device_graph", "graph",
+_SERVE_FLAGS = ("data_dir", "host", "port", "backend", "directed", "retention",
+                "device_graph", "graph",
                 "demo",
                 "labels", "num_labels", "label_seed", "synchronous", "snapshot_every",
                 "log_level", "access_log")

@@ -257,6 +257,7 @@ class EngineService:
         try:
             self.phase = "recovering the store"
             self._settle_kind()
+            self._settle_retention()
             if self._interpret_first_start():
                 interpreted.allow(INTERPRET_SECONDS)    # recovery's own budget
             self.recover()
@@ -354,13 +355,30 @@ class EngineService:
                            f"{kinds[wanted]} (drop the directed setting, or use another "
                            f"data directory)")
 
+    def _settle_retention(self) -> None:
+        """The `retention` setting against the store, as `directed` (_settle_kind): a store
+        that holds nothing takes it; any other keeps its own (its batches were applied,
+        and are replayed, with it), and a contradicting setting stops the start."""
+        wanted, store = self.settings.retention, self.store
+        if wanted is None or wanted == store.retention():
+            return
+        if store.last_seq() == 0 and store.latest_snapshot() is None and not store.queries():
+            store.set_retention(wanted)
+            return
+        held = store.retention()
+        raise RuntimeError(f"the store in {self.settings.data_dir} holds a graph with "
+                           f"retention {'none' if held is None else held}; it cannot be "
+                           f"served with retention {wanted} (drop the retention setting, or "
+                           f"use another data directory)")
+
     def recover(self) -> None:
         """(Re)build every in-memory structure from the durable state."""
         t0 = time.perf_counter()
         store = self.store
         snapshot, graph = self._readable_snapshot()
         engine = Engine(graph, backend=self.settings.backend,
-                        config=self._engine_config(), directed=store.directed())
+                        config=self._engine_config(), directed=store.directed(),
+                        retention=store.retention())
         seq = snapshot.seq if snapshot is not None else 0
         replayed = 0
         # Replayed with no query standing: only the graph is rebuilt, the results are
@@ -532,6 +550,8 @@ class EngineService:
             delta = result.queries[standing.engine_qid]
             stats[standing.id] = (delta.positive, delta.negative)
             results[str(standing.id)] = {"positive": delta.positive, "negative": delta.negative}
+            if delta.expired is not None:
+                results[str(standing.id)]["expired"] = delta.expired
             touched.append(standing)
             event = standing.count_batch(seq, delta, created_at)
             if event is not None:
@@ -727,6 +747,8 @@ class EngineService:
         g = self.engine.graph
         return GraphPublic(vertices=g.num_vertices, edges=g.num_edges,
                            directed=self.engine.directed,
+                           watermark=self.engine.watermark, timed_edges=len(self.engine.times),
+                           retention=self.engine.retention,
                            labels=self.labels.names(), batches=self.seq, backend=self.backend,
                            queries=len(self.queries), device_memory_bytes=device_memory_bytes(),
                            store_bytes=self.store.size_bytes())
@@ -757,7 +779,8 @@ class EngineService:
         log.info("bulk load: indexing %d vertices, %d edges", graph.num_vertices,
                  graph.num_edges)
         engine = Engine(graph, backend=self.settings.backend,
-                        config=self._engine_config(), directed=directed)
+                        config=self._engine_config(), directed=directed,
+                        retention=self.store.retention())
         log.info("bulk load: indexed in %.2f s; re-planning %d standing queries",
                  time.perf_counter() - t0, len(self.queries))
         for standing in self.queries.values():

@@ -109,12 +109,6 @@ def parse_batch(body: bytes, media_type: str, max_updates: int) -> BatchInput:
         return BatchInput(JSON, size, _json=batch)
     if media_type == TEXT:
         stream, names = parse_named(parse_updates_text, body, STREAM_LABEL_TOKENS, "body")
-        if stream.time is not None:
-            # Event times run in the engine and the CLI; the service does not keep them yet
-            # (its snapshots, results and retention setting), so it refuses them whole.
-            first = int(stream.line[np.flatnonzero(stream.time != NO_TIME)[0]])
-            raise FormatError("body", first, "event times (a fifth field on an `e` line) "
-                                             "are not served yet; drop them")
         _check_size(len(stream), max_updates)
         # With names, labels from STRING_LABEL_BASE up are their stand-ins.
         bad = [] if names.names else np.flatnonzero(stream.label >= STRING_LABEL_BASE)
@@ -149,7 +143,7 @@ def _vertex_id(value, where: str) -> int:
 
 
 def _json_stream(batch: BatchCreate, staged: StagedLabels) -> UpdateStream:
-    kinds, a, b, labels = [], [], [], []
+    kinds, a, b, labels, times = [], [], [], [], []
     for name, kind in _JSON_FIELDS:
         items = getattr(batch, name)
         for i, item in enumerate(items):
@@ -165,17 +159,30 @@ def _json_stream(batch: BatchCreate, staged: StagedLabels) -> UpdateStream:
             else:
                 a.append(_vertex_id(item[0], f"{where}[0]"))
                 b.append(_vertex_id(item[1], f"{where}[1]"))
-                if len(item) == 3:
+                if len(item) >= 3:
                     labels.append(staged.resolve(item[2], f"{where}[2]"))
                 else:
                     labels.append(0 if kind == INSERT_EDGE else NO_LABEL)
+                if len(item) == 4:
+                    times.append(_event_time(item[3], f"{where}[3]"))
                 if a[-1] == b[-1]:
                     raise InputError(f"{where}: self-loop on vertex {a[-1]}")
+            if len(times) < len(a):
+                times.extend([NO_TIME] * (len(a) - len(times)))
         kinds.extend([kind] * len(items))
     n = len(kinds)
+    timed = any(t != NO_TIME for t in times)
     return UpdateStream(np.array(kinds, np.int8), np.array(a, np.int64),
                         np.array(b, np.int64), np.array(labels, np.int64),
-                        np.arange(1, n + 1), "body")
+                        np.arange(1, n + 1), "body",
+                        np.array(times, np.int64) if timed else None)
+
+
+def _event_time(value, where: str) -> int:
+    """An insert's event time: an integer in [0, 2^63)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ID:
+        raise InputError(f"{where}: event time {value!r} is not an integer in [0, 2^63)")
+    return value
 
 
 # ---- .npy -------------------------------------------------------------------------

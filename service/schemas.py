@@ -284,9 +284,16 @@ class QueryValidation(BaseModel):
 
 # ---- batches ----------------------------------------------------------------------
 
-# [u, v] or [u, v, label]; [id, label].  Checked item by item in service/ingest.py.
+# [u, v] or [u, v, label]; an insert also [u, v, label, time]; [id, label].  Checked item by
+# item in service/ingest.py.
 EdgeItem = Annotated[list[Label], Field(min_length=2, max_length=3),
                      _tuple_schema(VERTEX_ID_SCHEMA, VERTEX_ID_SCHEMA, LABEL_SCHEMA, optional=1)]
+TIME_SCHEMA = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1,
+               "description": "the edge's event time (issue 23): an integer, e.g. epoch "
+                              "seconds or milliseconds"}
+InsertEdgeItem = Annotated[list[Label], Field(min_length=2, max_length=4),
+                           _tuple_schema(VERTEX_ID_SCHEMA, VERTEX_ID_SCHEMA, LABEL_SCHEMA,
+                                         TIME_SCHEMA, optional=2)]
 VertexItem = Annotated[list[Label], Field(min_length=2, max_length=2),
                        _tuple_schema(VERTEX_ID_SCHEMA, LABEL_SCHEMA)]
 _BATCH_FIELDS = ("insert_vertices", "delete_vertices", "insert_edges", "delete_edges")
@@ -304,13 +311,16 @@ class BatchCreate(_Strict):
 
     insert_vertices: list[VertexItem] = Field(default_factory=list)
     delete_vertices: list[VertexId] = Field(default_factory=list)
-    insert_edges: list[EdgeItem] = Field(default_factory=list)
+    insert_edges: list[InsertEdgeItem] = Field(default_factory=list)
     delete_edges: list[EdgeItem] = Field(default_factory=list)
 
 
 class QueryResult(BaseModel):
     positive: int
     negative: int
+    expired: int | None = Field(None, description="Of the negative matches, those that used "
+                                "an edge retention expired with this batch (on a graph that "
+                                "keeps event times)")
 
 
 class BatchPublic(BaseModel):
@@ -346,6 +356,11 @@ class GraphPublic(BaseModel):
     edges: int
     # The graph's kind: edges are arcs u -> v (fixed while the store holds a graph).
     directed: bool
+    # Event times (issue 23): the largest accepted (null before the first), the edges that
+    # carry one, and how far behind the watermark an edge expires (null: never).
+    watermark: int | None
+    timed_edges: int
+    retention: int | None
     labels: dict[str, int]
     batches: int
     backend: str

@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     # undirected (false).  A store that holds a graph keeps its kind; a contradicting
     # setting stops the start.  Unset: the store's kind (undirected for a new one).
     directed: bool | None = None
+    # Edges expire (issue 23): a batch that moves the watermark (the largest event time
+    # accepted) to T deletes every edge timed <= T - retention with it.  Fixed with the
+    # store's graph like its kind; unset: the store's (never, for a new one).
+    retention: int | None = Field(default=None, ge=0)
     # When set, every route but /healthz and /readyz needs `Authorization: Bearer <key>`.
     api_key: SecretStr | None = None
     # Initial bulk load (only into an empty store): a graph file or an edge list.

@@ -93,11 +93,15 @@ class Standing:
     def _event_json(self, seq: int, delta, time: str) -> str:
         event = {"batch": seq, "time": time, "positive": delta.positive,
                  "negative": delta.negative}
+        if delta.expired is not None:       # a graph that keeps event times
+            event["expired"] = delta.expired
         if self.deliver == "matches":
             limit = self.max_matches
             added, removed = delta.added[:limit], delta.removed[:limit]
             event["added"] = added.tolist()
             event["removed"] = removed.tolist()
+            if delta.removed_expired is not None:
+                event["removed_expired"] = delta.removed_expired[:limit].tolist()
             event["truncated"] = len(added) < delta.positive or len(removed) < delta.negative
         return orjson.dumps(event).decode()
 

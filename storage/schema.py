@@ -119,6 +119,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "graph_kind", """
         INSERT INTO meta (key, value) VALUES ('directed', 0);
     """),
+    # Retention (issue 23): edges timed <= watermark - retention expire; -1 when edges never
+    # expire.  Fixed while the store holds a graph, as its kind; existing stores keep theirs.
+    Migration(5, "retention", """
+        INSERT INTO meta (key, value) VALUES ('retention', -1);
+    """),
 )
 
 

@@ -274,6 +274,16 @@ class Store:
         """Set the graph's kind (the caller knows the store holds no graph yet)."""
         self._writer.submit(transactions.set_directed, bool(directed)).result()
 
+    def retention(self) -> int | None:
+        """How far behind the watermark a timed edge expires; None: never."""
+        with self._read() as conn:
+            value = transactions.meta(conn, "retention")
+        return None if value < 0 else int(value)
+
+    def set_retention(self, retention: int | None) -> None:
+        """Set the graph's retention (the caller knows the store holds no graph yet)."""
+        self._writer.submit(transactions.set_retention, retention).result()
+
     def queries(self) -> list[QueryRecord]:
         with self._read() as conn:
             rows = conn.execute(f"SELECT {_QUERY_COLUMNS} FROM queries ORDER BY id").fetchall()

@@ -321,6 +321,12 @@ def set_directed(conn: sqlite3.Connection, directed: bool) -> None:
     _set_meta(conn, "directed", int(directed))
 
 
+def set_retention(conn: sqlite3.Connection, retention: int | None) -> None:
+    """The graph's retention, None: edges never expire (an empty store's: the caller
+    checks)."""
+    _set_meta(conn, "retention", -1 if retention is None else int(retention))
+
+
 def meta(conn: sqlite3.Connection, key: str) -> int:
     return conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
 

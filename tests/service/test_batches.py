@@ -289,14 +289,3 @@ def test_curls_form_default_and_no_content_type_are_read_as_json(client):
     assert again.headers.get("idempotent-replayed") == "true"
     assert again.json() == first.json()
 
-
-def test_event_times_in_a_text_batch_are_refused_whole(client):
-    """The engine keeps event times; the service does not yet (snapshots, results): a text
-    body with a time on an `e` line is a 422 naming its line, and changes nothing."""
-    before = client.get("/v1/graph").json()
-    r = client.post("/v1/batches", content="v 1 0\nv 2 0\ne 1 2 0\ne 2 1 0 1700000000\n",
-                    headers={"content-type": "text/plain"})
-    assert r.status_code == 422, r.text
-    assert "event times" in r.json()["detail"] and "body:4:" in r.json()["detail"]
-    after = client.get("/v1/graph").json()
-    assert after["batches"] == before["batches"] and after["vertices"] == before["vertices"]

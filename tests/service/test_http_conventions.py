@@ -38,7 +38,7 @@ def test_errors_are_problems_with_title_detail_and_extensions(client):
     body = problem(client.get("/v1/queries/7"), 404, "not_found")
     assert (body["title"], body["detail"]) == ("Not Found", "query 7 not found")
     # Schema errors: every one in `errors`, the first in `detail`.
-    r = client.post("/v1/batches", json={"insert_edges": [[1, "x", 0, 4]], "insert_edgez": []})
+    r = client.post("/v1/batches", json={"insert_edges": [[1, "x", 0, 4, 5]], "insert_edgez": []})
     body = problem(r, 422, "invalid_input")
     assert body["title"] == "Unprocessable Content"     # RFC 9110's name, on any Python
     assert [error["loc"] for error in body["errors"]] == [["body", "insert_edges", 0],

@@ -37,7 +37,7 @@ def test_fresh_database_gets_every_migration_recorded(conn):
     for (applied_at,) in conn.execute("SELECT applied_at FROM migrations"):
         assert datetime.fromisoformat(applied_at).utcoffset().total_seconds() == 0
     assert dict(conn.execute("SELECT key, value FROM meta")) == {"next_query_id": 1, "last_seq": 0,
-                                                                 "directed": 0}
+                                                                 "directed": 0, "retention": -1}
 
 
 def test_reopening_applies_nothing(conn):
