@@ -340,36 +340,36 @@ class EngineService:
         return self.compiling.status() or self.phase
 
     def _settle_kind(self) -> None:
-        """The `directed` setting against the store: a store that holds no graph, no batch
-        and no query takes the kind it names; any other keeps its own, and a setting that
-        contradicts it stops the start (its queries and batches mean something else)."""
-        wanted, store = self.settings.directed, self.store
-        if wanted is None or wanted == store.directed():
-            return
-        if store.last_seq() == 0 and store.latest_snapshot() is None and not store.queries():
-            store.set_directed(wanted)
-            return
+        """The `directed` setting against the store (_settle_fixed: its queries and batches mean
+        something else as the other kind)."""
         kinds = ("undirected", "directed")
-        raise RuntimeError(f"the store in {self.settings.data_dir} holds a "
-                           f"{kinds[store.directed()]} graph; it cannot be served as "
-                           f"{kinds[wanted]} (drop the directed setting, or use another "
-                           f"data directory)")
+        self._settle_fixed("directed", self.settings.directed, self.store.directed(),
+                     self.store.set_directed,
+                     lambda held, wanted: f"a {kinds[held]} graph; it cannot be served as "
+                                          f"{kinds[wanted]}")
 
     def _settle_retention(self) -> None:
-        """The `retention` setting against the store, as `directed` (_settle_kind): a store
-        that holds nothing takes it; any other keeps its own (its batches were applied,
-        and are replayed, with it), and a contradicting setting stops the start."""
-        wanted, store = self.settings.retention, self.store
-        if wanted is None or wanted == store.retention():
+        """The `retention` setting against the store (_settle_fixed: its batches were applied,
+        and are replayed, with the store's)."""
+        self._settle_fixed("retention", self.settings.retention, self.store.retention(),
+                     self.store.set_retention,
+                     lambda held, wanted: f"a graph with retention "
+                                          f"{'none' if held is None else held}; it cannot be "
+                                          f"served with retention {wanted}")
+
+    def _settle_fixed(self, name: str, wanted, held, take, conflict) -> None:
+        """A setting fixed with the store's graph: a store that holds no graph, no batch and
+        no query takes the value it names; any other keeps its own, and a setting that
+        contradicts it stops the start, saying `conflict(held, wanted)`."""
+        store = self.store
+        if wanted is None or wanted == held:
             return
         if store.last_seq() == 0 and store.latest_snapshot() is None and not store.queries():
-            store.set_retention(wanted)
+            take(wanted)
             return
-        held = store.retention()
-        raise RuntimeError(f"the store in {self.settings.data_dir} holds a graph with "
-                           f"retention {'none' if held is None else held}; it cannot be "
-                           f"served with retention {wanted} (drop the retention setting, or "
-                           f"use another data directory)")
+        raise RuntimeError(f"the store in {self.settings.data_dir} holds "
+                           f"{conflict(held, wanted)} (drop the {name} setting, or use another "
+                           f"data directory)")
 
     def recover(self) -> None:
         """(Re)build every in-memory structure from the durable state."""

@@ -41,6 +41,15 @@ def wait_ready(client, timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
+def settled(client, timeout: float = 60.0) -> dict:
+    """/readyz's body once start-up is over (ready or failed)."""
+    deadline = time.monotonic() + timeout
+    while (body := client.get("/readyz").json())["status"] == "starting":
+        assert time.monotonic() < deadline, "start-up did not end"
+        time.sleep(0.02)
+    return body
+
+
 @pytest.fixture
 def client(tmp_path):
     with running(tmp_path / "data") as c:

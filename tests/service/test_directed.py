@@ -4,7 +4,6 @@ arcs; every batch's deltas equal the directed oracle's."""
 from __future__ import annotations
 
 import random
-import time
 
 from fastapi.testclient import TestClient
 
@@ -13,7 +12,7 @@ from service.settings import Settings
 from tests import reference as ref
 from tests.gpu.test_reference_directed import random_digraph
 from tests.reference import RefGraph, RefQuery
-from tests.service.conftest import graph_state, running
+from tests.service.conftest import graph_state, running, settled
 
 CYCLE = {"vertices": [{"id": i, "label": 0} for i in range(3)],
          "edges": [{"source": 0, "target": 1}, {"source": 1, "target": 2},
@@ -112,10 +111,7 @@ def test_the_directed_setting_makes_a_new_store_directed_and_guards_an_old_one(t
     settings = Settings(data_dir=data, synchronous="normal", backend=DIRECTED_BACKEND,
                         directed=False)
     with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 60
-        while (body := client.get("/readyz").json())["status"] == "starting":
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        body = settled(client)
         assert body["status"] == "failed" and "holds a directed graph" in body["detail"]
         r = client.get("/v1/graph")
         assert r.status_code == 503 and "holds a directed graph" in r.text

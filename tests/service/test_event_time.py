@@ -3,14 +3,12 @@ fixed with the store, expired matches in results and events, the watermark in GE
 /v1/graph, and times that survive a restart from the log and from a snapshot."""
 from __future__ import annotations
 
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
 from service.settings import Settings
-from tests.service.conftest import BACKEND, running
+from tests.service.conftest import BACKEND, running, settled
 
 PATH = "v 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\n"
 
@@ -68,10 +66,7 @@ def test_a_store_keeps_its_retention(tmp_path):
         _start(client)
     settings = Settings(data_dir=data, synchronous="normal", backend=BACKEND, retention=20)
     with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 60
-        while (body := client.get("/readyz").json())["status"] == "starting":
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        body = settled(client)
         assert body["status"] == "failed" and "retention 10" in body["detail"]
 
 
