@@ -1,0 +1,127 @@
+"""Retention on a timed stream (issue 23): per-batch latency and the cost of expiry as the
+retained window grows.
+
+    python -m benchmarks.retention_bench [--graph G] [--batch 1000] [--windows 20000 80000]
+        [--kinds dense --queries 3] [--backend cpu|cuda] [--json FILE]
+
+A transaction-like stream: the GH graph's edges (5 random labels, as gh_table) arrive in a
+random order, edge i with event time i, in batches of `--batch`, onto the graph's vertices
+with no edge; the first `--queries` saved queries of each kind stand.  Each window W runs
+the whole stream on a fresh engine with `retention=W` (and once with none): once the
+watermark passes W every batch expires about as many edges as it inserts, so the graph
+holds a sliding window of the stream.  Per run: the median and p99 `Engine.apply` wall of
+the batches after the first W edges (the steady state), the edges expired per batch, the
+edges held at the end, and the matches (positive, negative, expired) summed.  The batches
+run in the same order on every engine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.gh_table import DEFAULT_GRAPH, run_header
+from gpu.engine import Engine
+from gpu.io.graphs import load_graph, read_query
+from gpu.io.records import INSERT_EDGE, LabeledGraph, UpdateStream
+from gpu.plan.query import QueryGraph
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def timed_batches(graph: LabeledGraph, size: int, seed: int = 0) -> list[UpdateStream]:
+    """The graph's edges in a random order, edge i timed i, in batches of `size`."""
+    order = np.random.default_rng(seed).permutation(graph.num_edges)
+    out = []
+    for lo in range(0, len(order), size):
+        take = order[lo:lo + size]
+        n = len(take)
+        out.append(UpdateStream(np.full(n, INSERT_EDGE), graph.edge_src[take],
+                                graph.edge_dst[take], graph.edge_labels[take],
+                                np.arange(1, n + 1), f"batch {lo // size}",
+                                np.arange(lo, lo + n, dtype=np.int64)))
+    return out
+
+
+def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStream],
+        retention: int | None, backend: str) -> dict:
+    """The stream on a fresh engine with this retention; steady-state latency and counts."""
+    empty = LabeledGraph(graph.vertex_ids, graph.vertex_labels, [], [], [])
+    engine = Engine(empty, backend=backend, retention=retention)
+    for q in queries:
+        engine.add_query(q)
+    seconds, expired_edges = [], []
+    totals = {"positive": 0, "negative": 0, "expired": 0}
+    held_before = 0
+    for i, batch in enumerate(batches):
+        t0 = time.perf_counter()
+        result = engine.apply(batch)
+        wall = time.perf_counter() - t0
+        held = engine.graph.num_edges
+        inserted = result.applied["edges_inserted"]
+        expired_edges.append(held_before + inserted - held)
+        held_before = held
+        for delta in result.queries.values():
+            totals["positive"] += delta.positive
+            totals["negative"] += delta.negative
+            totals["expired"] += delta.expired or 0
+        # The steady state: the window filled (every batch without retention).
+        if retention is None or (i + 1) * len(batches[0]) > retention:
+            seconds.append(wall)
+    steady = sorted(seconds)
+    expiring = expired_edges[-len(steady):] if steady else []
+    return {"retention": retention, "batches": len(batches), "steady_batches": len(steady),
+            "p50_ms": round(statistics.median(steady) * 1e3, 3) if steady else None,
+            "p99_ms": round(steady[min(len(steady) - 1, round(0.99 * (len(steady) - 1)))]
+                            * 1e3, 3) if steady else None,
+            "expired_per_batch": round(float(np.mean(expiring)), 1) if expiring else 0.0,
+            "edges_held": engine.graph.num_edges,
+            "final_matches": sum(engine.count(qid) for qid in engine.query_ids()), **totals}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.retention_bench",
+                                description=__doc__.split("\n", 1)[0])
+    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
+    p.add_argument("--queries-dir", type=Path,
+                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
+    p.add_argument("--kinds", nargs="+", default=["dense"])
+    p.add_argument("--queries", type=int, default=3, help="queries of each kind standing")
+    p.add_argument("--batch", type=int, default=1000, help="edges per batch")
+    p.add_argument("--windows", type=int, nargs="+", default=[20_000, 80_000],
+                   help="retention windows (event times are edge positions)")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    header = run_header(args.backend, "benchmarks.retention_bench")
+    print(json.dumps(header), flush=True)
+    graph = load_graph(args.graph, num_labels=5, seed=0)
+    queries = [QueryGraph.from_labeled(read_query(path), path.stem)
+               for kind in args.kinds for path in
+               (args.queries_dir / f"{kind}_{i}.graph" for i in range(args.queries))]
+    batches = timed_batches(graph, args.batch)
+    run(graph, queries, batches[:3], None, args.backend)      # compiles: not timed
+    # positive - negative summed over the stream is the matches at its end: checked per run.
+    print("| retention | steady batches | p50 ms | p99 ms | expired edges/batch | edges held "
+          "| positive | negative | expired |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for retention in [None, *args.windows]:
+        record = run(graph, queries, batches, retention, args.backend)
+        assert record["positive"] - record["negative"] == record["final_matches"], record
+        print(f"| {retention if retention is not None else 'none'} | "
+              f"{record['steady_batches']} | {record['p50_ms']} | {record['p99_ms']} | "
+              f"{record['expired_per_batch']} | {record['edges_held']:,} | "
+              f"{record['positive']:,} | {record['negative']:,} | {record['expired']:,} |",
+              flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps({**header, **record, "batch": args.batch,
+                                    "queries": len(queries)}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
