@@ -160,11 +160,9 @@ def _merged(expired: BatchResult | None, main: BatchResult,
                            expired=gone.negative if gone else 0)
         limit = list_limit.get(qid, 0)
         if limit > 0:
-            parts = [own.removed] if gone is None else [gone.removed, own.removed]
-            removed = np.concatenate(parts)
-            marks = np.concatenate([np.ones(len(parts[0]), dtype=bool) if gone else
-                                    np.zeros(0, dtype=bool),
-                                    np.zeros(len(own.removed), dtype=bool)])
+            first = gone.removed if gone is not None else own.removed[:0]
+            removed = np.concatenate([first, own.removed])
+            marks = np.r_[np.ones(len(first), dtype=bool), np.zeros(len(own.removed), dtype=bool)]
             delta.added, delta.removed = own.added, removed[:limit]
             delta.removed_expired = marks[:limit]
             delta.truncated = own.truncated or (gone is not None and gone.truncated) or \
