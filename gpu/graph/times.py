@@ -28,23 +28,26 @@ class ExpiryIndex:
     """Timed edge keys by time, as a heap of sorted runs (module docstring)."""
 
     def __init__(self) -> None:
-        self._runs: list[tuple[np.ndarray, np.ndarray]] = []     # (times, keys), sorted
-        self._cursor: list[int] = []
+        # Live runs only, by id: (times, keys) sorted by time, and the first entry not taken.
+        # A spent run is dropped, so a long stream keeps no trace of its old batches.
+        self._runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._cursor: dict[int, int] = {}
         self._heap: list[tuple[int, int]] = []                   # (head time, run)
+        self._next_run = 0
 
     def __len__(self) -> int:
         """Entries not yet taken (stale ones included)."""
-        return sum(len(t) - c for (t, _), c in zip(self._runs, self._cursor, strict=True))
+        return sum(len(self._runs[run][0]) - c for run, c in self._cursor.items())
 
     def add(self, keys: np.ndarray, times: np.ndarray) -> None:
         """Index these edges at these times (one run)."""
         if len(keys) == 0:
             return
         order = np.argsort(times, kind="stable")
-        run = len(self._runs)
-        self._runs.append((np.asarray(times, dtype=np.int64)[order],
-                           np.asarray(keys, dtype=np.int64)[order]))
-        self._cursor.append(0)
+        run, self._next_run = self._next_run, self._next_run + 1
+        self._runs[run] = (np.asarray(times, dtype=np.int64)[order],
+                           np.asarray(keys, dtype=np.int64)[order])
+        self._cursor[run] = 0
         heapq.heappush(self._heap, (int(self._runs[run][0][0]), run))
 
     def take_until(self, horizon: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,8 +63,8 @@ class ExpiryIndex:
             self._cursor[run] = hi
             if hi < len(run_times):
                 heapq.heappush(self._heap, (int(run_times[hi]), run))
-            else:       # spent: let its arrays go
-                self._runs[run], self._cursor[run] = (NO_KEYS, NO_KEYS), 0
+            else:       # spent: let it go
+                del self._runs[run], self._cursor[run]
         if not keys:
             return NO_KEYS, NO_KEYS
         return np.concatenate(keys), np.concatenate(times)

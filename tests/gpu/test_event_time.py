@@ -169,6 +169,7 @@ def test_the_expiry_index_takes_each_entry_once_in_time_order():
     assert keys.size == 0
     keys, times = index.take_until(100)
     assert sorted(keys.tolist()) == [2, 7] and len(index) == 0
+    assert not index._runs and not index._heap      # spent runs leave nothing behind
 
 
 @pytest.mark.parametrize("retention", [None, 6])
