@@ -302,20 +302,19 @@ def count_cuda_runs(mirror: DeviceMirror, jobs, edges: match_launchers.UpdateEdg
                     max_pairs: int = MAX_PAIRS) -> np.ndarray:
     """Count several queries' matches started from the uploaded update `edges` per run of
     them (`runs`: the runs' lengths, in edge order: a batch group's batches), one launch
-    per query size: `jobs` is [(qid, task types)]; int64 (jobs, runs) on the host, read
-    back in one copy."""
+    per query size: `jobs` is [(qid, task types)]; int64 (jobs, runs) on the host, from
+    one read-back of the pair counts per query size."""
     bounds = np.concatenate(([0], np.cumsum(runs)))
-    out = cp.zeros((len(jobs), len(runs)), dtype=np.int64)
+    out = np.zeros((len(jobs), len(runs)), dtype=np.int64)
     for n, members in _by_size(jobs).items():
         launch = SharedLaunch(mirror, [jobs[i] for i in members], edges, max_pairs)
         if launch.pairs == 0:
             continue
         per_edge = launch.edge_totals(sharing, share_capacity, share_every)
-        prefix = cp.concatenate((cp.zeros((len(members), 1), dtype=np.int64),
-                                 cp.cumsum(per_edge, axis=1)), axis=1)
-        at = cp.asarray(bounds)
-        out[cp.asarray(np.asarray(members))] = prefix[:, at[1:]] - prefix[:, at[:-1]]
-    return out.get()
+        prefix = np.zeros((len(members), per_edge.shape[1] + 1), dtype=np.int64)
+        np.cumsum(per_edge, axis=1, out=prefix[:, 1:])
+        out[members] = prefix[:, bounds[1:]] - prefix[:, bounds[:-1]]
+    return out
 
 
 _READER: list[cp.cuda.Stream] = []

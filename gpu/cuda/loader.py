@@ -38,6 +38,13 @@ def module(name: str) -> cp.RawModule:
     return raw
 
 
+@cp.memoize(for_each_device=True)
+def kernel(source: str, name: str) -> cp.RawKernel:
+    """gpu/cuda/kernels/<source>.cu:<name>, looked up once per device (a one-edge batch
+    launches a dozen kernels: RawModule.get_function each time cost more than the launch)."""
+    return module(source).get_function(name)
+
+
 @functools.cache
 def _dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
@@ -60,9 +67,9 @@ def check_array(name: str, array, dtype, ndim: int | None = None) -> None:
         raise ValueError(f"{name}: must be C-contiguous")
 
 
-def one_thread_each(source: str, kernel: str, items: int, args: tuple,
+def one_thread_each(source: str, name: str, items: int, args: tuple,
                     threads: int = 256) -> None:
     """Launch gpu/cuda/kernels/<source>.cu:<kernel> with a thread per item (none for none)."""
     if items == 0:
         return
-    module(source).get_function(kernel)((-(-items // threads),), (threads,), args)
+    kernel(source, name)((-(-items // threads),), (threads,), args)

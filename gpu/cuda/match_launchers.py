@@ -15,7 +15,7 @@ import cupy as cp
 import numpy as np
 
 from gpu.config import EngineConfig
-from gpu.cuda.loader import MAX_QUERY, check_array, module, one_thread_each
+from gpu.cuda.loader import MAX_QUERY, check_array, kernel, one_thread_each
 
 # One WarpState (gpu/cuda/kernels/match.cu) per warp in shared memory: 4 int arrays and
 # 2 uint64 arrays of MAX_QUERY entries, and the clock.
@@ -151,7 +151,7 @@ def make_tasks(cand_ptrs: cp.ndarray, plan: DevicePlan, edges: UpdateEdges,
         return
     threads = 256
     blocks = min(-(-types * count // threads), 65535)
-    module("tasks").get_function("make_tasks")(
+    kernel("tasks", "make_tasks")(
         (blocks,), (threads,),
         (cand_ptrs, plan.cand_row, plan.roots, plan.root_labels, np.int32(types), edges.us,
          edges.vs, edges.labels, np.int32(count), tasks, ctl))
@@ -160,9 +160,9 @@ def make_tasks(cand_ptrs: cp.ndarray, plan: DevicePlan, edges: UpdateEdges,
 @functools.cache
 def resident_warps(name: str = "match_tasks") -> int:
     """Warps that fit on the device at once with the matching kernel's register use."""
-    kernel = module("match").get_function(name)
+    search = kernel("match", name)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    regs_per_warp = max(1, kernel.num_regs) * 32
+    regs_per_warp = max(1, search.num_regs) * 32
     per_sm = min(props["maxThreadsPerMultiProcessor"] // 32,
                  props["regsPerMultiprocessor"] // regs_per_warp)
     per_sm -= per_sm % WARPS_PER_BLOCK
@@ -227,9 +227,9 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     records = _scratch("records", capacity * SHARE_RECORD_INTS)
     ready = _scratch("ready", capacity)
     ready[:capacity] = 0
-    kernel = module("match").get_function(kernel_name)
+    search = kernel("match", kernel_name)
     blocks = warps // WARPS_PER_BLOCK
-    kernel((blocks,), (32 * WARPS_PER_BLOCK,),
+    search((blocks,), (32 * WARPS_PER_BLOCK,),
            (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
             *(getattr(plan, name) for name in MATCH_PLAN_FIELDS),
             tasks, np.int32(plan.roots.shape[0]), edges.us, edges.vs, edges.ranks,

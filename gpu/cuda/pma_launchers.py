@@ -12,7 +12,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from gpu.cuda.loader import check_array, module
+from gpu.cuda.loader import check_array, kernel
 from gpu.graph.pma.device_update import SMALL_BATCH   # most updates locate_small takes
 
 PLAN_ROWS = 7
@@ -80,7 +80,7 @@ def plan_windows(windows: cp.ndarray, level: int, segment_size: int, iseg: cp.nd
                      for array in (cnt_prefix, ins_prefix, del_prefix))
     group = 1 if level == 0 else 32
     threads = 256
-    module("pma").get_function("plan_windows")(
+    kernel("pma", "plan_windows")(
         (-(-count * group // threads),), (threads,),
         (windows, np.int64(count), np.int32(level), np.int64(cnt.shape[0]),
          np.int32(segment_size), iseg, np.int64(iseg.shape[0]), dseg, np.int64(dseg.shape[0]),
@@ -108,7 +108,7 @@ def merge_leaves(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, plan: cp.n
     threads = 256
     warps = -(-count // (32 // segment_size))
     blocks = -(-warps * 32 // threads)
-    module("pma").get_function("merge_leaves")(
+    kernel("pma", "merge_leaves")(
         (blocks,), (threads,),
         (keys, vals, cnt, plan, np.int64(count), batch_keys, batch_vals, ins_pending,
          del_pending, fit, np.int32(segment_size), np.int32(upper_count),
@@ -129,7 +129,7 @@ def merge_windows(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, plan: cp.
         raise ValueError(f"merge_windows takes windows of at most {WINDOW_MAX} slots, "
                          f"got {window_slots}")
     if count:
-        module("pma").get_function("merge_windows")(
+        kernel("pma", "merge_windows")(
             (count,), (256,),
             (keys, vals, cnt, plan, np.int64(count), fit, batch_keys, batch_vals, ins_pending,
              np.int32(segment_size), record))
@@ -157,17 +157,16 @@ def merge_large(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, plan: cp.nd
         raise ValueError(f"merge_large: chunk must be 1..{LARGE_BLOCK} slots, got {chunk}")
     if count == 0:
         return
-    pma = module("pma")
     new_keys = cp.empty(max(n_ins, 1), dtype=np.uint64)
     new_vals = cp.empty(max(n_ins, 1), dtype=np.int32)
     if n_ins:
-        pma.get_function("large_take_inserts")(
+        kernel("pma", "large_take_inserts")(
             (-(-n_ins // 256),), (256,),
             (plan, np.int64(count), fit, batch_keys, batch_vals, ins_pending, np.int64(n_ins),
              ins_prefix, new_keys, new_vals))
     chunks = -(-window_slots // chunk)
     chunk_counts = cp.empty(count * chunks, dtype=np.int64)
-    pma.get_function("large_count")(
+    kernel("pma", "large_count")(
         (count * chunks,), (LARGE_BLOCK,),
         (cnt, vals, plan, np.int64(count), fit, np.int32(segment_size), np.int64(chunks),
          np.int32(chunk), chunk_counts))
@@ -176,12 +175,12 @@ def merge_large(keys: cp.ndarray, vals: cp.ndarray, cnt: cp.ndarray, plan: cp.nd
     live = int(offsets[-1])
     old_keys = cp.empty(max(live, 1), dtype=np.uint64)
     old_vals = cp.empty(max(live, 1), dtype=np.int32)
-    pma.get_function("large_compact")(
+    kernel("pma", "large_compact")(
         (count * chunks,), (LARGE_BLOCK,),
         (keys, vals, cnt, plan, np.int64(count), fit, np.int32(segment_size), np.int64(chunks),
          np.int32(chunk), offsets, old_keys, old_vals))
     blocks = -(-window_slots // LARGE_BLOCK)
-    pma.get_function("large_spread")(
+    kernel("pma", "large_spread")(
         (count * blocks,), (LARGE_BLOCK,),
         (keys, vals, cnt, plan, np.int64(count), fit, np.int32(segment_size), np.int64(blocks),
          np.int64(chunks), offsets, old_keys, old_vals, ins_prefix, new_keys, new_vals, record))
@@ -198,7 +197,7 @@ def parent_windows(windows: cp.ndarray, plan: cp.ndarray, fit: cp.ndarray, cnt: 
         raise ValueError(f"{windows.shape[0]} windows but a plan of {count}")
     parents = cp.empty(count, dtype=np.int64)
     if count:
-        module("pma").get_function("parent_windows")(
+        kernel("pma", "parent_windows")(
             (-(-count // 256),), (256,),
             (windows, np.int64(count), fit, plan, cnt, np.int64(cnt.shape[0]), parents,
              record))
@@ -219,7 +218,7 @@ def set_rows(keys: cp.ndarray, cnt: cp.ndarray, segment_size: int, plan: cp.ndar
     if count == 0:
         return
     threads = 256
-    module("pma").get_function("set_rows")(
+    kernel("pma", "set_rows")(
         (-(-count * window_slots // threads),), (threads,),
         (keys, cnt, np.int32(segment_size), np.int64(keys.shape[0]), plan, np.int64(count), fit,
          np.int64(window_slots), del_keys, np.int64(num_vertices), row))
@@ -243,7 +242,7 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
     if count == 0:
         return
     threads = 256
-    module("view").get_function("refresh_lists")(
+    kernel("view", "refresh_lists")(
         (-(-count * 32 // threads),), (threads,),
         (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
          np.int32(pma.config.vertex_bits), vertices, np.int64(count), start, nbr, nlab,
@@ -261,7 +260,7 @@ def find_keys(pma, wanted: cp.ndarray, with_values: bool = False
     slots = cp.empty(count, dtype=np.int64)
     values = cp.empty(count, dtype=np.int32) if with_values else None
     if count:
-        module("view").get_function("find_keys")(
+        kernel("view", "find_keys")(
             (-(-count // 256),), (256,),
             (pma.keys, pma.vals, pma.cnt, np.int64(pma.capacity),
              np.int32(pma.S.bit_length() - 1), wanted, np.int64(count), slots,
@@ -286,12 +285,44 @@ def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray
     out = cp.empty(2 * (n_ins + n_del) + 1, dtype=np.int64)
     iseg, dseg = out[:n_ins], out[n_ins:n_ins + n_del]
     windows, count = out[n_ins + n_del:-1], out[-1:]
-    module("pma").get_function("locate_small")(
+    kernel("pma", "locate_small")(
         (1,), (SMALL_BATCH,),
         (pma.keys, pma.vals, np.int64(pma.capacity), np.int32(pma.S.bit_length() - 1),
          np.int64(pma.nseg), ik, np.int64(n_ins), dk, np.int64(n_del), pma.deg, iseg, dseg,
          windows, count))
     return iseg, dseg, windows[:int(count.get()[0])]
+
+
+def update_small(pma, ik: cp.ndarray, iv: cp.ndarray, dk: cp.ndarray, upper_count: int,
+                 lower_count: int) -> tuple[bool, int]:
+    """Launch gpu/cuda/kernels/pma.cu:update_small on sorted insert keys `ik` (values `iv`)
+    and delete keys `dk` (validated: inserts absent, deletes stored; at most SMALL_BATCH
+    together) of the packed memory array `pma`, whose leaves hold at most 32 slots: the
+    whole batch merged into its leaves when each takes its share within [lower_count,
+    upper_count] elements (and none is left empty or before an untouched empty segment),
+    else nothing changed.  Returns (taken, leaves touched), one read-back."""
+    _check_all((("ik", np.uint64, ik), ("iv", np.int32, iv), ("dk", np.uint64, dk),
+                ("keys", np.uint64, pma.keys), ("vals", np.int32, pma.vals),
+                ("cnt", np.int32, pma.cnt), ("deg", np.int32, pma.deg),
+                ("row", np.int64, pma.row)))
+    n_ins, n_del = ik.shape[0], dk.shape[0]
+    n = n_ins + n_del
+    if n > SMALL_BATCH or iv.shape[0] != n_ins:
+        raise ValueError(f"update_small takes at most {SMALL_BATCH} updates and a value per "
+                         f"insert, got {n_ins} inserts, {iv.shape[0]} values, {n_del} deletes")
+    if pma.S > 32:
+        raise ValueError(f"update_small needs leaves of at most 32 slots, got {pma.S}")
+    # pma.cu's layout: int64 result, iseg, dseg, dpos, windows, plan, record; then bytes.
+    words = 2 + n_ins + 2 * n_del + n + PLAN_ROWS * n + RECORD_LEVELS + 2
+    scratch = cp.empty(words + -(-(2 * n) // 8), dtype=np.int64)
+    kernel("pma", "update_small")(
+        (1,), (SMALL_BATCH,),
+        (pma.keys, pma.vals, pma.cnt, pma.deg, pma.row, np.int64(pma.capacity),
+         np.int32(pma.S.bit_length() - 1), np.int64(pma.nseg), np.int64(pma.num_vertices),
+         ik, iv, np.int64(n_ins), dk, np.int64(n_del), np.int32(upper_count),
+         np.int32(lower_count), scratch))
+    taken, leaves = scratch[:2].get().tolist()
+    return bool(taken), leaves
 
 
 def refresh_long_lists(pma, vertices: np.ndarray, pieces: np.ndarray, start: cp.ndarray,
@@ -317,9 +348,9 @@ def refresh_long_lists(pma, vertices: np.ndarray, pieces: np.ndarray, start: cp.
                                        np.repeat(pieces, pieces)]))
     part_vertex, part_index, parts = table[:total], table[total:2 * total], table[2 * total:]
     counts = cp.empty(total, dtype=np.int64)
-    kernel = module("view").get_function("refresh_long_lists")
+    refresh = kernel("view", "refresh_long_lists")
     for counting in (1, 0):
-        kernel((total,), (LONG_BLOCK,),
+        refresh((total,), (LONG_BLOCK,),
                (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
                 np.int32(pma.config.vertex_bits), part_vertex, part_index, parts,
                 np.int32(counting), counts, start, nbr, nlab, elab, deg))

@@ -98,6 +98,7 @@ class SharedLaunch:
         self.queries = len(jobs)
         # First task type of each query in the stacked plan, and the end of the last.
         self.first_type = np.cumsum([0] + [types.count for _, types in jobs])
+        self.multiplicity = np.concatenate([types.multiplicity for _, types in jobs])
         self.plan, self.members = mirror.stacked_plans(jobs)
         self.types = self.plan.roots.shape[0]
         self.edges = edges
@@ -145,29 +146,28 @@ class SharedLaunch:
         return counts[self.warps * self.queries:]
 
     def edge_totals(self, sharing: bool, share_capacity: int, share_every: int
-                    ) -> cp.ndarray:
+                    ) -> np.ndarray:
         """Each query's number of matches started from each update edge (int64
-        [queries, edges], on the device, queued): the pairs' counts (a counting pass
-        by task, as a listing's first), times their orbit multiplicity, summed over each
-        query's task types (consecutive in the stacked plan)."""
-        out = cp.zeros((self.queries, len(self.edges.us)), dtype=np.int64)
+        [queries, edges], on the host): a counting pass by task (as a listing's first),
+        its pair counts read back in one copy, times their orbit multiplicity and summed
+        over each query's task types (consecutive in the stacked plan) here, where a
+        batch group's few thousand pairs cost less than a dozen array launches."""
+        edges = len(self.edges.us)
         if self.pairs == 0:
-            return out
+            return np.zeros((self.queries, edges), dtype=np.int64)
         none = cp.zeros(0, dtype=np.int64)
         rows = cp.zeros((0, self.n), dtype=np.int32)
-        first_type = cp.asarray(self.first_type)
+        counts = cp.zeros(edges * self.types, dtype=np.int64)
         lo = 0
         for part in self.slices():
-            edges = len(part.us)
-            counts = cp.zeros(edges * self.types, dtype=np.int64)
-            self.run(part, counts, True, none, rows, none, False, sharing, share_capacity,
-                     share_every)
-            by_type = counts.reshape(edges, self.types) * self.plan.multiplicity[None, :]
-            prefix = cp.concatenate((cp.zeros((edges, 1), dtype=np.int64),
-                                     cp.cumsum(by_type, axis=1)), axis=1)
-            out[:, lo:lo + edges] = (prefix[:, first_type[1:]] - prefix[:, first_type[:-1]]).T
-            lo += edges
-        return out
+            size = len(part.us) * self.types
+            self.run(part, counts[lo:lo + size], True, none, rows, none, False, sharing,
+                     share_capacity, share_every)
+            lo += size
+        by_type = counts.get().reshape(edges, self.types) * self.multiplicity[None, :]
+        prefix = np.zeros((edges, self.types + 1), dtype=np.int64)
+        np.cumsum(by_type, axis=1, out=prefix[:, 1:])
+        return (prefix[:, self.first_type[1:]] - prefix[:, self.first_type[:-1]]).T
 
     def listing(self, limits: list[int], sharing: bool, share_capacity: int,
                 share_every: int) -> tuple[cp.ndarray, cp.ndarray, list[tuple[int, int]]]:

@@ -186,20 +186,20 @@ extern "C" __global__ void __launch_bounds__(256) plan_windows(
 // inserts in place, one group of S lanes per segment (S = segment size, a power of two
 // <= 32; 32 / S segments per warp, GAMMA's cooperative-group split for small segments).
 // A segment whose result would leave the leaf thresholds is left alone and reported in
-// fit[] (the host passes it up the window tree).
-
-extern "C" __global__ void merge_leaves(
+// fit[] (the host passes it up the window tree).  merge_leaf is one leaf's merge by the
+// S lanes of its group (also update_small's): window w of a level-0 plan of row stride
+// `stride`; every lane of the warp calls it (shuffles).
+__device__ __forceinline__ void merge_leaf(
     unsigned long long* keys, int* vals, int* cnt, const long long* plan,
-    const long long num_windows, const unsigned long long* batch_keys, const int* batch_vals,
+    const long long stride, const long long w, const bool active,
+    const unsigned long long* batch_keys, const int* batch_vals,
     unsigned char* ins_pending, unsigned char* del_pending, unsigned char* fit,
     const int S, const int upper_count, const int lower_count, unsigned long long* record)
 {
     const int lane = threadIdx.x & 31;
     const int group = lane / S;
     const int l = lane % S;
-    const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
-    const long long w = warp * (32 / S) + group;
-    const bool active = w < num_windows;
+    const long long num_windows = stride;
     const unsigned group_mask = S == 32 ? FULL_MASK : ((1u << S) - 1) << (group * S);
     const unsigned before_me = lane == 0 ? 0u : FULL_MASK >> (32 - lane);
 
@@ -271,6 +271,18 @@ extern "C" __global__ void merge_leaves(
         atomicAdd(record + RECORD_LEVELS, 1ull);        // level 0: a window, S slots
         atomicAdd(record + RECORD_LEVELS + 1, (unsigned long long)S);
     }
+}
+
+extern "C" __global__ void merge_leaves(
+    unsigned long long* keys, int* vals, int* cnt, const long long* plan,
+    const long long num_windows, const unsigned long long* batch_keys, const int* batch_vals,
+    unsigned char* ins_pending, unsigned char* del_pending, unsigned char* fit,
+    const int S, const int upper_count, const int lower_count, unsigned long long* record)
+{
+    const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    const long long w = warp * (32 / S) + (int)((threadIdx.x & 31) / S);
+    merge_leaf(keys, vals, cnt, plan, num_windows, w, w < num_windows, batch_keys, batch_vals,
+               ins_pending, del_pending, fit, S, upper_count, lower_count, record);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -617,6 +629,29 @@ extern "C" __global__ void parent_windows(
 // after the window, the vertices after its last element up to the last source it held
 // before the batch (a deleted edge's): their edges there may all be gone.
 
+__device__ void set_row_at(
+    const unsigned long long* keys, const int* cnt, const int S, const long long capacity,
+    const long long i, const long long begin, const long long end,
+    const unsigned long long* del_keys, const long long db, const long long de,
+    const long long num_vertices, long long* row)
+{
+    if ((i % S) < cnt[i / S]) {
+        const long long cur = (long long)(keys[i] >> 32);
+        const long long prev = i > 0 ? (long long)(keys[i - 1] >> 32) : -1;
+        for (long long u = prev + 1; u <= cur; ++u) row[u] = i;
+    }
+    if (i == end - 1) {
+        const long long last = (long long)(keys[end - 1] >> 32);
+        long long hi = last;
+        if (de > db) hi = max_ll(hi, (long long)(del_keys[de - 1] >> 32));
+        hi = min_ll(hi, num_vertices - 1);
+        long long lo = begin > 0 ? (long long)(keys[begin - 1] >> 32) : -1;
+        lo = max_ll(min_ll(lo, hi), min_ll(last, hi));
+        for (long long u = lo + 1; u <= hi; ++u)
+            row[u] = lower_bound_u64(keys, end, capacity, (unsigned long long)u << 32);
+    }
+}
+
 extern "C" __global__ void set_rows(
     const unsigned long long* keys, const int* cnt, const int S, const long long capacity,
     const long long* plan, const long long num_windows, const unsigned char* fit,
@@ -630,23 +665,9 @@ extern "C" __global__ void set_rows(
     const long long end = plan_at(plan, num_windows, PLAN_S1, w) * S;
     const long long i = begin + t % window_slots;
     if (i >= end) return;
-    if ((i % S) < cnt[i / S]) {
-        const long long cur = (long long)(keys[i] >> 32);
-        const long long prev = i > 0 ? (long long)(keys[i - 1] >> 32) : -1;
-        for (long long u = prev + 1; u <= cur; ++u) row[u] = i;
-    }
-    if (i == end - 1) {
-        const long long last = (long long)(keys[end - 1] >> 32);
-        long long hi = last;
-        const long long db = plan_at(plan, num_windows, PLAN_DB, w);
-        const long long de = plan_at(plan, num_windows, PLAN_DE, w);
-        if (de > db) hi = max_ll(hi, (long long)(del_keys[de - 1] >> 32));
-        hi = min_ll(hi, num_vertices - 1);
-        long long lo = begin > 0 ? (long long)(keys[begin - 1] >> 32) : -1;
-        lo = max_ll(min_ll(lo, hi), min_ll(last, hi));
-        for (long long u = lo + 1; u <= hi; ++u)
-            row[u] = lower_bound_u64(keys, end, capacity, (unsigned long long)u << 32);
-    }
+    set_row_at(keys, cnt, S, capacity, i, begin, end, del_keys,
+               plan_at(plan, num_windows, PLAN_DB, w), plan_at(plan, num_windows, PLAN_DE, w),
+               num_vertices, row);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -684,4 +705,109 @@ extern "C" __global__ void __launch_bounds__(1024) locate_small(
         last = s;
     }
     *num_windows = count;
+}
+
+// ---------------------------------------------------------------------------------------
+// update_small: a small batch (at most SMALL_BATCH updates, sorted, already validated) in
+// one launch of one block when every leaf it touches takes its share within the leaf
+// thresholds (device_update.py `update_small`): locate_small's segments and windows, the
+// leaf plan, then, only if every leaf fits, the deletes marked DEAD, the degrees moved,
+// merge_leaf on each leaf and set_row_at on each of its slots, exactly as the level-by-level
+// path leaves them when its level 0 takes the whole batch.  Otherwise nothing changes and
+// the host takes that path.  A leaf that would be left empty, or followed by an empty
+// segment the batch does not touch, also goes there (the host's gap repair).
+// scratch (int64): result[2] (taken, windows), iseg[n_ins], dseg[n_del], dpos[n_del],
+// windows[n], plan[PLAN_TOTAL + 1][n] (n = n_ins + n_del), record[RECORD_LEVELS + 2], then
+// bytes: ins_pending[n_ins], del_pending[n_del], fit[n].
+
+extern "C" __global__ void __launch_bounds__(1024) update_small(
+    unsigned long long* keys, int* vals, int* cnt, int* deg, long long* row,
+    const long long capacity, const int seg_shift, const long long nseg,
+    const long long num_vertices, const unsigned long long* ik, const int* iv,
+    const long long n_ins, const unsigned long long* dk, const long long n_del,
+    const int upper_count, const int lower_count, long long* scratch)
+{
+    const long long n = n_ins + n_del;
+    const int S = 1 << seg_shift;
+    long long* result = scratch;
+    long long* iseg = result + 2;
+    long long* dseg = iseg + n_ins;
+    long long* dpos = dseg + n_del;
+    long long* windows = dpos + n_del;
+    long long* plan = windows + n;
+    unsigned long long* record = (unsigned long long*)(plan + (PLAN_TOTAL + 1) * n);
+    unsigned char* ins_pending = (unsigned char*)(record + RECORD_LEVELS + 2);
+    unsigned char* del_pending = ins_pending + n_ins;
+    unsigned char* fit = del_pending + n_del;
+    __shared__ long long num_windows;
+
+    for (long long i = threadIdx.x; i < n_ins; i += blockDim.x) {
+        const long long pos = lower_bound_u64(keys, 0, capacity, ik[i]);
+        iseg[i] = min_ll(pos >> seg_shift, nseg - 1);
+        ins_pending[i] = 1;
+    }
+    for (long long j = threadIdx.x; j < n_del; j += blockDim.x) {
+        const long long pos = lower_bound_u64(keys, 0, capacity, dk[j]);
+        dpos[j] = pos;
+        dseg[j] = pos >> seg_shift;
+        del_pending[j] = 1;
+    }
+    if (threadIdx.x < RECORD_LEVELS + 2) record[threadIdx.x] = 0;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        long long i = 0, j = 0, count = 0, last = -1;
+        while (i < n_ins || j < n_del) {
+            const long long s = (j >= n_del || (i < n_ins && iseg[i] <= dseg[j])) ? iseg[i++]
+                                                                                 : dseg[j++];
+            if (s != last) windows[count++] = s;
+            last = s;
+        }
+        num_windows = count;
+    }
+    __syncthreads();
+    const long long nw = num_windows;
+    int fits = 1;
+    for (long long w = threadIdx.x; w < nw; w += blockDim.x) {
+        const long long s = windows[w];
+        const long long ib = lower_bound_ll(iseg, n_ins, s), ie = lower_bound_ll(iseg, n_ins, s + 1);
+        const long long db = lower_bound_ll(dseg, n_del, s), de = lower_bound_ll(dseg, n_del, s + 1);
+        const long long total = cnt[s] - (de - db) + (ie - ib);
+        bool ok = total > 0 && total <= upper_count && (de == db || total >= lower_count);
+        const long long next = s + 1;
+        if (next < nseg && cnt[next] == 0 && !(w + 1 < nw && windows[w + 1] == next)) ok = false;
+        fits &= ok;
+        plan[PLAN_S0 * n + w] = s;
+        plan[PLAN_S1 * n + w] = next;
+        plan[PLAN_IB * n + w] = ib;
+        plan[PLAN_IE * n + w] = ie;
+        plan[PLAN_DB * n + w] = db;
+        plan[PLAN_DE * n + w] = de;
+        plan[PLAN_TOTAL * n + w] = total;
+    }
+    if (!__syncthreads_and(fits)) {
+        if (threadIdx.x == 0) { result[0] = 0; result[1] = nw; }
+        return;
+    }
+    for (long long j = threadIdx.x; j < n_del; j += blockDim.x) {
+        vals[dpos[j]] = DEAD;
+        atomicAdd(deg + (long long)(dk[j] >> 32), -1);
+    }
+    for (long long i = threadIdx.x; i < n_ins; i += blockDim.x)
+        atomicAdd(deg + (long long)(ik[i] >> 32), 1);
+    __syncthreads();
+    const int per_warp = 32 / S;
+    const long long warps = blockDim.x >> 5;
+    for (long long first = (threadIdx.x >> 5) * per_warp; first < nw; first += warps * per_warp) {
+        const long long w = first + (int)((threadIdx.x & 31) / S);
+        merge_leaf(keys, vals, cnt, plan, n, w, w < nw, ik, iv, ins_pending, del_pending, fit,
+                   S, upper_count, lower_count, record);
+    }
+    __syncthreads();
+    for (long long t = threadIdx.x; t < nw * S; t += blockDim.x) {
+        const long long w = t / S;
+        const long long begin = windows[w] * S;
+        set_row_at(keys, cnt, S, capacity, begin + t % S, begin, begin + S, dk,
+                   plan[PLAN_DB * n + w], plan[PLAN_DE * n + w], num_vertices, row);
+    }
+    if (threadIdx.x == 0) { result[0] = 1; result[1] = nw; }
 }

@@ -232,10 +232,16 @@ class PackedMemoryArray:
         return self.stats
 
     def _apply_small(self, ik, iv, dk) -> PMAStats:
-        """A small checked-elsewhere batch on the kernels: its start in one launch
-        (device_update.locate_small, which moves the degrees too), then the update."""
+        """A small checked-elsewhere batch on the kernels: merged into its leaves in one
+        launch when they take it (device_update.update_small), else its start in one
+        launch (device_update.locate_small, which moves the degrees too), then the
+        level-by-level update."""
         xp = self.xp
         self.stats = PMAStats(levels=-1)
+        if device_update.update_small(self, ik, iv, dk):
+            self.num_edges += int(ik.size) - int(dk.size)
+            self.mark_phase("level 0")
+            return self.stats
         iseg, dseg, windows = device_update.locate_small(self, ik, dk)
         self.mark_phase("sort and check")
         batch = PendingBatch(ik, iv, xp.ones(ik.size, dtype=bool), dk)

@@ -7,6 +7,9 @@ as the next level's windows; one synchronisation per level (to count the parents
 one per batch for its record (stats, repairs, checks).  It must leave exactly the layout
 of the generic path (gpu/graph/pma/update.py), which rebuilds still take.
 
+A small batch whose leaves all take it skips the levels: `update_small` does the
+first level's work and the rows in one launch.
+
 Runs only on CuPy arrays: the launchers (gpu/cuda/pma_launchers.py, which imports CuPy)
 are imported when a batch runs, so this module imports anywhere.
 """
@@ -32,6 +35,26 @@ def locate_small(pma, ik, dk):
     segments touched; returns (iseg, dseg, windows), one synchronisation."""
     from gpu.cuda import pma_launchers as ck
     return ck.locate_small(pma, ik, dk)
+
+
+def update_small(pma, ik, iv, dk) -> bool:
+    """A small validated batch (sorted inserts `ik` with values `iv`, sorted deletes `dk`,
+    at most SMALL_BATCH) merged into its leaves in one launch and one read-back
+    (pma.cu `update_small`) when each leaf takes its share; returns whether it did.
+    When not (a leaf overflows or underflows, or the array is one segment, or its
+    segments are too large for a warp's merge), nothing has changed: the caller takes
+    locate_small and update_on_device, whose first level would have given the same."""
+    if pma.height == 0 or pma.S > 32:
+        return False
+    from gpu.cuda import pma_launchers as ck
+    lower, upper = pma.thresholds(0)
+    S = pma.S
+    taken, leaves = ck.update_small(pma, ik, iv, dk, math.floor(upper * S + 1e-9),
+                                    math.ceil(lower * S - 1e-9))
+    if taken:
+        update.count_level(pma, 0, leaves, leaves * S)
+        pma.stats.one_launch = True
+    return taken
 
 
 def update_on_device(pma, batch: PendingBatch, iseg, dseg, windows=None) -> None:

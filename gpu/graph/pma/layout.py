@@ -74,6 +74,7 @@ class PMAStats:
     slots: int = 0                  # slots rewritten, all levels
     rebuilt: bool = False
     fixup: bool = False             # the whole-array gap repair ran (empty segments)
+    one_launch: bool = False        # a small batch merged into its leaves in one launch
     per_level: list = field(default_factory=list)
 
 

@@ -23,6 +23,14 @@ def test_a_module_is_built_once_and_its_compile_counts_as_compiling():
     assert clock.compile_seconds() - before == compiled    # the second ask built nothing
 
 
+def test_a_kernel_is_looked_up_once_per_device():
+    from gpu.cuda import loader
+
+    first = loader.kernel("ranks", "set_edge_ranks")
+    assert loader.kernel("ranks", "set_edge_ranks") is first
+    assert first.attributes["max_threads_per_block"] > 0    # a kernel of the module
+
+
 def test_a_compile_error_names_the_real_file(tmp_path, monkeypatch):
     import cupy
 

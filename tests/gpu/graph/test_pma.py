@@ -324,6 +324,32 @@ def test_kernels_equal_the_array_path(segment_size, block_window, merge_chunk):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("segment_size", [2, 4, 16, 32])
+def test_small_batches_in_one_launch_equal_the_array_path(segment_size):
+    """The engine's small batches (unchecked, sorted): update_small merges those whose
+    leaves all take them in one launch, the others (a leaf overflows, underflows or is
+    left empty) change nothing there and take the level-by-level path; both leave the
+    array path's layout, and both happen here."""
+    rng = np.random.default_rng(segment_size)
+    n = 400
+    pmas = _kernels_and_array_path(n, segment_size=segment_size, min_segments=2)
+    ref = Reference()
+    _apply_both(pmas, ref, *_random_batch(rng, ref, n, 1500, 0))
+    one_launch = levels = 0
+    for step in range(300):
+        phase = step // 100          # growing, churning, shrinking
+        ik, iv, dk = _random_batch(rng, ref, n, int(rng.integers(0, [9, 5, 2][phase])),
+                                   int(rng.integers(0, [2, 5, 12][phase])))
+        if ik.size + dk.size == 0:
+            continue
+        _apply_both(pmas, ref, ik, iv, dk, unchecked=True)
+        one_launch += pmas[0].stats.one_launch
+        levels += not pmas[0].stats.one_launch
+    pmas[0].check(*ref.arrays())
+    assert one_launch >= 10 and levels >= 5, (one_launch, levels)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("unchecked", [False, True], ids=["checked", "unchecked"])
 @pytest.mark.parametrize("segment_size, block_window, merge_chunk",
                          [(2, 1024, 256), (2, 8, 3), (4, 0, 1), (32, 1024, 256)])
