@@ -302,8 +302,8 @@ def count_cuda_runs(mirror: DeviceMirror, jobs, edges: match_launchers.UpdateEdg
                     max_pairs: int = MAX_PAIRS) -> np.ndarray:
     """Count several queries' matches started from the uploaded update `edges` per run of
     them (`runs`: the runs' lengths, in edge order: a batch group's batches), one launch
-    per query size: `jobs` is [(qid, task types)]; int64 (jobs, runs) on the host, from
-    one read-back of the pair counts per query size."""
+    per query size: `jobs` is [(qid, task types)]; int64 (jobs, runs) on the host, summed
+    where SharedLaunch.edge_totals left the per-edge counts, one read-back per size."""
     bounds = np.concatenate(([0], np.cumsum(runs)))
     out = np.zeros((len(jobs), len(runs)), dtype=np.int64)
     for n, members in _by_size(jobs).items():
@@ -311,9 +311,12 @@ def count_cuda_runs(mirror: DeviceMirror, jobs, edges: match_launchers.UpdateEdg
         if launch.pairs == 0:
             continue
         per_edge = launch.edge_totals(sharing, share_capacity, share_every)
-        prefix = np.zeros((len(members), per_edge.shape[1] + 1), dtype=np.int64)
-        np.cumsum(per_edge, axis=1, out=prefix[:, 1:])
-        out[members] = prefix[:, bounds[1:]] - prefix[:, bounds[:-1]]
+        xp = cp.get_array_module(per_edge)
+        at = xp.asarray(bounds)
+        prefix = xp.concatenate((xp.zeros((len(members), 1), dtype=np.int64),
+                                 xp.cumsum(per_edge, axis=1)), axis=1)
+        sums = prefix[:, at[1:]] - prefix[:, at[:-1]]
+        out[members] = sums if xp is np else sums.get()
     return out
 
 

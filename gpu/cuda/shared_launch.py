@@ -34,6 +34,9 @@ QUEUED_LIST_ROWS = 1 << 20
 # Most (edge, task type) pairs one launch tests (its task buffer holds one int32 each); a
 # larger phase runs as several launches over slices of its edges.
 MAX_PAIRS = EngineConfig.launch_pairs
+# Most (edge, task type) pairs whose per-edge sums a batch group's counting pass takes on
+# the host (SharedLaunch.edge_totals): a copy of 128 KiB against a dozen launches.
+HOST_SUMS_PAIRS = 1 << 14
 
 
 class KernelClock:
@@ -146,15 +149,18 @@ class SharedLaunch:
         return counts[self.warps * self.queries:]
 
     def edge_totals(self, sharing: bool, share_capacity: int, share_every: int
-                    ) -> np.ndarray:
+                    ) -> np.ndarray | cp.ndarray:
         """Each query's number of matches started from each update edge (int64
-        [queries, edges], on the host): a counting pass by task (as a listing's first),
-        its pair counts read back in one copy, times their orbit multiplicity and summed
-        over each query's task types (consecutive in the stacked plan) here, where a
-        batch group's few thousand pairs cost less than a dozen array launches."""
+        [queries, edges]): the pairs' counts (a counting pass by task, as a listing's
+        first), times their orbit multiplicity, summed over each query's task types
+        (consecutive in the stacked plan).  Up to HOST_SUMS_PAIRS pairs the counts are
+        read back in one copy and summed on the host (a small batch group's dozen array
+        launches cost more than its copy); more stay on the device."""
         edges = len(self.edges.us)
+        on_host = edges * self.types <= HOST_SUMS_PAIRS
+        xp = np if on_host else cp
         if self.pairs == 0:
-            return np.zeros((self.queries, edges), dtype=np.int64)
+            return xp.zeros((self.queries, edges), dtype=np.int64)
         none = cp.zeros(0, dtype=np.int64)
         rows = cp.zeros((0, self.n), dtype=np.int32)
         counts = cp.zeros(edges * self.types, dtype=np.int64)
@@ -164,10 +170,14 @@ class SharedLaunch:
             self.run(part, counts[lo:lo + size], True, none, rows, none, False, sharing,
                      share_capacity, share_every)
             lo += size
-        by_type = counts.get().reshape(edges, self.types) * self.multiplicity[None, :]
-        prefix = np.zeros((edges, self.types + 1), dtype=np.int64)
-        np.cumsum(by_type, axis=1, out=prefix[:, 1:])
-        return (prefix[:, self.first_type[1:]] - prefix[:, self.first_type[:-1]]).T
+        if on_host:
+            counts, multiplicity, first = counts.get(), self.multiplicity, self.first_type
+        else:
+            multiplicity, first = self.plan.multiplicity, cp.asarray(self.first_type)
+        by_type = counts.reshape(edges, self.types) * multiplicity[None, :]
+        prefix = xp.concatenate((xp.zeros((edges, 1), dtype=np.int64),
+                                 xp.cumsum(by_type, axis=1)), axis=1)
+        return (prefix[:, first[1:]] - prefix[:, first[:-1]]).T
 
     def listing(self, limits: list[int], sharing: bool, share_capacity: int,
                 share_every: int) -> tuple[cp.ndarray, cp.ndarray, list[tuple[int, int]]]:

@@ -43,6 +43,9 @@ CONFIGS = {
     # each batch's counts from the per-edge counts of a counting pass.
     "cuda": EngineConfig(),
     "cuda_small": EngineConfig(device_batch_group_edges=3, launch_pairs=4),
+    # The same with the per-edge counts summed on the device (the test sets it: a large
+    # group's way; small ones are summed on the host).
+    "cuda_device_sums": EngineConfig(device_batch_group_edges=3, launch_pairs=4),
 }
 
 
@@ -158,6 +161,9 @@ def test_groups_equal_one_batch_at_a_time_and_brute_force(group_sizes, monkeypat
     if mode == "region_give":
         monkeypatch.setattr(gpu.cpu.executor, "SHARE_ALWAYS", True)
         monkeypatch.setattr(gpu.cpu.executor, "SHARE_EVERY", 1)
+    if mode == "cuda_device_sums":
+        from gpu.cuda import shared_launch
+        monkeypatch.setattr(shared_launch, "HOST_SUMS_PAIRS", 0)
     rng = random.Random(seed)
     nlabels, nelabels = 1 + seed % 2, 1 + seed // 2
     d = random_data(rng, 13, nlabels, nelabels, 0.3)
