@@ -177,7 +177,7 @@ class SharedLaunch:
         by_type = counts.reshape(edges, self.types) * multiplicity[None, :]
         prefix = xp.concatenate((xp.zeros((edges, 1), dtype=np.int64),
                                  xp.cumsum(by_type, axis=1)), axis=1)
-        return (prefix[:, first[1:]] - prefix[:, first[:-1]]).T
+        return xp.ascontiguousarray((prefix[:, first[1:]] - prefix[:, first[:-1]]).T)
 
     def listing(self, limits: list[int], sharing: bool, share_capacity: int,
                 share_every: int) -> tuple[cp.ndarray, cp.ndarray, list[tuple[int, int]]]:
