@@ -52,8 +52,9 @@ ARROW_FILE = "application/vnd.apache.arrow.file"
 ARROW = (ARROW_STREAM, ARROW_FILE)
 MEDIA_TYPES = (JSON, TEXT, NPY, ARROW_STREAM, ARROW_FILE)
 # An Arrow batch's columns, in the .npy array's order: kind, the vertex or the edge's
-# endpoints, label.
+# endpoints, label; then the optional event time (issue 23), the .npy array's fifth column.
 ARROW_COLUMNS = ("kind", "u", "v", "label")
+ARROW_TIME = "time"
 CSV = "text/csv"
 MULTIPART = "multipart/form-data"
 GRAPH_MEDIA_TYPES = (JSON, TEXT, CSV, MULTIPART)
@@ -189,7 +190,7 @@ def _event_time(value, where: str) -> int:
 
 
 def _npy_rows(body: bytes, max_updates: int) -> np.ndarray:
-    """The (n, 4) integer array of a .npy body.  The header is read and checked first, so a
+    """The (n, 4) or (n, 5) integer array of a .npy body.  The header is read and checked first, so a
     tiny body declaring a huge array costs nothing; the data is then a view of the body."""
     stream = io.BytesIO(body)
     try:
@@ -207,11 +208,11 @@ def _npy_rows(body: bytes, max_updates: int) -> np.ndarray:
     except Exception:  # noqa: BLE001 -- numpy raises several kinds, naming its internals
         raise InputError("body: not a readable .npy array (no .npy magic, or a malformed "
                          "header)") from None
-    if len(shape) != 2 or shape[1] != 4 or dtype.kind not in "iu" or dtype.hasobject:
-        raise InputError(f"body: expected an integer array of shape (n, 4), got {dtype} "
-                         f"{shape}")
+    if len(shape) != 2 or shape[1] not in (4, 5) or dtype.kind not in "iu" or dtype.hasobject:
+        raise InputError(f"body: expected an integer array of shape (n, 4), or (n, 5) with "
+                         f"event times, got {dtype} {shape}")
     _check_size(shape[0], max_updates)
-    expected = stream.tell() + shape[0] * 4 * dtype.itemsize
+    expected = stream.tell() + shape[0] * shape[1] * dtype.itemsize
     if len(body) != expected:
         raise InputError(f"body: the .npy header declares {expected} bytes, the body has "
                          f"{len(body)}")
@@ -222,17 +223,21 @@ def _npy_rows(body: bytes, max_updates: int) -> np.ndarray:
 
 def _npy_stream(body: bytes, max_updates: int) -> UpdateStream:
     """An int64 array of shape (n, 4): kind (0 add vertex, 1 delete vertex, 2 insert edge,
-    3 delete edge), a, b, label (-1: none, on deletions)."""
+    3 delete edge), a, b, label (-1: none, on deletions); or (n, 5), the fifth column an
+    edge insert's event time (-1: none, and on every other kind)."""
     rows = _npy_rows(body, max_updates)
     if rows.dtype == np.uint64 and (rows > MAX_ID).any():
         bad = int(np.flatnonzero((rows > MAX_ID).any(axis=1))[0])
         raise InputError(f"row {bad}: value out of range")
-    return _rows_stream(*rows.astype(np.int64).T, names=("a", "b"))
+    columns = rows.astype(np.int64).T
+    return _rows_stream(*columns[:4], names=("a", "b"),
+                        time=columns[4] if len(columns) == 5 else None)
 
 
-def _rows_stream(kind, a, b, label, names: tuple[str, str]) -> UpdateStream:
+def _rows_stream(kind, a, b, label, names: tuple[str, str], time=None) -> UpdateStream:
     """The UpdateStream of int64 columns as the .npy array's, checked row by row; `names`
-    are what errors call the a and b columns."""
+    are what errors call the a and b columns; `time`, when given, the event times (-1:
+    none; only edge inserts may have one), kept only when some row has one."""
     is_edge = (kind == INSERT_EDGE) | (kind == DELETE_EDGE)
     is_delete = (kind == DELETE_VERTEX) | (kind == DELETE_EDGE)
     problems = (
@@ -244,12 +249,17 @@ def _rows_stream(kind, a, b, label, names: tuple[str, str]) -> UpdateStream:
         ((label < np.where(is_delete, NO_LABEL, 0)) | (label >= STRING_LABEL_BASE),
          f"label out of range [0, {STRING_LABEL_BASE}) (-1 allowed on deletions)"),
     )
+    if time is not None:
+        problems += ((time < -1, "time must be >= 0 (-1: none)"),
+                     ((time >= 0) & (kind != INSERT_EDGE),
+                      "a time is only for an edge insert (kind 2); -1 on other rows"))
     first = min(((int(np.argmax(bad)), reason) for bad, reason in problems if bad.any()),
                 default=None)
     if first is not None:
         raise InputError(f"row {first[0]}: {first[1]}")
+    timed = time is not None and bool((time >= 0).any())
     return UpdateStream(kind, a, np.where(is_edge, b, 0), label, np.arange(1, len(kind) + 1),
-                        "body")
+                        "body", np.where(time >= 0, time, NO_TIME) if timed else None)
 
 
 # ---- Arrow IPC ----------------------------------------------------------------------
@@ -258,21 +268,26 @@ def _rows_stream(kind, a, b, label, names: tuple[str, str]) -> UpdateStream:
 def _arrow_stream(body: bytes, max_updates: int) -> UpdateStream:
     """The columns ARROW_COLUMNS of an Arrow IPC body, as the .npy array's: kind, u (the
     vertex, or an edge's first endpoint), v (an edge's second; null on vertex rows), label
-    (null or -1: none, on deletions).  Any integer type; columns pandas writes for its
-    index (`__index_level_0__`) are ignored, other extra columns refused."""
+    (null or -1: none, on deletions), and optionally time (an edge insert's event time;
+    null or -1: none).  Any integer type; columns pandas writes for its index
+    (`__index_level_0__`) are ignored, other extra columns refused."""
     table = _arrow_table(body, max_updates)
     pa = _pyarrow()
     names = [n for n in table.column_names if not n.startswith("__index_level_")]
     missing = [n for n in ARROW_COLUMNS if n not in names]
+    expected = f"the columns {', '.join(ARROW_COLUMNS)} and optionally {ARROW_TIME}"
     if missing:
-        raise InputError(f"body: column {missing[0]!r} is missing; an Arrow batch has the "
-                         f"columns {', '.join(ARROW_COLUMNS)} (found: {', '.join(names)})")
-    extra = [n for n in names if n not in ARROW_COLUMNS]
+        raise InputError(f"body: column {missing[0]!r} is missing; an Arrow batch has "
+                         f"{expected} (found: {', '.join(names)})")
+    extra = [n for n in names if n not in ARROW_COLUMNS and n != ARROW_TIME]
     if extra or len(names) != len(set(names)):
         what = f"unknown column {extra[0]!r}" if extra else "a column given twice"
-        raise InputError(f"body: {what}; an Arrow batch has the columns "
-                         f"{', '.join(ARROW_COLUMNS)}")
+        raise InputError(f"body: {what}; an Arrow batch has {expected}")
     kind, u, v, label = (_arrow_column(table.column(n), n, pa) for n in ARROW_COLUMNS)
+    time = None
+    if ARROW_TIME in names:
+        column = _arrow_column(table.column(ARROW_TIME), ARROW_TIME, pa)
+        time = np.where(column.mask, -1, column.data)
     for name, values in (("kind", kind), ("u", u)):
         if values.mask.any():
             raise InputError(f"row {int(np.argmax(values.mask))}: {name} is null")
@@ -284,7 +299,7 @@ def _arrow_stream(body: bytes, max_updates: int) -> UpdateStream:
         if bad.any():
             raise InputError(f"row {int(np.argmax(bad))}: {reason}")
     return _rows_stream(kind.data, u.data, np.where(v.mask, 0, v.data),
-                        np.where(label.mask, NO_LABEL, label.data), names=("u", "v"))
+                        np.where(label.mask, NO_LABEL, label.data), names=("u", "v"), time=time)
 
 
 def _pyarrow():

@@ -39,15 +39,17 @@ _EMPTY = {JSON: "the batch is empty: insert_vertices, delete_vertices, insert_ed
 _ARROW_BODY = {"schema": {"type": "string", "format": "binary", "description":
                f"Arrow IPC table, columns {', '.join(ARROW_COLUMNS)} of any integer type, as "
                "the .npy array's: kind, u (the vertex, or an edge's first endpoint), v (an "
-               "edge's second; null on vertex rows), label (null or -1: none, on deletions); "
-               "needs the `arrow` extra"}}
+               "edge's second; null on vertex rows), label (null or -1: none, on deletions), "
+               "and optionally time (an edge insert's event time; null or -1: none); needs "
+               "the `arrow` extra"}}
 
 _BODY = {"requestBody": {"required": True, "content": {
     JSON: {"schema": {"$ref": "#/components/schemas/BatchCreate"}},
     TEXT: {"schema": UPDATE_TEXT_SCHEMA},
     NPY: {"schema": {"type": "string", "format": "binary", "description":
                      "NumPy .npy int64 array (n, 4): kind (0 add vertex, 1 delete vertex, "
-                     "2 insert edge, 3 delete edge), a, b, label (-1: none)"}},
+                     "2 insert edge, 3 delete edge), a, b, label (-1: none); or (n, 5), the "
+                     "fifth column an edge insert's event time (-1: none)"}},
     ARROW_STREAM: _ARROW_BODY, ARROW_FILE: _ARROW_BODY}}}
 
 

@@ -93,3 +93,92 @@ def test_a_bad_event_time_is_a_422_naming_it(client, item, fragment):
     assert r.status_code == 422, r.text
     assert fragment in r.text
     assert client.get("/v1/graph").json()["edges"] == 0
+
+
+# ---- event times in the binary bodies ----------------------------------------------------
+
+# The first batch of _start as rows kind, a, b, label, time (-1: none).
+TIMED_ROWS = [[2, 1, 2, 0, 100], [2, 2, 3, 0, 105], [2, 3, 4, 0, -1]]
+
+
+def _npy(rows) -> bytes:
+    import io
+
+    import numpy as np
+    buf = io.BytesIO()
+    np.save(buf, np.array(rows, dtype=np.int64))
+    return buf.getvalue()
+
+
+def _arrow(rows, time_type: str = "int64") -> bytes:
+    import io
+    pa = pytest.importorskip("pyarrow")
+    names = ("kind", "u", "v", "label", "time")
+    columns = {name: [row[i] for row in rows] for i, name in enumerate(names)}
+    columns["time"] = [None if t == -1 else t for t in columns["time"]]    # null: none
+    table = pa.table({name: pa.array(values, pa.int64() if name != "time"
+                                     else getattr(pa, time_type)())
+                      for name, values in columns.items()})
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+BODIES = {"npy": ("application/x-npy", _npy),
+          "arrow": ("application/vnd.apache.arrow.stream", _arrow)}
+
+
+@pytest.mark.parametrize("form", sorted(BODIES))
+def test_npy_and_arrow_bodies_carry_event_times(tmp_path, form):
+    """A fifth .npy column, or an Arrow `time` column, gives the same timed batch as JSON's
+    [u, v, label, time]: the same results, watermark and expiry."""
+    media, encode = BODIES[form]
+    body = encode(TIMED_ROWS)
+    with running(tmp_path / "data", retention=10) as client:
+        client.put("/v1/graph", json={"vertices": [[v, 0] for v in (1, 2, 3, 4)],
+                                      "edges": []})
+        qid = client.post("/v1/queries", json={"pattern": PATH}).json()["id"]
+        r = client.post("/v1/batches", content=body, headers={"content-type": media})
+        assert r.status_code == 200, r.text
+        assert r.json()["results"][str(qid)] == {"positive": 4, "negative": 0, "expired": 0}
+        graph = client.get("/v1/graph").json()
+        assert (graph["watermark"], graph["timed_edges"]) == (105, 2)
+        r = client.post("/v1/batches", content=encode([[2, 1, 4, 0, 111]]),
+                        headers={"content-type": media})
+        assert r.json()["results"][str(qid)] == {"positive": 2, "negative": 2, "expired": 2}
+
+
+@pytest.mark.parametrize("form", sorted(BODIES))
+def test_binary_bodies_without_times_stay_untimed(client, form):
+    media, encode = BODIES[form]
+    client.put("/v1/graph", json={"vertices": [[1, 0], [2, 0]], "edges": []})
+    r = client.post("/v1/batches", content=encode([[2, 1, 2, 0, -1]]),
+                    headers={"content-type": media})
+    assert r.status_code == 200, r.text
+    graph = client.get("/v1/graph").json()
+    assert (graph["edges"], graph["watermark"], graph["timed_edges"]) == (1, None, 0)
+
+
+@pytest.mark.parametrize("form", sorted(BODIES))
+@pytest.mark.parametrize("rows, fragment", [
+    ([[2, 1, 2, 0, 7], [3, 1, 2, -1, 8]], "row 1: a time is only for an edge insert (kind 2)"),
+    ([[0, 9, 0, 0, 3]], "row 0: a time is only for an edge insert"),
+    ([[2, 1, 2, 0, -2]], "row 0: time must be >= 0 (-1: none)"),
+])
+def test_a_bad_time_in_a_binary_body_is_a_422_naming_the_row(client, form, rows, fragment):
+    media, encode = BODIES[form]
+    client.put("/v1/graph", json={"vertices": [[1, 0], [2, 0]], "edges": []})
+    r = client.post("/v1/batches", content=encode(rows), headers={"content-type": media})
+    assert r.status_code == 422, r.text
+    assert fragment in r.text
+    graph = client.get("/v1/graph").json()
+    assert (graph["edges"], graph["vertices"], graph["watermark"]) == (0, 2, None)
+
+
+def test_an_arrow_time_column_of_floats_is_a_422_naming_it(client):
+    client.put("/v1/graph", json={"vertices": [[1, 0], [2, 0]], "edges": []})
+    r = client.post("/v1/batches", content=_arrow([[2, 1, 2, 0, 5]], "float64"),
+                    headers={"content-type": "application/vnd.apache.arrow.stream"})
+    assert r.status_code == 422, r.text
+    assert "column 'time' has type double" in r.text
