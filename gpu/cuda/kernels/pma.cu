@@ -80,6 +80,37 @@ __device__ long long lower_bound_u64(const unsigned long long* a, long long lo, 
     return lo;
 }
 
+// One window's row of a plan of row stride `stride` (plan_windows, update_small).
+__device__ __forceinline__ void set_plan(
+    long long* plan, const long long stride, const long long w, const long long s0,
+    const long long s1, const long long ib, const long long ie, const long long db,
+    const long long de, const long long total)
+{
+    plan[PLAN_S0 * stride + w] = s0;
+    plan[PLAN_S1 * stride + w] = s1;
+    plan[PLAN_IB * stride + w] = ib;
+    plan[PLAN_IE * stride + w] = ie;
+    plan[PLAN_DB * stride + w] = db;
+    plan[PLAN_DE * stride + w] = de;
+    plan[PLAN_TOTAL * stride + w] = total;
+}
+
+// The sorted distinct segments of sorted iseg[0, n_ins) and dseg[0, n_del) into windows;
+// returns their number (one thread: locate_small, update_small).
+__device__ long long merge_segments(const long long* iseg, const long long n_ins,
+                                    const long long* dseg, const long long n_del,
+                                    long long* windows)
+{
+    long long i = 0, j = 0, count = 0, last = -1;
+    while (i < n_ins || j < n_del) {
+        const long long s = (j >= n_del || (i < n_ins && iseg[i] <= dseg[j])) ? iseg[i++]
+                                                                             : dseg[j++];
+        if (s != last) windows[count++] = s;
+        last = s;
+    }
+    return count;
+}
+
 // ---------------------------------------------------------------------------------------
 // plan_windows: `group` lanes per window (1 at the leaves, where windows are many and
 // small; 32 above).  The totals count each window's segments, less its pending deletes
@@ -157,13 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) plan_windows(
         ok = (double)total <= upper * slots && (de == db || (double)total >= lower * slots);
     }
     if (active && g == 0) {
-        plan[PLAN_S0 * num_windows + w] = s0;
-        plan[PLAN_S1 * num_windows + w] = s1;
-        plan[PLAN_IB * num_windows + w] = ib;
-        plan[PLAN_IE * num_windows + w] = ie;
-        plan[PLAN_DB * num_windows + w] = db;
-        plan[PLAN_DE * num_windows + w] = de;
-        plan[PLAN_TOTAL * num_windows + w] = total;
+        set_plan(plan, num_windows, w, s0, s1, ib, ie, db, de, total);
         if (mode == PLAN_DECIDE) fit[w] = ok;
     }
     if (ok) {
@@ -695,16 +720,7 @@ extern "C" __global__ void __launch_bounds__(1024) locate_small(
         atomicAdd(deg + (long long)(dk[j] >> 32), -1);
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    // Both lists are sorted: merge them, keeping each segment once.
-    long long i = 0, j = 0, count = 0, last = -1;
-    while (i < n_ins || j < n_del) {
-        const long long s = (j >= n_del || (i < n_ins && iseg[i] <= dseg[j])) ? iseg[i++]
-                                                                             : dseg[j++];
-        if (s != last) windows[count++] = s;
-        last = s;
-    }
-    *num_windows = count;
+    if (threadIdx.x == 0) *num_windows = merge_segments(iseg, n_ins, dseg, n_del, windows);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -754,16 +770,7 @@ extern "C" __global__ void __launch_bounds__(1024) update_small(
     }
     if (threadIdx.x < RECORD_LEVELS + 2) record[threadIdx.x] = 0;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        long long i = 0, j = 0, count = 0, last = -1;
-        while (i < n_ins || j < n_del) {
-            const long long s = (j >= n_del || (i < n_ins && iseg[i] <= dseg[j])) ? iseg[i++]
-                                                                                 : dseg[j++];
-            if (s != last) windows[count++] = s;
-            last = s;
-        }
-        num_windows = count;
-    }
+    if (threadIdx.x == 0) num_windows = merge_segments(iseg, n_ins, dseg, n_del, windows);
     __syncthreads();
     const long long nw = num_windows;
     int fits = 1;
@@ -776,13 +783,7 @@ extern "C" __global__ void __launch_bounds__(1024) update_small(
         const long long next = s + 1;
         if (next < nseg && cnt[next] == 0 && !(w + 1 < nw && windows[w + 1] == next)) ok = false;
         fits &= ok;
-        plan[PLAN_S0 * n + w] = s;
-        plan[PLAN_S1 * n + w] = next;
-        plan[PLAN_IB * n + w] = ib;
-        plan[PLAN_IE * n + w] = ie;
-        plan[PLAN_DB * n + w] = db;
-        plan[PLAN_DE * n + w] = de;
-        plan[PLAN_TOTAL * n + w] = total;
+        set_plan(plan, n, w, s, next, ib, ie, db, de, total);
     }
     if (!__syncthreads_and(fits)) {
         if (threadIdx.x == 0) { result[0] = 0; result[1] = nw; }
