@@ -1,0 +1,269 @@
+"""Windowed counting on the CPU executor (issue 23): the matches that use at least one
+update edge and whose data edges' event times lie within a window, pruned during the
+search, not filtered afterwards.
+
+Not yet wired into the engine: this is the search and its plan, checked against the timed
+reference (tests/reference_time.py) on random timed graphs and batches by
+tests/gpu/cpu/test_windowed.py.  What the engine will add is where the times live (an
+index it keeps per batch) and the phases of a batch, as the tests drive them:
+
+* the deletion phase searches the graph before the batch, with its times, from the
+  deleted edges and the refreshed ones (an edge inserted again with another time);
+* the insertion phase searches the graph after it, with its times, from the inserted
+  edges and the refreshed ones;
+* a match a phase finds that uses no deleted (resp. inserted) edge, only refreshed ones,
+  exists on the other side of the batch too; it counts only if the other side's times
+  put it out of the window (`other`, the refreshed edges' times there), so that each
+  phase gives exactly the set difference of the valid matches before and after.
+
+A match is valid when every data edge it uses is timed and the largest time minus the
+smallest is at most the window (untimed edges are outside every window, as the
+reference has it).  The time span only grows as a match grows, so a partial match whose
+span already exceeds the window is never extended.
+
+Each task is (update edge u - v, query edge (a, b), orientation): a -> u, b -> v.  Every
+match is found once, from its lowest-ranked update edge, by the total-order rule (an
+update edge ranked below the task's own is off limits); automorphic images are distinct
+matches and are each found, since validity is the same for all of them only without
+`before` constraints, which this search does not take yet.  Undirected graphs only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+from gpu.graph.lists import find_position, label_segment
+from gpu.io.records import NO_TIME
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A query's tasks for windowed counting: per task type (a query edge in one
+    orientation), the matching order from the edge's two ends, and each level's backward
+    neighbours (their levels and the edge labels to them)."""
+    q_label: np.ndarray     # int32 [n]
+    orders: np.ndarray      # int32 [T, n]: the query vertex matched at each level
+    root_label: np.ndarray  # int32 [T]: the label of the root query edge
+    bw_count: np.ndarray    # int32 [T, n]
+    bw_level: np.ndarray    # int32 [T, n, n]
+    bw_label: np.ndarray    # int32 [T, n, n]
+
+
+def window_plan(query) -> WindowPlan:
+    """The WindowPlan of an undirected QueryGraph (connected, as every QueryGraph is)
+    with at least one edge."""
+    if query.directed:
+        raise ValueError("windowed counting takes undirected queries only (for now)")
+    n, k = query.num_vertices, query.num_edges
+    if k == 0:
+        raise ValueError("a windowed query needs at least one edge")
+    adjacency = query.adjacency
+    labels = query.edge_label_matrix
+    roots = [(int(a), int(b)) for a, b in query.edges] + [(int(b), int(a))
+                                                          for a, b in query.edges]
+    t_count = len(roots)
+    orders = np.zeros((t_count, n), dtype=np.int32)
+    root_label = np.zeros(t_count, dtype=np.int32)
+    bw_count = np.zeros((t_count, n), dtype=np.int32)
+    bw_level = np.zeros((t_count, n, n), dtype=np.int32)
+    bw_label = np.zeros((t_count, n, n), dtype=np.int32)
+    for t, (a, b) in enumerate(roots):
+        order = [a, b]
+        while len(order) < n:
+            # The unmatched vertex with the most matched neighbours (ties: the lowest).
+            # (QueryGraph is connected: some unmatched vertex has a matched neighbour.)
+            best = max((q for q in range(n) if q not in order),
+                       key=lambda q: (sum(adjacency[q, p] for p in order), -q))
+            order.append(best)
+        orders[t] = order
+        root_label[t] = labels[min(a, b), max(a, b)]
+        for level in range(2, n):
+            q = order[level]
+            back = [j for j in range(level) if adjacency[q, order[j]]]
+            bw_count[t, level] = len(back)
+            for i, j in enumerate(back):
+                p = order[j]
+                bw_level[t, level, i] = j
+                bw_label[t, level, i] = labels[min(p, q), max(p, q)]
+    return WindowPlan(np.asarray(query.labels, dtype=np.int32), orders, root_label, bw_count,
+                      bw_level, bw_label)
+
+
+@nb.njit(cache=True)
+def _find(keys, key):
+    """Index of `key` in the sorted int64 `keys`, or -1."""
+    lo, hi = 0, keys.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < keys.shape[0] and keys[lo] == key else -1
+
+
+@nb.njit(cache=True)
+def _edge_key(a, b):
+    lo, hi = min(a, b), max(a, b)
+    return (np.int64(lo) << np.int64(32)) | np.int64(hi)
+
+
+@nb.njit(cache=True)
+def _time_of(times, key):
+    """An edge's time in `times` = (sorted keys, their times), NO_TIME when untimed."""
+    i = _find(times[0], key)
+    return times[1][i] if i >= 0 else NO_TIME
+
+
+@nb.njit(cache=True)
+def _count_task(graph, plan, window, times, other, structural, check_other, t, u, v, cur,
+                state):
+    """Valid matches of task type t from the update edge u - v (rank cur), each counted
+    once (module docstring)."""
+    start, deg, nbr, nlab, elab, rank, label = graph
+    q_label, orders, root_label, bw_count, bw_level, bw_label = plan
+    m, pos, end, pivot, lo, hi, lo2, hi2, flags = state
+    n = orders.shape[1]
+    if label[u] != q_label[orders[t, 0]] or label[v] != q_label[orders[t, 1]]:
+        return 0
+    p = find_position(nbr, nlab, start, deg, u, v, label[v])
+    if p < 0 or elab[p] != root_label[t]:
+        return 0
+    key = _edge_key(u, v)
+    first = _time_of(times, key)
+    if first == NO_TIME:
+        return 0
+    m[0], m[1] = u, v
+    lo[1], hi[1] = first, first
+    # flags: bit 0 a structural edge used, bit 1 the other side has an untimed edge.
+    flags[1] = 0
+    if check_other:
+        i = _find(other[0], key)
+        t2 = other[1][i] if i >= 0 else first
+        lo2[1], hi2[1] = t2, t2
+        if t2 == NO_TIME:
+            flags[1] |= 2
+        if _find(structural, key) >= 0:
+            flags[1] |= 1
+    if n == 2:
+        return 1 if (not check_other or flags[1] & 3 or hi2[1] - lo2[1] > window) else 0
+    count = 0
+    level = 2
+    _open_level(graph, plan, t, level, m, pos, end, pivot)
+    while level >= 2:
+        if pos[level] >= end[level]:
+            level -= 1
+            continue
+        p = pos[level]
+        pos[level] += 1
+        w = nbr[p]
+        j0 = pivot[level]
+        if elab[p] != bw_label[t, level, j0] or (rank[p] != 0 and rank[p] < cur):
+            continue
+        used = False
+        for i in range(level):
+            if m[i] == w:
+                used = True
+                break
+        if used:
+            continue
+        tl, th = lo[level - 1], hi[level - 1]
+        tl2, th2, f = lo2[level - 1], hi2[level - 1], flags[level - 1]
+        ok = True
+        for j in range(bw_count[t, level]):
+            y = m[bw_level[t, level, j]]
+            if j != j0:
+                q = find_position(nbr, nlab, start, deg, y, w, label[w])
+                if q < 0 or elab[q] != bw_label[t, level, j] or (rank[q] != 0 and rank[q] < cur):
+                    ok = False
+                    break
+            key = _edge_key(y, w)
+            te = _time_of(times, key)
+            if te == NO_TIME:
+                ok = False
+                break
+            tl, th = min(tl, te), max(th, te)
+            if th - tl > window:      # the span only grows: prune here
+                ok = False
+                break
+            if check_other:
+                i = _find(other[0], key)
+                t2 = other[1][i] if i >= 0 else te
+                if t2 == NO_TIME:
+                    f |= 2
+                else:
+                    tl2, th2 = min(tl2, t2), max(th2, t2)
+                if _find(structural, key) >= 0:
+                    f |= 1
+        if not ok:
+            continue
+        m[level] = w
+        if level == n - 1:
+            if not check_other or f & 3 or th2 - tl2 > window:
+                count += 1
+            continue
+        lo[level], hi[level], lo2[level], hi2[level], flags[level] = tl, th, tl2, th2, f
+        level += 1
+        _open_level(graph, plan, t, level, m, pos, end, pivot)
+    return count
+
+
+@nb.njit(cache=True)
+def _open_level(graph, plan, t, level, m, pos, end, pivot):
+    """A level's candidates: the label segment of its backward neighbour with the
+    shortest one."""
+    start, deg, nbr, nlab, elab, rank, label = graph
+    q_label, orders, root_label, bw_count, bw_level, bw_label = plan
+    want = q_label[orders[t, level]]
+    best = -1
+    for j in range(bw_count[t, level]):
+        x = m[bw_level[t, level, j]]
+        a, b = label_segment(nlab, start[x], start[x] + deg[x], want)
+        if best < 0 or b - a < end[level] - pos[level]:
+            best, pos[level], end[level] = j, a, b
+    pivot[level] = best
+
+
+@nb.njit(cache=True)
+def _count_all(graph, plan, window, times, other, structural, check_other, us, vs, ranks):
+    n = plan[1].shape[1]
+    state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
+    total = 0
+    for i in range(us.shape[0]):
+        for t in range(plan[1].shape[0]):
+            total += _count_task(graph, plan, window, times, other, structural, check_other,
+                                 t, us[i], vs[i], ranks[i], state)
+    return total
+
+
+def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=None,
+                   structural=None) -> int:
+    """Valid matches (module docstring) using at least one of the update edges us - vs
+    (slots of the DynamicGraph `graph`, whose rank pool holds their ranks 1..k in this
+    order: `graph.set_ranks`); `times` = (sorted edge keys u << 32 | v with u < v, their
+    times).  With `other` = (sorted keys, times) of the refreshed edges on the other side
+    of the batch and `structural` the sorted keys of this phase's deleted or inserted
+    edges, a match that uses no structural edge counts only if the other side's times put
+    it out of the window."""
+    if graph.directed:
+        raise ValueError("windowed counting takes undirected graphs only (for now)")
+    arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
+              graph.label)
+    check_other = other is not None
+    none = np.empty(0, dtype=np.int64)
+    other = other if other is not None else (none, none)
+    structural = structural if structural is not None else none
+    us = np.asarray(us, dtype=np.int64)
+    vs = np.asarray(vs, dtype=np.int64)
+    return int(_count_all(
+        arrays, (plan.q_label, plan.orders, plan.root_label, plan.bw_count, plan.bw_level,
+                 plan.bw_label), np.int64(window),
+        (np.asarray(times[0], np.int64), np.asarray(times[1], np.int64)),
+        (np.asarray(other[0], np.int64), np.asarray(other[1], np.int64)),
+        np.asarray(structural, np.int64), check_other, us, vs,
+        np.arange(1, len(us) + 1, dtype=np.int32)))
