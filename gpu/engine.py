@@ -622,9 +622,7 @@ class Engine:
         us, vs, labels = g.edges()
         times = None
         if self._timed:     # the edges' times (NO_TIME: untimed) and the watermark too
-            get = self.times.get
-            times = np.array([NO_TIME if (t := get(key)) is None else t
-                              for key in edge_keys(us, vs).tolist()], dtype=np.int64)
+            times = self.times.get_many(edge_keys(us, vs))
         return LabeledGraph(vertex_ids=g.ext[alive].copy(), vertex_labels=g.label[alive].copy(),
                             edge_src=g.ext[us], edge_dst=g.ext[vs], edge_labels=labels,
                             edge_times=times, watermark=self.watermark)

@@ -4,8 +4,8 @@ search, not filtered afterwards.
 
 Not yet wired into the engine: this is the search and its plan, checked against the timed
 reference (tests/reference_time.py) on random timed graphs and batches by
-tests/gpu/cpu/test_windowed.py.  What the engine will add is where the times live (an
-index it keeps per batch) and the phases of a batch, as the tests drive them:
+tests/gpu/cpu/test_windowed.py.  What the engine will add is the phases of a batch, as
+the tests drive them:
 
 * the deletion phase searches the graph before the batch, with its times, from the
   deleted edges and the refreshed ones (an edge inserted again with another time);
@@ -15,6 +15,10 @@ index it keeps per batch) and the phases of a batch, as the tests drive them:
   exists on the other side of the batch too; it counts only if the other side's times
   put it out of the window (`other`, the refreshed edges' times there), so that each
   phase gives exactly the set difference of the valid matches before and after.
+
+The times are read from the engine's TimeTable (gpu/graph/times.py) by key, one probe per
+data edge a candidate would add; the refreshed edges' other-side times and the phase's
+structural edges come as small sorted arrays (a batch's worth).
 
 A match is valid when every data edge it uses is timed and the largest time minus the
 smallest is at most the window (untimed edges are outside every window, as the
@@ -36,6 +40,7 @@ import numpy as np
 
 from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
 from gpu.graph.lists import find_position, label_segment
+from gpu.graph.times import table_find
 from gpu.io.records import NO_TIME
 
 
@@ -113,8 +118,8 @@ def _edge_key(a, b):
 
 @nb.njit(cache=True)
 def _time_of(times, key):
-    """An edge's time in `times` = (sorted keys, their times), NO_TIME when untimed."""
-    i = _find(times[0], key)
+    """An edge's time in `times` = a TimeTable's (keys, vals), NO_TIME when untimed."""
+    i = table_find(times[0], key)
     return times[1][i] if i >= 0 else NO_TIME
 
 
@@ -245,8 +250,8 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
                    structural=None) -> int:
     """Valid matches (module docstring) using at least one of the update edges us - vs
     (slots of the DynamicGraph `graph`, whose rank pool holds their ranks 1..k in this
-    order: `graph.set_ranks`); `times` = (sorted edge keys u << 32 | v with u < v, their
-    times).  With `other` = (sorted keys, times) of the refreshed edges on the other side
+    order: `graph.set_ranks`); `times`: the edges' times, a TimeTable keyed by
+    u << 32 | v with u < v (gpu/graph/times.py).  With `other` = (sorted keys, times) of the refreshed edges on the other side
     of the batch and `structural` the sorted keys of this phase's deleted or inserted
     edges, a match that uses no structural edge counts only if the other side's times put
     it out of the window."""
@@ -263,7 +268,7 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     return int(_count_all(
         arrays, (plan.q_label, plan.orders, plan.root_label, plan.bw_count, plan.bw_level,
                  plan.bw_label), np.int64(window),
-        (np.asarray(times[0], np.int64), np.asarray(times[1], np.int64)),
+        (times.keys, times.vals),
         (np.asarray(other[0], np.int64), np.asarray(other[1], np.int64)),
         np.asarray(structural, np.int64), check_other, us, vs,
         np.arange(1, len(us) + 1, dtype=np.int32)))

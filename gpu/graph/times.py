@@ -9,14 +9,152 @@ batch that moves the watermark to T takes from the runs' fronts every entry with
 <= T - retention, so its cost follows the entries it takes (and log of the runs), not
 the graph.  Entries go stale when their edge is deleted or refreshed; a taken entry
 counts only while its edge still has that time (`EdgeTimes.current`).
+
+The times themselves are a `TimeTable`: an open-addressing hash table of NumPy arrays
+(linear probing, tombstones), read and written by compiled loops a batch at a time, so a
+batch's cost follows its edges, and a compiled search can read an edge's time by its key
+(gpu/cpu/windowed.py).
 """
 from __future__ import annotations
 
 import heapq
 
+import numba as nb
 import numpy as np
 
+from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+from gpu.io.records import NO_TIME
+
 NO_KEYS = np.empty(0, dtype=np.int64)
+EMPTY = -1      # a TimeTable slot never used (edge keys are >= 0)
+GONE = -2       # a slot whose key was dropped: lookups go on past it, inserts reuse it
+
+
+@nb.njit(cache=True, inline="always")
+def _home(key, mask):
+    """A key's first slot.  Keys are slot pairs u << 32 | v (u, v < 2^31), far from random
+    in their low bits: both halves are mixed by multipliers below 2^30, so that nothing
+    overflows (also when the kernels run as plain Python)."""
+    u = key >> 32
+    v = key & 0xFFFFFFFF
+    h = v * 0x2C1B3C6D + u * 0x297A2D39
+    h ^= h >> 29
+    return h & mask
+
+
+@nb.njit(cache=True)
+def table_find(keys, key):
+    """The slot of `key` in a TimeTable's keys, or -1."""
+    mask = keys.shape[0] - 1
+    i = _home(key, mask)
+    while True:
+        k = keys[i]
+        if k == key:
+            return i
+        if k == EMPTY:
+            return -1
+        i = (i + 1) & mask
+
+
+@nb.njit(cache=True)
+def _get_many(keys, vals, wanted, out):
+    for j in range(wanted.shape[0]):
+        i = table_find(keys, wanted[j])
+        out[j] = vals[i] if i >= 0 else NO_TIME
+
+
+@nb.njit(cache=True)
+def _put_many(keys, vals, new_keys, new_vals):
+    """Set each key's value (the last one given wins); returns (keys added, slots that
+    were GONE and are used again)."""
+    mask = keys.shape[0] - 1
+    added = reused = 0
+    for j in range(new_keys.shape[0]):
+        key = new_keys[j]
+        i = _home(key, mask)
+        gone = -1
+        while True:
+            k = keys[i]
+            if k == key:
+                break
+            if k == EMPTY:
+                if gone >= 0:
+                    i = gone
+                    reused += 1
+                added += 1
+                keys[i] = key
+                break
+            if k == GONE and gone < 0:
+                gone = i
+            i = (i + 1) & mask
+        vals[i] = new_vals[j]
+    return added, reused
+
+
+@nb.njit(cache=True)
+def _drop_many(keys, dropped):
+    """Drop each key present; returns how many were."""
+    removed = 0
+    for j in range(dropped.shape[0]):
+        i = table_find(keys, dropped[j])
+        if i >= 0:
+            keys[i] = GONE
+            removed += 1
+    return removed
+
+
+class TimeTable:
+    """Edge key -> event time (module docstring): at most half the slots used or GONE, so
+    probes stay short; grown, or rebuilt without its tombstones, before a batch of
+    inserts would pass that."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._alloc(capacity)
+
+    def _alloc(self, capacity: int) -> None:
+        self.keys = np.full(capacity, EMPTY, dtype=np.int64)
+        self.vals = np.zeros(capacity, dtype=np.int64)
+        self.count = 0
+        self.gone = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def get(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's time, NO_TIME where it has none."""
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        out = np.empty(len(keys), dtype=np.int64)
+        _get_many(self.keys, self.vals, keys, out)
+        return out
+
+    def set(self, keys: np.ndarray, times: np.ndarray) -> None:
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        if len(keys) == 0:
+            return
+        if 2 * (self.count + self.gone + len(keys)) > len(self.keys):
+            self._resize(self.count + len(keys))
+        added, reused = _put_many(self.keys, self.vals, keys,
+                                  np.ascontiguousarray(times, dtype=np.int64))
+        self.count += added
+        self.gone -= reused
+
+    def drop(self, keys: np.ndarray) -> None:
+        removed = _drop_many(self.keys, np.ascontiguousarray(keys, dtype=np.int64))
+        self.count -= removed
+        self.gone += removed
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, times) of every entry, in slot order."""
+        live = self.keys >= 0
+        return self.keys[live], self.vals[live]
+
+    def _resize(self, needed: int) -> None:
+        capacity = len(self.keys)
+        while 2 * needed > capacity:
+            capacity *= 2
+        keys, vals = self.items()
+        self._alloc(capacity)
+        self.count, _ = _put_many(self.keys, self.vals, keys, vals)
 
 
 def edge_keys(us: np.ndarray, vs: np.ndarray) -> np.ndarray:
@@ -71,33 +209,36 @@ class ExpiryIndex:
 
 
 class EdgeTimes:
-    """Each timed edge's time by key, and the expiry index over them."""
+    """Each timed edge's time by key (a TimeTable), and the expiry index over them."""
 
     def __init__(self) -> None:
-        self._time: dict[int, int] = {}
+        self.table = TimeTable()
         self.index = ExpiryIndex()
 
     def __len__(self) -> int:
-        return len(self._time)
+        return len(self.table)
 
     def get(self, key: int) -> int | None:
-        return self._time.get(int(key))
+        found = int(self.table.get(np.array([key], dtype=np.int64))[0])
+        return None if found == NO_TIME else found
+
+    def get_many(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's time, NO_TIME where it has none."""
+        return self.table.get(keys)
 
     def current(self, keys: np.ndarray, times: np.ndarray) -> np.ndarray:
         """Whether each edge key still has this time (an index entry not stale)."""
-        return np.fromiter((self._time.get(k) == t for k, t in
-                            zip(keys.tolist(), times.tolist(), strict=True)),
-                           dtype=bool, count=len(keys))
+        return self.table.get(keys) == np.asarray(times, dtype=np.int64)
 
     def drop(self, keys: np.ndarray) -> None:
         """Forget the times of deleted edges (untimed ones have none)."""
-        for key in keys.tolist():
-            self._time.pop(key, None)
+        self.table.drop(keys)
 
     def set(self, keys: np.ndarray, times: np.ndarray) -> None:
         """Give these edges these times (new edges and refreshes) and index them."""
-        self._time.update(zip(keys.tolist(), times.tolist(), strict=True))
+        self.table.set(keys, times)
         self.index.add(keys, times)
 
     def items(self) -> list[tuple[int, int]]:
-        return list(self._time.items())
+        keys, times = self.table.items()
+        return list(zip(keys.tolist(), times.tolist(), strict=True))

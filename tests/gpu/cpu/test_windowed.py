@@ -12,6 +12,7 @@ import pytest
 
 from gpu.cpu.windowed import count_windowed, window_plan
 from gpu.graph.lists import DynamicGraph
+from gpu.graph.times import TimeTable
 from gpu.io.records import NO_TIME
 from tests.gpu.test_oracle import random_graph, random_queries, to_labeled, to_query
 from tests.reference import DELETE_EDGE, INSERT_EDGE, NO_LABEL
@@ -35,13 +36,19 @@ def _keyed(us, vs, values=None) -> tuple[np.ndarray, np.ndarray]:
     return keys[order], values[order]
 
 
-def _times(graph: DynamicGraph, times: dict, keys=None):
-    """(sorted keys, times) of the timed edges among `keys` (all when None), or of all of
-    `keys` with NO_TIME for untimed ones when keys are given."""
-    keys = [k for k, t in times.items() if t is not None] if keys is None else list(keys)
-    us, vs = _slots(graph, keys)
-    values = [NO_TIME if times[k] is None else times[k] for k in keys]
-    return _keyed(us, vs, values)
+def _times(graph: DynamicGraph, times: dict) -> TimeTable:
+    """The timed edges' times as the engine keeps them."""
+    keys = [k for k, t in times.items() if t is not None]
+    table = TimeTable()
+    table.set(*_keyed(*_slots(graph, keys), [times[k] for k in keys]))
+    return table
+
+
+def _other(graph: DynamicGraph, times: dict, keys) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted keys, times) of `keys` on the other side of the batch, NO_TIME for untimed."""
+    keys = list(keys)
+    return _keyed(*_slots(graph, keys), [NO_TIME if times[k] is None else times[k]
+                                         for k in keys])
 
 
 def _phase(ref_graph, times: dict, plan, window: int, updates, other_times: dict,
@@ -55,7 +62,7 @@ def _phase(ref_graph, times: dict, plan, window: int, updates, other_times: dict
                     np.arange(1, len(us) + 1, dtype=np.int32))
     struct_keys = _keyed(*_slots(graph, structural))[0]
     return count_windowed(graph, plan, window, us, vs, _times(graph, times),
-                          other=_times(graph, other_times, refreshed), structural=struct_keys)
+                          other=_other(graph, other_times, refreshed), structural=struct_keys)
 
 
 def _timed_batch(rng: random.Random, g, times: dict, horizon: int) -> list[tuple]:

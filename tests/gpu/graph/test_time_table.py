@@ -1,0 +1,63 @@
+"""gpu/graph/times.py's TimeTable (edge key -> event time, a hash table of NumPy arrays)
+against a dict, through growth, drops and the slots they leave; and EdgeTimes on it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu.cpu import interpreted
+from gpu.graph import times as times_module
+from gpu.graph.times import GONE, EdgeTimes, TimeTable
+from gpu.io.records import NO_TIME
+
+
+def _keys(rng, n: int, span: int) -> np.ndarray:
+    return (rng.integers(0, span, n).astype(np.int64) << 32) | rng.integers(0, span, n)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["compiled", "plain-python"])
+def test_random_sets_drops_and_gets_equal_a_dict(plain, monkeypatch):
+    """Keys set again, dropped, set again into their tombstones, the table grown from 4
+    slots; the kernels compiled, or run as plain Python as a first start runs them (where
+    no multiplication may overflow: NumPy's scalars would warn, an error here)."""
+    if plain:
+        for name in ("_get_many", "_put_many", "_drop_many"):
+            monkeypatch.setattr(times_module, name,
+                                interpreted.twin(getattr(times_module, name)))
+    rng = np.random.default_rng(3)
+    table, want = TimeTable(4), {}
+    reused = False
+    for step in range(200):
+        keys, times = _keys(rng, 12, 40), rng.integers(0, 10**12, 12)
+        capacity, tombstones = len(table.keys), table.gone
+        table.set(keys, times)
+        # A set that did not rebuild the table and left fewer tombstones used them again.
+        reused |= len(table.keys) == capacity and table.gone < tombstones
+        want.update(zip(keys.tolist(), times.tolist(), strict=True))   # the last one wins
+        dropped = _keys(rng, 8, 40) if step % 2 else keys[:6]    # some absent, some not
+        table.drop(dropped)
+        for key in dropped.tolist():
+            want.pop(key, None)
+        assert table.gone == int((table.keys == GONE).sum())
+        asked = _keys(rng, 30, 40)
+        assert table.get(asked).tolist() == [want.get(k, NO_TIME) for k in asked.tolist()]
+        assert len(table) == len(want)
+        assert 2 * (table.count + table.gone) <= len(table.keys)
+    keys, times = table.items()
+    assert dict(zip(keys.tolist(), times.tolist(), strict=True)) == want
+    assert len(table.keys) > 4 and reused
+
+
+def test_edge_times_keep_the_expiry_index_and_answer_as_before():
+    times = EdgeTimes()
+    keys = np.array([(1 << 32) | 2, (2 << 32) | 3, (3 << 32) | 4], dtype=np.int64)
+    times.set(keys, np.array([10, 20, 30]))
+    assert times.get(int(keys[1])) == 20 and times.get((7 << 32) | 8) is None
+    times.set(keys[1:2], np.array([25]))          # a refresh: the old entry goes stale
+    times.drop(keys[2:])
+    taken, at = times.index.take_until(100)
+    assert times.current(taken, at).tolist() == [k == keys[0] or (k == keys[1] and t == 25)
+                                                 for k, t in zip(taken, at, strict=True)]
+    assert sorted(times.items()) == [(int(keys[0]), 10), (int(keys[1]), 25)]
+    assert len(times) == 2
+    assert times.get_many(keys).tolist() == [10, 25, NO_TIME]
