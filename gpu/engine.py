@@ -29,6 +29,7 @@ from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges
 from gpu.config import EngineConfig
 from gpu.cuda.device import BACKENDS, resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
+from gpu.cpu.windowed import WindowPlan, window_plan
 from gpu.io.records import NO_TIME, LabeledGraph, UpdateStream
 from gpu.graph.lists import DynamicGraph
 from gpu.graph.times import EdgeTimes, edge_keys
@@ -66,6 +67,15 @@ class _Standing:
     leaves: LeafCounts
 
 
+@dataclass
+class _Windowed:
+    """A windowed query (gpu/cpu/windowed.py): counted in its own phases of a timed batch
+    (gpu/event_time.py), not in the standing queries' shared ones."""
+    query: QueryGraph
+    plan: WindowPlan
+    window: int
+
+
 def executor_for(backend: str, directed: bool) -> str:
     """The executor an Engine of `backend` ("auto", "cpu", "cuda") runs on: directed graphs
     on the CPU executor for now (their "auto" picks it, "cuda" is refused)."""
@@ -95,6 +105,7 @@ class Engine:
         # Event times (gpu/event_time.py): kept once a batch brings one, or with retention.
         self.times = EdgeTimes()
         self.watermark: int | None = None
+        self._windowed: dict[int, _Windowed] = {}
         self._timed = self.retention is not None
         self.config = config or EngineConfig()
         self.directed = bool(directed)
@@ -140,12 +151,17 @@ class Engine:
             self.signatures.resize(self.graph)
 
     # ---- standing queries -------------------------------------------
-    def add_query(self, query: QueryGraph) -> int:
-        """Register a standing query; returns its id."""
+    def add_query(self, query: QueryGraph, window: int | None = None) -> int:
+        """Register a standing query; returns its id.  With `window` W, a match counts
+        only while its data edges are timed and their times lie within W of each other
+        (issue 23; counted, not listed, and on the CPU executor of an undirected graph
+        for now)."""
         if query.directed != self.directed:
             kinds = ("undirected", "directed")
             raise ValueError(f"query {query.name}: a {kinds[query.directed]} query on a "
                              f"{kinds[self.directed]} graph")
+        if window is not None:
+            return self._add_windowed(query, window)
         self.flush()
         if self._device is not None:
             problem = self._device.admit(query.labels, self.graph.num_slots)
@@ -169,6 +185,27 @@ class Engine:
         self._queries[qid] = _Standing(plan, leaves)
         return qid
 
+    def _add_windowed(self, query: QueryGraph, window) -> int:
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+            raise ValueError(f"query {query.name}: window must be an integer >= 0, got "
+                             f"{window!r}")
+        if self._device is not None:
+            raise ValueError(f"query {query.name}: windowed queries run on the CPU executor "
+                             f"for now; this engine runs on cuda")
+        if self.directed:
+            raise ValueError(f"query {query.name}: windowed queries take undirected graphs "
+                             f"for now")
+        self.flush()
+        plan = window_plan(query)
+        qid = self._next_id
+        self._next_id += 1
+        self._windowed[qid] = _Windowed(query, plan, int(window))
+        return qid
+
+    def windowed_ids(self) -> list[int]:
+        """The windowed queries (add_query with a window); query_ids() are the others."""
+        return list(self._windowed)
+
     def _plan_stats(self, query: QueryGraph, cand: np.ndarray) -> PlanStats:
         """Candidate-set sizes and data edges between candidate sets (registration only)."""
         g = self.graph
@@ -184,6 +221,10 @@ class Engine:
         return PlanStats(candidates=sizes, edges=edges)
 
     def remove_query(self, qid: int) -> None:
+        if qid in self._windowed:
+            self.flush()
+            del self._windowed[qid]
+            return
         self._standing(qid)
         self.flush()
         del self._queries[qid]
@@ -206,11 +247,19 @@ class Engine:
 
     # ---- static matching ------------------------------------------------
     def count(self, qid: int) -> int:
-        """Number of embeddings of the query in the current graph."""
+        """Number of embeddings of the query in the current graph (of a windowed query,
+        those its window takes)."""
+        if qid in self._windowed:
+            self.flush()
+            keys = np.sort(self.times.table.items()[0])   # a valid match's edges are timed
+            return event_time.windowed_phase(self, keys, None, None, [qid])[qid]
         return self._static(qid, 0).count
 
     def matches(self, qid: int, limit: int | None = None) -> MatchList:
         """Embeddings in the current graph as external ids (all, or the first `limit`)."""
+        if qid in self._windowed:
+            raise ValueError(f"query {qid} is windowed: its matches are counted, not listed "
+                             f"(for now)")
         found = self._static(qid, limit if limit is not None else -1)
         return MatchList(self._external(found.rows), found.truncated, found.count)
 
@@ -397,13 +446,19 @@ class Engine:
                 if self._group is not None and not self._group.admits(edges, limit):
                     self.flush()
                 self.batches_applied += 1
-                return pipeline.join_group(self, edges, list_limit, t0)
+                return self._untimed(pipeline.join_group(self, edges, list_limit, t0))
         # Validated against the graph with every batch before it in.
         self.flush()
         batch = normalize(stream, self.graph, self._prep)
         self._admit(batch, stream)
         self.batches_applied += 1
-        return self._run_batch(batch, list_limit, defer, t0)
+        return self._untimed(self._run_batch(batch, list_limit, defer, t0))
+
+    def _untimed(self, pending: PendingBatch) -> PendingBatch:
+        """A batch of an engine without times: no windowed query has a valid match (every
+        edge is untimed), before it or after."""
+        pending.windowed = tuple(self._windowed)
+        return pending
 
     def _admit(self, batch: EffectiveBatch, stream: UpdateStream) -> None:
         """Reject a validated batch the device graph cannot take (its new vertices' labels

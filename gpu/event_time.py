@@ -14,7 +14,13 @@ its expired edges), the second's are the rest, and an edge the batch inserts wit
 already past the horizon is never inserted (it would be inserted and expired at once:
 counted as both, matched by neither phase).  Nothing here changes anything until the
 batch has been validated.  Executor-independent: expiry is deletions, which both
-executors apply; windows and `before` constraints (pruning inside the search) are next.
+executors apply.
+
+Windowed queries (Engine.add_query with a window; the CPU executor) are counted in phases
+of their own (gpu/cpu/windowed.py): on the expiry batch, from the expired edges; before
+the batch, from its deleted edges and the refreshed ones whose time changes, with the
+times before; after it and its times, from its inserted edges and those refreshed ones.
+`before` constraints are next.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import numpy as np
 
 from gpu import clock
 from gpu.batch import EffectiveBatch, normalize, stored_labels
+from gpu.cpu.windowed import count_windowed
 from gpu.graph.times import NO_KEYS, edge_keys
 from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, NO_TIME, UpdateStream
 from gpu.pipeline import PendingBatch
@@ -171,6 +178,37 @@ def _merged(expired: BatchResult | None, main: BatchResult,
     return deltas
 
 
+def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
+                   qids=None) -> dict[int, int]:
+    """Each windowed query's (of `qids`, default all) valid matches using at least one of
+    the existing edges `keys` (sorted), found from the lowest-ranked one; `other` and
+    `structural` as count_windowed takes them (None: every match found counts)."""
+    qids = list(engine._windowed) if qids is None else qids
+    found = dict.fromkeys(qids, 0)
+    if not qids or len(keys) == 0:
+        return found
+    graph = engine.graph
+    us, vs = _split(keys)
+    graph.set_ranks(us, vs, np.arange(1, len(keys) + 1, dtype=np.int32))
+    try:
+        for qid in qids:
+            w = engine._windowed[qid]
+            found[qid] = count_windowed(graph, w.plan, w.window, us, vs, engine.times.table,
+                                        other, structural)
+    finally:
+        graph.set_ranks(us, vs, np.zeros(len(keys), dtype=np.int32))
+    return found
+
+
+def _refreshed(engine: Engine, effect: TimedEffect) -> tuple[np.ndarray, ...]:
+    """The refreshed edges that stay and whose time changes: (keys, old times, new)."""
+    stays = ~np.isin(effect.refreshed_keys, effect.expired)
+    keys, new = effect.refreshed_keys[stays], effect.refreshed_times[stays]
+    old = engine.times.get_many(keys)
+    changed = old != new
+    return keys[changed], old[changed], new[changed]
+
+
 def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, int],
                 t0: float) -> PendingBatch:
     """Engine.start of a batch on an engine that keeps times: validated, then its expiry
@@ -183,10 +221,18 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     engine.watermark = effect.watermark
     engine.batches_applied += 1
     expiry = None
+    windowed = bool(engine._windowed)
+    if windowed:
+        r_keys, r_old, r_new = _refreshed(engine, effect)
+        gone = windowed_phase(engine, effect.expired, None, None)
     if len(effect.expired):
         expiry = engine._run_batch(_deletions(engine.graph, effect.expired), list_limit,
                                    False, t0).finish()
     main_batch = _without_inserts(batch, effect.expired_new)
+    if windowed:
+        deleted = np.sort(edge_keys(main_batch.delete_u, main_batch.delete_v))
+        negative = windowed_phase(engine, np.union1d(deleted, r_keys), (r_keys, r_new),
+                                  deleted)
     main = engine._run_batch(main_batch, list_limit, False, t0).finish()
     times = engine.times
     times.drop(np.concatenate([effect.deleted, effect.expired]))
@@ -194,6 +240,14 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     times.set(effect.new_keys[fresh], effect.new_times[fresh])
     kept = ~np.isin(effect.refreshed_keys, effect.expired)
     times.set(effect.refreshed_keys[kept], effect.refreshed_times[kept])
+    deltas = _merged(expiry, main, list_limit)
+    if windowed:
+        inserted = np.sort(edge_keys(main_batch.insert_u, main_batch.insert_v))
+        positive = windowed_phase(engine, np.union1d(inserted, r_keys), (r_keys, r_old),
+                                  inserted)
+        for qid in engine._windowed:
+            deltas[qid] = QueryDelta(positive=positive[qid],
+                                     negative=negative[qid] + gone[qid], expired=gone[qid])
     applied = dict(main_batch.applied)
     applied["edges_deleted"] += len(effect.expired)
     timings = dict(main.timings)
@@ -202,4 +256,4 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
             timings[name] = timings.get(name, 0.0) + seconds
     done = clock.now()
     return PendingBatch(dataclasses.replace(main_batch, applied=applied), list_limit, {}, {},
-                        {}, t0, done, timings, deltas=_merged(expiry, main, list_limit))
+                        {}, t0, done, timings, deltas=deltas)

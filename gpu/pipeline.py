@@ -62,6 +62,9 @@ class PendingBatch:
     # A batch group member's results, made by the group's run (positive, negative and
     # seconds stay empty).
     deltas: dict[int, QueryDelta] | None = None
+    # Windowed queries of an engine without times: none of their matches is valid, so
+    # their deltas are empty (Engine._untimed).
+    windowed: tuple[int, ...] = ()
 
     def finish(self) -> BatchResult:
         """The batch's result.  Its seconds run from the batch's start to its result being
@@ -79,6 +82,8 @@ class PendingBatch:
                 known = clock.now()
                 self.timings["match"] += sum(waited.values())
             deltas = self._deltas(waited)
+        for qid in self.windowed:
+            deltas.setdefault(qid, QueryDelta(0, 0))
         return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
                            queries=deltas, seconds=known - self.started,
                            timings=self.timings)

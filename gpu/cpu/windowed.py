@@ -2,11 +2,12 @@
 update edge and whose data edges' event times lie within a window, pruned during the
 search, not filtered afterwards.
 
-Not yet wired into the engine: this is the search and its plan, checked against the timed
-reference (tests/reference_time.py) on random timed graphs and batches by
-tests/gpu/cpu/test_windowed.py.  What the engine will add is the phases of a batch, as
-the tests drive them:
+The engine counts its windowed queries (`Engine.add_query(query, window=W)`) in phases of
+their own around a timed batch (gpu/event_time.py), checked against the timed reference
+(tests/reference_time.py) by tests/gpu/cpu/test_windowed.py (the phases alone) and
+tests/gpu/test_event_time.py (the engine):
 
+* the expiry batch's phase searches the graph before it from the expired edges;
 * the deletion phase searches the graph before the batch, with its times, from the
   deleted edges and the refreshed ones (an edge inserted again with another time);
 * the insertion phase searches the graph after it, with its times, from the inserted
