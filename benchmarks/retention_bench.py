@@ -48,12 +48,13 @@ def timed_batches(graph: LabeledGraph, size: int, seed: int = 0) -> list[UpdateS
 
 
 def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStream],
-        retention: int | None, backend: str) -> dict:
-    """The stream on a fresh engine with this retention; steady-state latency and counts."""
+        retention: int | None, backend: str, window: int | None = None) -> dict:
+    """The stream on a fresh engine with this retention (the queries standing with this
+    window: benchmarks/window_bench.py); steady-state latency and counts."""
     empty = LabeledGraph(graph.vertex_ids, graph.vertex_labels, [], [], [])
     engine = Engine(empty, backend=backend, retention=retention)
     for q in queries:
-        engine.add_query(q)
+        engine.add_query(q, window=window)
     seconds, expired_edges = [], []
     totals = {"positive": 0, "negative": 0, "expired": 0}
     held_before = 0
@@ -80,7 +81,8 @@ def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStre
                             * 1e3, 3) if steady else None,
             "expired_per_batch": round(float(np.mean(expiring)), 1) if expiring else 0.0,
             "edges_held": engine.graph.num_edges,
-            "final_matches": sum(engine.count(qid) for qid in engine.query_ids()), **totals}
+            "final_matches": sum(engine.count(qid) for qid in
+                                 engine.query_ids() + engine.windowed_ids()), **totals}
 
 
 def main(argv=None) -> int:

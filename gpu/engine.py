@@ -74,6 +74,9 @@ class _Windowed:
     query: QueryGraph
     plan: WindowPlan
     window: int
+    # No leaf counts: kept only so that the per-batch upkeep of candidate bits, whose
+    # entries carry them, takes this query's with the standing ones'.
+    leaves: LeafCounts
 
 
 def executor_for(backend: str, directed: bool) -> str:
@@ -199,7 +202,12 @@ class Engine:
         plan = window_plan(query)
         qid = self._next_id
         self._next_id += 1
-        self._windowed[qid] = _Windowed(query, plan, int(window))
+        # Its candidate bits prune its search as the standing queries' do, kept per batch
+        # with theirs (registration may recode every query's, as add_query's may).
+        self._arrays_generation += 1
+        self.signatures.add_query(qid, query, self.graph)
+        leaves = LeafCounts(query, self.graph.label.shape[0], kept=False)
+        self._windowed[qid] = _Windowed(query, plan, int(window), leaves)
         return qid
 
     def windowed_ids(self) -> list[int]:
@@ -224,6 +232,8 @@ class Engine:
         if qid in self._windowed:
             self.flush()
             del self._windowed[qid]
+            self._arrays_generation += 1
+            self.signatures.remove_query(qid)
             return
         self._standing(qid)
         self.flush()
@@ -510,9 +520,10 @@ class Engine:
 
     def _upkeep_parts(self) -> list[tuple]:
         sig = self.signatures
+        every = [*self._queries.items(), *self._windowed.items()]
         return [(sig.cand[qid], s.leaves.nc, s.leaves.leaf_q, s.leaves.leaf_elab,
                  s.leaves.leaf_dir)
-                + sig.query_side(qid) for qid, s in self._queries.items()]
+                + sig.query_side(qid) for qid, s in every]
 
     def _incremental(self, us, vs, labels, list_limit: Mapping[int, int], defer: bool = False,
                      on_device: tuple | None = None) -> tuple[dict, dict[int, float]]:
@@ -622,14 +633,15 @@ class Engine:
             return
         if len(batch.add_ids):
             sig.vertices_added(g, batch.add_slots)
-            for standing in self._queries.values():
+            for standing in [*self._queries.values(), *self._windowed.values()]:
                 standing.leaves.resize(g.label.shape[0])
         # Signatures, then leaf counts of the new edges under the old candidate bits, then
         # the bit changes (SignatureTable.refresh and LeafCounts.candidates_changed), for
         # every query in one compiled call.
         vertices = (np.concatenate([batch.delete_slots, batch.add_slots]).astype(np.int32)
                     if len(batch.delete_slots) or len(batch.add_slots) else _NO_VERTICES)
-        upkeep.batch_changes(self._query_arrays() if self._queries else None, sig, g,
+        upkeep.batch_changes(self._query_arrays() if self._queries or self._windowed
+                             else None, sig, g,
                              batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
                              batch.insert_labels, vertices)
 

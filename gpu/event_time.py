@@ -194,7 +194,7 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
         for qid in qids:
             w = engine._windowed[qid]
             found[qid] = count_windowed(graph, w.plan, w.window, us, vs, engine.times.table,
-                                        other, structural)
+                                        other, structural, engine.signatures.host_cand(qid))
     finally:
         graph.set_ranks(us, vs, np.zeros(len(keys), dtype=np.int32))
     return found

@@ -125,15 +125,17 @@ def _time_of(times, key):
 
 
 @nb.njit(cache=True)
-def _count_task(graph, plan, window, times, other, structural, check_other, t, u, v, cur,
-                state):
+def _count_task(graph, plan, cand, window, times, other, structural, check_other, t, u, v,
+                cur, state):
     """Valid matches of task type t from the update edge u - v (rank cur), each counted
     once (module docstring)."""
     start, deg, nbr, nlab, elab, rank, label = graph
     q_label, orders, root_label, bw_count, bw_level, bw_label = plan
     m, pos, end, pivot, lo, hi, lo2, hi2, flags = state
     n = orders.shape[1]
-    if label[u] != q_label[orders[t, 0]] or label[v] != q_label[orders[t, 1]]:
+    a, b = orders[t, 0], orders[t, 1]
+    if label[u] != q_label[a] or label[v] != q_label[b] \
+            or (cand[u] >> np.uint32(a)) & 1 == 0 or (cand[v] >> np.uint32(b)) & 1 == 0:
         return 0
     p = find_position(nbr, nlab, start, deg, u, v, label[v])
     if p < 0 or elab[p] != root_label[t]:
@@ -167,7 +169,8 @@ def _count_task(graph, plan, window, times, other, structural, check_other, t, u
         pos[level] += 1
         w = nbr[p]
         j0 = pivot[level]
-        if elab[p] != bw_label[t, level, j0] or (rank[p] != 0 and rank[p] < cur):
+        if (cand[w] >> np.uint32(orders[t, level])) & 1 == 0 \
+                or elab[p] != bw_label[t, level, j0] or (rank[p] != 0 and rank[p] < cur):
             continue
         used = False
         for i in range(level):
@@ -234,7 +237,8 @@ def _open_level(graph, plan, t, level, m, pos, end, pivot):
 
 
 @nb.njit(cache=True)
-def _count_all(graph, plan, window, times, other, structural, check_other, us, vs, ranks):
+def _count_all(graph, plan, cand, window, times, other, structural, check_other, us, vs,
+               ranks):
     n = plan[1].shape[1]
     state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
              np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
@@ -242,20 +246,22 @@ def _count_all(graph, plan, window, times, other, structural, check_other, us, v
     total = 0
     for i in range(us.shape[0]):
         for t in range(plan[1].shape[0]):
-            total += _count_task(graph, plan, window, times, other, structural, check_other,
-                                 t, us[i], vs[i], ranks[i], state)
+            total += _count_task(graph, plan, cand, window, times, other, structural,
+                                 check_other, t, us[i], vs[i], ranks[i], state)
     return total
 
 
 def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=None,
-                   structural=None) -> int:
+                   structural=None, cand=None) -> int:
     """Valid matches (module docstring) using at least one of the update edges us - vs
     (slots of the DynamicGraph `graph`, whose rank pool holds their ranks 1..k in this
     order: `graph.set_ranks`); `times`: the edges' times, a TimeTable keyed by
     u << 32 | v with u < v (gpu/graph/times.py).  With `other` = (sorted keys, times) of the refreshed edges on the other side
     of the batch and `structural` the sorted keys of this phase's deleted or inserted
     edges, a match that uses no structural edge counts only if the other side's times put
-    it out of the window."""
+    it out of the window.  `cand`: the query's candidate bits per slot (the engine's
+    signatures: bit q set where a vertex may be query vertex q, a necessary condition),
+    None: every vertex may be any."""
     if graph.directed:
         raise ValueError("windowed counting takes undirected graphs only (for now)")
     arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
@@ -266,9 +272,12 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     structural = structural if structural is not None else none
     us = np.asarray(us, dtype=np.int64)
     vs = np.asarray(vs, dtype=np.int64)
+    if cand is None:
+        cand = np.full(graph.label.shape[0], 0xFFFFFFFF, dtype=np.uint32)
     return int(_count_all(
         arrays, (plan.q_label, plan.orders, plan.root_label, plan.bw_count, plan.bw_level,
-                 plan.bw_label), np.int64(window),
+                 plan.bw_label), np.ascontiguousarray(cand, dtype=np.uint32),
+        np.int64(window),
         (times.keys, times.vals),
         (np.asarray(other[0], np.int64), np.asarray(other[1], np.int64)),
         np.asarray(structural, np.int64), check_other, us, vs,

@@ -1,0 +1,69 @@
+"""Windowed queries against the same queries without a window, on a timed stream with
+retention (issue 23: the window prunes the search, it does not filter its result).
+
+    python -m benchmarks.window_bench [--graph G] [--retention 80000] [--windows 1000 5000]
+        [--kinds dense --queries 3] [--batch 1000] [--json FILE]
+
+The stream is benchmarks/retention_bench.py's (GH's edges in a random order, edge i at
+event time i, batches of `--batch` onto the vertices alone, retention on); the first
+`--queries` saved queries of each kind stand without a window on one engine, and with
+window W on another, for each W.  Per run: the median and p99 `Engine.apply` wall of the
+steady-state batches (after the first `--retention` edges) and the matches, checked as
+positive - negative = the count at the end; the ratio is the unwindowed median over the
+windowed one.  CPU executor (windowed queries run there for now).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from benchmarks.gh_table import DEFAULT_GRAPH, run_header
+from benchmarks.retention_bench import REPO, run, timed_batches
+from gpu.io.graphs import load_graph, read_query
+from gpu.plan.query import QueryGraph
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.window_bench",
+                                description=__doc__.split("\n", 1)[0])
+    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
+    p.add_argument("--queries-dir", type=Path,
+                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
+    p.add_argument("--kinds", nargs="+", default=["dense"])
+    p.add_argument("--queries", type=int, default=3, help="queries of each kind standing")
+    p.add_argument("--batch", type=int, default=1000, help="edges per batch")
+    p.add_argument("--retention", type=int, default=80_000)
+    p.add_argument("--windows", type=int, nargs="+", default=[1_000, 5_000])
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    header = run_header("cpu", "benchmarks.window_bench")
+    print(json.dumps(header), flush=True)
+    graph = load_graph(args.graph, num_labels=5, seed=0)
+    queries = [QueryGraph.from_labeled(read_query(path), path.stem)
+               for kind in args.kinds for path in
+               (args.queries_dir / f"{kind}_{i}.graph" for i in range(args.queries))]
+    batches = timed_batches(graph, args.batch)
+    for window in (None, args.windows[0]):                  # compiles: not timed
+        run(graph, queries, batches[:3], args.retention, "cpu", window)
+    print("| window | steady batches | p50 ms | p99 ms | positive | negative | matches at the "
+          "end | unwindowed p50 / this p50 |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
+    base = None
+    for window in (None, *args.windows):
+        record = run(graph, queries, batches, args.retention, "cpu", window)
+        assert record["positive"] - record["negative"] == record["final_matches"], record
+        base = base or record["p50_ms"]
+        ratio = base / record["p50_ms"] if record["p50_ms"] else float("nan")
+        print(f"| {window if window is not None else 'none'} | {record['steady_batches']} | "
+              f"{record['p50_ms']} | {record['p99_ms']} | {record['positive']:,} | "
+              f"{record['negative']:,} | {record['final_matches']:,} | {ratio:.1f} |",
+              flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps({**header, **record, "window": window, "ratio": ratio,
+                                    "batch": args.batch, "queries": len(queries)}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
