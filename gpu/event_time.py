@@ -33,6 +33,7 @@ import numpy as np
 from gpu import clock
 from gpu.batch import EffectiveBatch, normalize, stored_labels
 from gpu.cpu.windowed import count_windowed
+from gpu.graph.lists import DynamicGraph
 from gpu.graph.times import NO_KEYS, edge_keys
 from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, NO_TIME, UpdateStream
 from gpu.pipeline import PendingBatch
@@ -78,6 +79,9 @@ class TimedEffect:
     expired: np.ndarray             # existing edges' keys
     expired_new: np.ndarray         # the batch's new edges already past the horizon
     deleted: np.ndarray             # the batch's own deletions' keys
+    # Current entries the expiry index gave up in this batch (expired, refreshed or
+    # deleted by it): the windowed phases' subgraphs find these edges here, not there.
+    taken: np.ndarray = dataclasses.field(default_factory=lambda: NO_KEYS)
 
 
 def timed_effect(engine: Engine, stream: UpdateStream, batch: EffectiveBatch) -> TimedEffect:
@@ -122,6 +126,7 @@ def timed_effect(engine: Engine, stream: UpdateStream, batch: EffectiveBatch) ->
     horizon = watermark - engine.retention
     taken, at = engine.times.index.take_until(horizon)
     live = np.unique(taken[engine.times.current(taken, at)])
+    effect.taken = live
     # Refreshed edges go by their new time, the batch's deletions by the batch.
     live = live[~np.isin(live, effect.refreshed_keys) & ~np.isin(live, deleted)]
     effect.expired = np.union1d(live, effect.refreshed_keys[effect.refreshed_times <= horizon])
@@ -179,25 +184,56 @@ def _merged(expired: BatchResult | None, main: BatchResult,
 
 
 def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
-                   qids=None) -> dict[int, int]:
+                   qids=None, taken: np.ndarray = NO_KEYS) -> dict[int, int]:
     """Each windowed query's (of `qids`, default all) valid matches using at least one of
     the existing edges `keys` (sorted), found from the lowest-ranked one; `other` and
-    `structural` as count_windowed takes them (None: every match found counts)."""
+    `structural` as count_windowed takes them (None: every match found counts);
+    `taken`: the batch's TimedEffect.taken.
+
+    Every edge of a valid match is timed within the widest window W of an update edge's
+    time, so the search runs on the subgraph of the edges timed within W of the update
+    edges' times (found by time in the expiry index's runs), not on the whole graph: its
+    cost follows the edges inside the window, however long the retention."""
     qids = list(engine._windowed) if qids is None else qids
     found = dict.fromkeys(qids, 0)
     if not qids or len(keys) == 0:
         return found
-    graph = engine.graph
+    table = engine.times.table
+    at = table.get(keys)
+    keys = keys[at != NO_TIME]          # an untimed edge is in no valid match
+    if len(keys) == 0:
+        return found
+    widest = max(engine._windowed[qid].window for qid in qids)
+    graph = _window_subgraph(engine, np.union1d(keys, taken),
+                             int(at[at != NO_TIME].min()) - widest,
+                             int(at[at != NO_TIME].max()) + widest)
     us, vs = _split(keys)
     graph.set_ranks(us, vs, np.arange(1, len(keys) + 1, dtype=np.int32))
-    try:
-        for qid in qids:
-            w = engine._windowed[qid]
-            found[qid] = count_windowed(graph, w.plan, w.window, us, vs, engine.times.table,
-                                        other, structural, engine.signatures.host_cand(qid))
-    finally:
-        graph.set_ranks(us, vs, np.zeros(len(keys), dtype=np.int32))
+    for qid in qids:
+        w = engine._windowed[qid]
+        found[qid] = count_windowed(graph, w.plan, w.window, us, vs, table, other,
+                                    structural, engine.signatures.host_cand(qid))
     return found
+
+
+def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int) -> DynamicGraph:
+    """The engine graph's edges timed in [lo, hi], on the same slots and labels: those the
+    expiry index holds, and `updates` (the phase's update edges and the entries the index
+    gave up in this batch: timed_effect took them before any phase ran)."""
+    g, table = engine.graph, engine.times.table
+    keys = np.union1d(engine.times.index.between(lo, hi), updates)
+    at = table.get(keys)
+    keys = keys[(at >= lo) & (at <= hi)]     # the index's stale entries out
+    u, v = _split(keys)
+    labels = stored_labels(g, u, v)
+    live = labels >= 0                       # edges the graph still holds
+    sub = DynamicGraph(engine.config, g.directed)
+    sub._grow_vertices(g.label.shape[0])
+    n = g.num_slots
+    sub.label[:n], sub.alive[:n] = g.label[:n], g.alive[:n]
+    sub.num_slots, sub.num_vertices = n, g.num_vertices
+    sub.insert_edges(u[live], v[live], labels[live])
+    return sub
 
 
 def _refreshed(engine: Engine, effect: TimedEffect) -> tuple[np.ndarray, ...]:
@@ -222,17 +258,22 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     engine.batches_applied += 1
     expiry = None
     windowed = bool(engine._windowed)
+    w_seconds = 0.0         # the windowed queries' phases: their matching time
     if windowed:
+        w0 = clock.now()
         r_keys, r_old, r_new = _refreshed(engine, effect)
-        gone = windowed_phase(engine, effect.expired, None, None)
+        gone = windowed_phase(engine, effect.expired, None, None, taken=effect.taken)
+        w_seconds += clock.now() - w0
     if len(effect.expired):
         expiry = engine._run_batch(_deletions(engine.graph, effect.expired), list_limit,
                                    False, t0).finish()
     main_batch = _without_inserts(batch, effect.expired_new)
     if windowed:
+        w0 = clock.now()
         deleted = np.sort(edge_keys(main_batch.delete_u, main_batch.delete_v))
         negative = windowed_phase(engine, np.union1d(deleted, r_keys), (r_keys, r_new),
-                                  deleted)
+                                  deleted, taken=effect.taken)
+        w_seconds += clock.now() - w0
     main = engine._run_batch(main_batch, list_limit, False, t0).finish()
     times = engine.times
     times.drop(np.concatenate([effect.deleted, effect.expired]))
@@ -242,18 +283,23 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     times.set(effect.refreshed_keys[kept], effect.refreshed_times[kept])
     deltas = _merged(expiry, main, list_limit)
     if windowed:
+        w0 = clock.now()
         inserted = np.sort(edge_keys(main_batch.insert_u, main_batch.insert_v))
         positive = windowed_phase(engine, np.union1d(inserted, r_keys), (r_keys, r_old),
-                                  inserted)
+                                  inserted, taken=effect.taken)
+        w_seconds += clock.now() - w0
+        share = w_seconds / len(engine._windowed)
         for qid in engine._windowed:
             deltas[qid] = QueryDelta(positive=positive[qid],
-                                     negative=negative[qid] + gone[qid], expired=gone[qid])
+                                     negative=negative[qid] + gone[qid], seconds=share,
+                                     expired=gone[qid])
     applied = dict(main_batch.applied)
     applied["edges_deleted"] += len(effect.expired)
     timings = dict(main.timings)
     if expiry is not None:
         for name, seconds in expiry.timings.items():
             timings[name] = timings.get(name, 0.0) + seconds
+    timings["match"] = timings.get("match", 0.0) + w_seconds
     done = clock.now()
     return PendingBatch(dataclasses.replace(main_batch, applied=applied), list_limit, {}, {},
                         {}, t0, done, timings, deltas=deltas)

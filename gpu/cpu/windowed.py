@@ -126,24 +126,15 @@ def _time_of(times, key):
 
 @nb.njit(cache=True)
 def _count_task(graph, plan, cand, window, times, other, structural, check_other, t, u, v,
-                cur, state):
-    """Valid matches of task type t from the update edge u - v (rank cur), each counted
-    once (module docstring)."""
+                cur, first, state):
+    """Valid matches of task type t from the update edge u - v (rank cur, time `first`),
+    whose ends and label fit the type's root (_count_all checked), each counted once
+    (module docstring)."""
     start, deg, nbr, nlab, elab, rank, label = graph
     q_label, orders, root_label, bw_count, bw_level, bw_label = plan
     m, pos, end, pivot, lo, hi, lo2, hi2, flags = state
     n = orders.shape[1]
-    a, b = orders[t, 0], orders[t, 1]
-    if label[u] != q_label[a] or label[v] != q_label[b] \
-            or (cand[u] >> np.uint32(a)) & 1 == 0 or (cand[v] >> np.uint32(b)) & 1 == 0:
-        return 0
-    p = find_position(nbr, nlab, start, deg, u, v, label[v])
-    if p < 0 or elab[p] != root_label[t]:
-        return 0
     key = _edge_key(u, v)
-    first = _time_of(times, key)
-    if first == NO_TIME:
-        return 0
     m[0], m[1] = u, v
     lo[1], hi[1] = first, first
     # flags: bit 0 a structural edge used, bit 1 the other side has an untimed edge.
@@ -243,11 +234,27 @@ def _count_all(graph, plan, cand, window, times, other, structural, check_other,
     state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
              np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
              np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
+    start, deg, nbr, nlab, elab, rank, label = graph
+    q_label, orders, root_label = plan[0], plan[1], plan[2]
     total = 0
     for i in range(us.shape[0]):
-        for t in range(plan[1].shape[0]):
+        u, v = us[i], vs[i]
+        # What does not depend on the task type, once per update edge; the cheap root
+        # tests here, before a call (most types fail them).
+        first = _time_of(times, _edge_key(u, v))
+        if first == NO_TIME:
+            continue
+        p = find_position(nbr, nlab, start, deg, u, v, label[v])
+        if p < 0:
+            continue
+        lab = elab[p]
+        for t in range(orders.shape[0]):
+            a, b = orders[t, 0], orders[t, 1]
+            if label[u] != q_label[a] or label[v] != q_label[b] or root_label[t] != lab \
+                    or (cand[u] >> np.uint32(a)) & 1 == 0 or (cand[v] >> np.uint32(b)) & 1 == 0:
+                continue
             total += _count_task(graph, plan, cand, window, times, other, structural,
-                                 check_other, t, us[i], vs[i], ranks[i], state)
+                                 check_other, t, u, v, ranks[i], first, state)
     return total
 
 

@@ -188,6 +188,17 @@ class ExpiryIndex:
         self._cursor[run] = 0
         heapq.heappush(self._heap, (int(self._runs[run][0][0]), run))
 
+    def between(self, lo: int, hi: int) -> np.ndarray:
+        """Keys of the entries not yet taken with time in [lo, hi] (stale ones included):
+        a binary search per run, so the cost follows the runs and the entries found."""
+        found = [NO_KEYS]
+        for run, (times, keys) in self._runs.items():
+            c = self._cursor[run]
+            a = c + int(np.searchsorted(times[c:], lo, side="left"))
+            b = c + int(np.searchsorted(times[c:], hi, side="right"))
+            found.append(keys[a:b])
+        return np.concatenate(found)
+
     def take_until(self, horizon: int) -> tuple[np.ndarray, np.ndarray]:
         """Remove and return (keys, times) of every entry with time <= horizon."""
         keys, times = [], []
