@@ -88,15 +88,29 @@ def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStre
                                  engine.query_ids() + engine.windowed_ids()), **totals}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.retention_bench",
-                                description=__doc__.split("\n", 1)[0])
+def add_stream_args(p: argparse.ArgumentParser) -> None:
+    """The stream's and the standing queries' options (window_bench takes them too)."""
     p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
     p.add_argument("--queries-dir", type=Path,
                    default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
     p.add_argument("--kinds", nargs="+", default=["dense"])
     p.add_argument("--queries", type=int, default=3, help="queries of each kind standing")
     p.add_argument("--batch", type=int, default=1000, help="edges per batch")
+
+
+def load_stream(args) -> tuple[LabeledGraph, list[QueryGraph], list[UpdateStream]]:
+    """(the graph, the standing queries, the timed batches) of add_stream_args' options."""
+    graph = load_graph(args.graph, num_labels=5, seed=0)
+    queries = [QueryGraph.from_labeled(read_query(path), path.stem)
+               for kind in args.kinds for path in
+               (args.queries_dir / f"{kind}_{i}.graph" for i in range(args.queries))]
+    return graph, queries, timed_batches(graph, args.batch)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.retention_bench",
+                                description=__doc__.split("\n", 1)[0])
+    add_stream_args(p)
     p.add_argument("--windows", type=int, nargs="+", default=[20_000, 80_000],
                    help="retention windows (event times are edge positions)")
     p.add_argument("--backend", default="cpu")
@@ -104,11 +118,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     header = run_header(args.backend, "benchmarks.retention_bench")
     print(json.dumps(header), flush=True)
-    graph = load_graph(args.graph, num_labels=5, seed=0)
-    queries = [QueryGraph.from_labeled(read_query(path), path.stem)
-               for kind in args.kinds for path in
-               (args.queries_dir / f"{kind}_{i}.graph" for i in range(args.queries))]
-    batches = timed_batches(graph, args.batch)
+    graph, queries, batches = load_stream(args)
     run(graph, queries, batches[:3], None, args.backend)      # compiles: not timed
     # positive - negative summed over the stream is the matches at its end: checked per run.
     print("| retention | steady batches | p50 ms | p99 ms | expired edges/batch | edges held "

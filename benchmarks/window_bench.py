@@ -20,32 +20,21 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.gh_table import DEFAULT_GRAPH, run_header
-from benchmarks.retention_bench import REPO, run, timed_batches
-from gpu.io.graphs import load_graph, read_query
-from gpu.plan.query import QueryGraph
+from benchmarks.gh_table import run_header
+from benchmarks.retention_bench import add_stream_args, load_stream, run
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.window_bench",
                                 description=__doc__.split("\n", 1)[0])
-    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH)
-    p.add_argument("--queries-dir", type=Path,
-                   default=REPO / "bench-out" / "queries" / "gh_k6_seed0_labels5x0")
-    p.add_argument("--kinds", nargs="+", default=["dense"])
-    p.add_argument("--queries", type=int, default=3, help="queries of each kind standing")
-    p.add_argument("--batch", type=int, default=1000, help="edges per batch")
+    add_stream_args(p)
     p.add_argument("--retention", type=int, default=80_000)
     p.add_argument("--windows", type=int, nargs="+", default=[1_000, 5_000])
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     header = run_header("cpu", "benchmarks.window_bench")
     print(json.dumps(header), flush=True)
-    graph = load_graph(args.graph, num_labels=5, seed=0)
-    queries = [QueryGraph.from_labeled(read_query(path), path.stem)
-               for kind in args.kinds for path in
-               (args.queries_dir / f"{kind}_{i}.graph" for i in range(args.queries))]
-    batches = timed_batches(graph, args.batch)
+    graph, queries, batches = load_stream(args)
     for window in (None, args.windows[0]):                  # compiles: not timed
         run(graph, queries, batches[:3], args.retention, "cpu", window)
     print("| window | steady batches | apply p50 ms | apply p99 ms | matching p50 ms | positive "

@@ -236,13 +236,34 @@ def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int) -> D
     return sub
 
 
-def _refreshed(engine: Engine, effect: TimedEffect) -> tuple[np.ndarray, ...]:
-    """The refreshed edges that stay and whose time changes: (keys, old times, new)."""
-    stays = ~np.isin(effect.refreshed_keys, effect.expired)
-    keys, new = effect.refreshed_keys[stays], effect.refreshed_times[stays]
-    old = engine.times.get_many(keys)
-    changed = old != new
-    return keys[changed], old[changed], new[changed]
+class _WindowedPhases:
+    """The windowed queries' phases of one timed batch (module docstring), and their time
+    (the batch's matching time, as the standing queries' searches are)."""
+
+    def __init__(self, engine: Engine, effect: TimedEffect) -> None:
+        t0 = clock.now()
+        self.engine, self.taken = engine, effect.taken
+        # The refreshed edges that stay and whose time changes, with both times.
+        stays = ~np.isin(effect.refreshed_keys, effect.expired)
+        keys, new = effect.refreshed_keys[stays], effect.refreshed_times[stays]
+        old = engine.times.get_many(keys)
+        changed = old != new
+        self.refreshed, self.old, self.new = keys[changed], old[changed], new[changed]
+        self.seconds = clock.now() - t0
+
+    def phase(self, structural: np.ndarray, other_times: np.ndarray | None) -> dict[int, int]:
+        """Each windowed query's matches from the edges `structural` (sorted) and the
+        refreshed ones, `other_times` the refreshed edges' times on the other side of the
+        batch; None: the expiry, from the expired edges alone, every match found gone."""
+        t0 = clock.now()
+        if other_times is None:
+            found = windowed_phase(self.engine, structural, None, None, taken=self.taken)
+        else:
+            found = windowed_phase(self.engine, np.union1d(structural, self.refreshed),
+                                   (self.refreshed, other_times), structural,
+                                   taken=self.taken)
+        self.seconds += clock.now() - t0
+        return found
 
 
 def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, int],
@@ -257,23 +278,16 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     engine.watermark = effect.watermark
     engine.batches_applied += 1
     expiry = None
-    windowed = bool(engine._windowed)
-    w_seconds = 0.0         # the windowed queries' phases: their matching time
-    if windowed:
-        w0 = clock.now()
-        r_keys, r_old, r_new = _refreshed(engine, effect)
-        gone = windowed_phase(engine, effect.expired, None, None, taken=effect.taken)
-        w_seconds += clock.now() - w0
+    phases = _WindowedPhases(engine, effect) if engine._windowed else None
+    if phases:
+        gone = phases.phase(effect.expired, None)
     if len(effect.expired):
         expiry = engine._run_batch(_deletions(engine.graph, effect.expired), list_limit,
                                    False, t0).finish()
     main_batch = _without_inserts(batch, effect.expired_new)
-    if windowed:
-        w0 = clock.now()
-        deleted = np.sort(edge_keys(main_batch.delete_u, main_batch.delete_v))
-        negative = windowed_phase(engine, np.union1d(deleted, r_keys), (r_keys, r_new),
-                                  deleted, taken=effect.taken)
-        w_seconds += clock.now() - w0
+    if phases:
+        negative = phases.phase(np.sort(edge_keys(main_batch.delete_u, main_batch.delete_v)),
+                                phases.new)
     main = engine._run_batch(main_batch, list_limit, False, t0).finish()
     times = engine.times
     times.drop(np.concatenate([effect.deleted, effect.expired]))
@@ -282,13 +296,10 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     kept = ~np.isin(effect.refreshed_keys, effect.expired)
     times.set(effect.refreshed_keys[kept], effect.refreshed_times[kept])
     deltas = _merged(expiry, main, list_limit)
-    if windowed:
-        w0 = clock.now()
-        inserted = np.sort(edge_keys(main_batch.insert_u, main_batch.insert_v))
-        positive = windowed_phase(engine, np.union1d(inserted, r_keys), (r_keys, r_old),
-                                  inserted, taken=effect.taken)
-        w_seconds += clock.now() - w0
-        share = w_seconds / len(engine._windowed)
+    if phases:
+        positive = phases.phase(np.sort(edge_keys(main_batch.insert_u, main_batch.insert_v)),
+                                phases.old)
+        share = phases.seconds / len(engine._windowed)
         for qid in engine._windowed:
             deltas[qid] = QueryDelta(positive=positive[qid],
                                      negative=negative[qid] + gone[qid], seconds=share,
@@ -299,7 +310,8 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     if expiry is not None:
         for name, seconds in expiry.timings.items():
             timings[name] = timings.get(name, 0.0) + seconds
-    timings["match"] = timings.get("match", 0.0) + w_seconds
+    if phases:
+        timings["match"] = timings.get("match", 0.0) + phases.seconds
     done = clock.now()
     return PendingBatch(dataclasses.replace(main_batch, applied=applied), list_limit, {}, {},
                         {}, t0, done, timings, deltas=deltas)

@@ -40,6 +40,7 @@ import numba as nb
 import numpy as np
 
 from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see there)
+from gpu.cpu.search import _lower_bound
 from gpu.graph.lists import find_position, label_segment
 from gpu.graph.times import table_find
 from gpu.io.records import NO_TIME
@@ -101,13 +102,7 @@ def window_plan(query) -> WindowPlan:
 @nb.njit(cache=True)
 def _find(keys, key):
     """Index of `key` in the sorted int64 `keys`, or -1."""
-    lo, hi = 0, keys.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if keys[mid] < key:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = _lower_bound(keys, 0, keys.shape[0], key)
     return lo if lo < keys.shape[0] and keys[lo] == key else -1
 
 
