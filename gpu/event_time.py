@@ -200,13 +200,13 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
         return found
     table = engine.times.table
     at = table.get(keys)
-    keys = keys[at != NO_TIME]          # an untimed edge is in no valid match
+    timed = at != NO_TIME               # an untimed edge is in no valid match
+    keys, at = keys[timed], at[timed]
     if len(keys) == 0:
         return found
     widest = max(engine._windowed[qid].window for qid in qids)
-    graph = _window_subgraph(engine, np.union1d(keys, taken),
-                             int(at[at != NO_TIME].min()) - widest,
-                             int(at[at != NO_TIME].max()) + widest)
+    graph = _window_subgraph(engine, np.union1d(keys, taken), int(at.min()) - widest,
+                             int(at.max()) + widest)
     us, vs = _split(keys)
     graph.set_ranks(us, vs, np.arange(1, len(keys) + 1, dtype=np.int32))
     for qid in qids:
@@ -227,11 +227,9 @@ def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int) -> D
     u, v = _split(keys)
     labels = stored_labels(g, u, v)
     live = labels >= 0                       # edges the graph still holds
-    sub = DynamicGraph(engine.config, g.directed)
-    sub._grow_vertices(g.label.shape[0])
-    n = g.num_slots
-    sub.label[:n], sub.alive[:n] = g.label[:n], g.alive[:n]
-    sub.num_slots, sub.num_vertices = n, g.num_vertices
+    # (Its vertex table is copied per phase: memory speed, but O(slots); a subgraph kept
+    # between batches would not be.)
+    sub = DynamicGraph.on_slots_of(g, engine.config)
     sub.insert_edges(u[live], v[live], labels[live])
     return sub
 

@@ -468,14 +468,7 @@ class DeviceEdgeGraph(VertexTable):
         """The graph as host neighbour lists with the same slots (a DynamicGraph), for
         the checks that compare structures against one."""
         from gpu.graph.lists import DynamicGraph
-        host = DynamicGraph(self.config)
-        host._grow_vertices(self.label.shape[0])
-        n = self.num_slots
-        for name in ("label", "alive", "ext"):
-            getattr(host, name)[:n] = getattr(self, name)[:n]
-        host.ids = self.ids
-        host.num_slots, host.num_vertices = n, self.num_vertices
-        host._free = list(self._free)
+        host = DynamicGraph.on_slots_of(self, self.config)
         host.insert_edges(*self.edges())
         return host
 

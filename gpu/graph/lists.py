@@ -488,6 +488,20 @@ class DynamicGraph(VertexTable):
         """The graph as host neighbour lists (this one; tests check structures against it)."""
         return self
 
+    @classmethod
+    def on_slots_of(cls, graph, config: EngineConfig | None = None) -> "DynamicGraph":
+        """An empty DynamicGraph with `graph`'s vertex table (slots, labels, ids; any
+        VertexTable): edges added to it sit on the same slots."""
+        lists = cls(config, graph.directed)
+        lists._grow_vertices(graph.label.shape[0])
+        n = graph.num_slots
+        for name in ("label", "alive", "ext"):
+            getattr(lists, name)[:n] = getattr(graph, name)[:n]
+        lists.ids = graph.ids
+        lists.num_slots, lists.num_vertices = n, graph.num_vertices
+        lists._free = list(graph._free)
+        return lists
+
     def check(self) -> None:
         """Assert the structural invariants (tests call this after every batch)."""
         n = self.num_slots

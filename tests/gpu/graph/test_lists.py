@@ -411,3 +411,20 @@ def test_bulk_load_refuses_negative_edge_labels():
                       np.array([-3], np.int32))
     with pytest.raises(ValueError, match="edge label -3"):
         DynamicGraph.from_labeled(lg)
+
+
+def test_a_graph_on_the_slots_of_another_takes_its_edges_on_the_same_slots():
+    """on_slots_of (the device graph's host lists, the windowed phases' subgraphs): the
+    vertex table, deleted slots included, and then the same edges give the same graph."""
+    g = DynamicGraph(EngineConfig.tiny())
+    g.add_vertices(arr([10, 11, 12, 13, 14], np.int64), arr([0, 1, 0, 2, 1]))
+    g.delete_vertices(arr([3]))
+    g.insert_edges(arr([0, 1, 2]), arr([1, 2, 4]), arr([0, 1, 0]))
+    twin = DynamicGraph.on_slots_of(g, EngineConfig.tiny())
+    assert twin.num_edges == 0 and twin.num_slots == g.num_slots
+    twin.insert_edges(*g.edges())
+    twin.check()
+    assert edge_dict(*twin.edges()) == edge_dict(*g.edges())
+    assert twin.label[:5].tolist() == g.label[:5].tolist()
+    assert twin.alive[:5].tolist() == g.alive[:5].tolist()
+    assert twin.reserve_slots(1).tolist() == g.reserve_slots(1).tolist() == [3]
