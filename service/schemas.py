@@ -107,11 +107,13 @@ def query_text_schema(max_vertices: int = MAX_PATTERN_VERTICES) -> dict:
 
 QUERY_TEXT_SCHEMA = query_text_schema()
 _S_RECORD = "|".join((_record("v", _ID, _LABEL), _record("-v", _ID, optional=_LABEL),
-                      _record("e", _ID, _ID, optional=_LABEL),
+                      # an edge insert's event time (issue 23) follows its label
+                      _record("e", _ID, _ID,
+                              optional=rf"{_LABEL}(?:{_SPACE}+{_integer(MAX_VERTEX_ID)})?"),
                       _record("-e", _ID, _ID, optional=_LABEL)))
 UPDATE_TEXT_SCHEMA = {
     "type": "string", "description": "update stream: `v <id> <label>`, `-v <id>`, "
-    "`e <u> <v> [label]`, `-e <u> <v>` lines (at least one); `#` comments",
+    "`e <u> <v> [label [time]]`, `-e <u> <v>` lines (at least one); `#` comments",
     "pattern": _lines(_S_RECORD, _BLANK, 1)}
 
 

@@ -70,6 +70,20 @@ def test_update_text_schema_is_exactly_what_the_batch_reader_takes(text):
     assert _matches(UPDATE_TEXT_SCHEMA, text) == accepted, text
 
 
+# An edge insert's event time: the lines the random texts reach only by chance.
+@pytest.mark.parametrize("text, ok", [
+    ("e 0 1 0 5", True), ("e 0 1 person 9223372036854775807 # t", True),
+    ("e 0 1 0 -0", True), ("e 0 1 0 -3", False), ("e 0 1 0 9223372036854775808", False),
+    ("e 0 1 0 5 6", False), ("e 0 1 0 late", False), ("-e 0 1 0 5", False),
+    ("v 0 0 5", False)])
+def test_update_text_schema_reads_event_times_as_the_reader_does(text, ok):
+    try:
+        accepted = parse_batch(text.encode(), TEXT, 1_000_000).size > 0
+    except (FormatError, InputError, LabelError):
+        accepted = False
+    assert accepted == ok and _matches(UPDATE_TEXT_SCHEMA, text) == ok
+
+
 # Query files: what the pattern reader takes, and what only relations between lines refuse
 # (a duplicate id, an undeclared endpoint: not the expression's to say).
 @pytest.mark.parametrize("text, syntax_ok", [
