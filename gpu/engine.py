@@ -157,8 +157,7 @@ class Engine:
     def add_query(self, query: QueryGraph, window: int | None = None) -> int:
         """Register a standing query; returns its id.  With `window` W, a match counts
         only while its data edges are timed and their times lie within W of each other
-        (issue 23; counted, not listed, and on the CPU executor of an undirected graph
-        for now)."""
+        (issue 23; on the CPU executor of an undirected graph for now)."""
         if query.directed != self.directed:
             kinds = ("undirected", "directed")
             raise ValueError(f"query {query.name}: a {kinds[query.directed]} query on a "
@@ -260,18 +259,26 @@ class Engine:
         """Number of embeddings of the query in the current graph (of a windowed query,
         those its window takes)."""
         if qid in self._windowed:
-            self.flush()
-            keys = np.sort(self.times.table.items()[0])   # a valid match's edges are timed
-            return event_time.windowed_phase(self, keys, None, None, [qid])[qid]
+            return self._static_windowed(qid, 0).count
         return self._static(qid, 0).count
 
     def matches(self, qid: int, limit: int | None = None) -> MatchList:
         """Embeddings in the current graph as external ids (all, or the first `limit`)."""
         if qid in self._windowed:
-            raise ValueError(f"query {qid} is windowed: its matches are counted, not listed "
-                             f"(for now)")
-        found = self._static(qid, limit if limit is not None else -1)
+            found = self._static_windowed(qid, limit if limit is not None else -1)
+        else:
+            found = self._static(qid, limit if limit is not None else -1)
         return MatchList(self._external(found.rows), found.truncated, found.count)
+
+    def _static_windowed(self, qid: int, limit: int) -> MatchSet:
+        """A windowed query's matches in the current graph: those from every timed edge
+        (a valid match's edges are timed); `limit` as _static's."""
+        self.flush()
+        keys = np.sort(self.times.table.items()[0])
+        if limit < 0:
+            limit = event_time.windowed_phase(self, keys, None, None, [qid])[qid].count
+        return event_time.windowed_phase(self, keys, None, None, [qid],
+                                         list_limit={qid: limit})[qid]
 
     def _static(self, qid: int, limit: int) -> MatchSet:
         plan = self._standing(qid).plan
@@ -442,7 +449,7 @@ class Engine:
         """Apply a batch to the graph and start its matching; with `defer`, counted queries'
         totals may still be on the device when this returns."""
         if not isinstance(list_limit, Mapping):
-            list_limit = dict.fromkeys(self._queries, list_limit)
+            list_limit = dict.fromkeys([*self._queries, *self._windowed], list_limit)
         t0 = clock.now()
         if self._timed or stream.timed:
             # From the first timed batch on every batch keeps the times (a deletion drops
@@ -467,7 +474,7 @@ class Engine:
     def _untimed(self, pending: PendingBatch) -> PendingBatch:
         """A batch of an engine without times: no windowed query has a valid match (every
         edge is untimed), before it or after."""
-        pending.windowed = tuple(self._windowed)
+        pending.windowed = {qid: w.query.num_vertices for qid, w in self._windowed.items()}
         return pending
 
     def _admit(self, batch: EffectiveBatch, stream: UpdateStream) -> None:

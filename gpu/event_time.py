@@ -37,7 +37,7 @@ from gpu.graph.lists import DynamicGraph
 from gpu.graph.times import NO_KEYS, edge_keys
 from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, NO_TIME, UpdateStream
 from gpu.pipeline import PendingBatch
-from gpu.results import BatchResult, QueryDelta
+from gpu.results import BatchResult, MatchSet, QueryDelta
 
 if TYPE_CHECKING:
     from gpu.engine import Engine
@@ -172,30 +172,43 @@ def _merged(expired: BatchResult | None, main: BatchResult,
                            expired=gone.negative if gone else 0)
         limit = list_limit.get(qid, 0)
         if limit > 0:
-            first = gone.removed if gone is not None else own.removed[:0]
-            removed = np.concatenate([first, own.removed])
-            marks = np.r_[np.ones(len(first), dtype=bool), np.zeros(len(own.removed), dtype=bool)]
-            delta.added, delta.removed = own.added, removed[:limit]
-            delta.removed_expired = marks[:limit]
-            delta.truncated = own.truncated or (gone is not None and gone.truncated) or \
-                len(removed) > limit
+            _list_delta(delta, MatchSet(own.positive, own.added, own.truncated),
+                        None if gone is None else MatchSet(gone.negative, gone.removed,
+                                                           gone.truncated),
+                        MatchSet(own.negative, own.removed, own.truncated), limit)
         deltas[qid] = delta
     return deltas
 
 
+def _list_delta(delta: QueryDelta, added: MatchSet, expired: MatchSet | None,
+                removed: MatchSet, limit: int) -> None:
+    """A listed delta's rows: the added ones, and at most `limit` removed ones, those that
+    used an expired edge first (marked in removed_expired)."""
+    first = expired.rows if expired is not None else removed.rows[:0]
+    rows = np.concatenate([first, removed.rows])
+    marks = np.r_[np.ones(len(first), dtype=bool), np.zeros(len(removed.rows), dtype=bool)]
+    delta.added, delta.removed = added.rows[:limit], rows[:limit]
+    delta.removed_expired = marks[:limit]
+    delta.truncated = added.truncated or removed.truncated or \
+        (expired is not None and expired.truncated) or len(rows) > limit
+
+
 def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
-                   qids=None, taken: np.ndarray = NO_KEYS) -> dict[int, int]:
+                   qids=None, taken: np.ndarray = NO_KEYS,
+                   list_limit: Mapping[int, int] | None = None) -> dict[int, MatchSet]:
     """Each windowed query's (of `qids`, default all) valid matches using at least one of
-    the existing edges `keys` (sorted), found from the lowest-ranked one; `other` and
-    `structural` as count_windowed takes them (None: every match found counts);
-    `taken`: the batch's TimedEffect.taken.
+    the existing edges `keys` (sorted), found from the lowest-ranked one, the first
+    `list_limit[qid]` (default none) listed as slots; `other` and `structural` as
+    count_windowed takes them (None: every match found counts); `taken`: the batch's
+    TimedEffect.taken.
 
     Every edge of a valid match is timed within the widest window W of an update edge's
     time, so the search runs on the subgraph of the edges timed within W of the update
     edges' times (found by time in the expiry index's runs), not on the whole graph: its
     cost follows the edges inside the window, however long the retention."""
     qids = list(engine._windowed) if qids is None else qids
-    found = dict.fromkeys(qids, 0)
+    list_limit = list_limit or {}
+    found = {qid: _no_matches(engine, qid) for qid in qids}
     if not qids or len(keys) == 0:
         return found
     table = engine.times.table
@@ -212,8 +225,14 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
     for qid in qids:
         w = engine._windowed[qid]
         found[qid] = count_windowed(graph, w.plan, w.window, us, vs, table, other,
-                                    structural, engine.signatures.host_cand(qid))
+                                    structural, engine.signatures.host_cand(qid),
+                                    list_limit.get(qid, 0))
     return found
+
+
+def _no_matches(engine: Engine, qid: int) -> MatchSet:
+    n = engine._windowed[qid].query.num_vertices
+    return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
 
 
 def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int) -> DynamicGraph:
@@ -249,19 +268,41 @@ class _WindowedPhases:
         self.refreshed, self.old, self.new = keys[changed], old[changed], new[changed]
         self.seconds = clock.now() - t0
 
-    def phase(self, structural: np.ndarray, other_times: np.ndarray | None) -> dict[int, int]:
+    def phase(self, structural: np.ndarray, other_times: np.ndarray | None,
+              list_limit: Mapping[int, int]) -> dict[int, MatchSet]:
         """Each windowed query's matches from the edges `structural` (sorted) and the
         refreshed ones, `other_times` the refreshed edges' times on the other side of the
-        batch; None: the expiry, from the expired edges alone, every match found gone."""
+        batch; None: the expiry, from the expired edges alone, every match found gone.
+        Listed (as external ids) up to `list_limit`: on the graph of the phase, whose
+        vertices a later phase of the batch may delete."""
         t0 = clock.now()
         if other_times is None:
-            found = windowed_phase(self.engine, structural, None, None, taken=self.taken)
+            found = windowed_phase(self.engine, structural, None, None, taken=self.taken,
+                                   list_limit=list_limit)
         else:
             found = windowed_phase(self.engine, np.union1d(structural, self.refreshed),
                                    (self.refreshed, other_times), structural,
-                                   taken=self.taken)
+                                   taken=self.taken, list_limit=list_limit)
+        for qid, matches in found.items():
+            matches.rows = self.engine._external(matches.rows)
         self.seconds += clock.now() - t0
         return found
+
+    def deltas(self, gone, negative, positive,
+               list_limit: Mapping[int, int]) -> dict[int, QueryDelta]:
+        """Each windowed query's delta from its three phases' matches: the expiry's
+        negatives (marked expired, listed first) with the batch's own."""
+        share = self.seconds / len(gone)
+        deltas = {}
+        for qid in gone:
+            old, lost, new = gone[qid], negative[qid], positive[qid]
+            delta = QueryDelta(positive=new.count, negative=lost.count + old.count,
+                               seconds=share, expired=old.count)
+            limit = list_limit.get(qid, 0)
+            if limit > 0:
+                _list_delta(delta, new, old, lost, limit)
+            deltas[qid] = delta
+        return deltas
 
 
 def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, int],
@@ -278,14 +319,14 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     expiry = None
     phases = _WindowedPhases(engine, effect) if engine._windowed else None
     if phases:
-        gone = phases.phase(effect.expired, None)
+        gone = phases.phase(effect.expired, None, list_limit)
     if len(effect.expired):
         expiry = engine._run_batch(_deletions(engine.graph, effect.expired), list_limit,
                                    False, t0).finish()
     main_batch = _without_inserts(batch, effect.expired_new)
     if phases:
         negative = phases.phase(np.sort(edge_keys(main_batch.delete_u, main_batch.delete_v)),
-                                phases.new)
+                                phases.new, list_limit)
     main = engine._run_batch(main_batch, list_limit, False, t0).finish()
     times = engine.times
     times.drop(np.concatenate([effect.deleted, effect.expired]))
@@ -296,12 +337,8 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
     deltas = _merged(expiry, main, list_limit)
     if phases:
         positive = phases.phase(np.sort(edge_keys(main_batch.insert_u, main_batch.insert_v)),
-                                phases.old)
-        share = phases.seconds / len(engine._windowed)
-        for qid in engine._windowed:
-            deltas[qid] = QueryDelta(positive=positive[qid],
-                                     negative=negative[qid] + gone[qid], seconds=share,
-                                     expired=gone[qid])
+                                phases.old, list_limit)
+        deltas.update(phases.deltas(gone, negative, positive, list_limit))
     applied = dict(main_batch.applied)
     applied["edges_deleted"] += len(effect.expired)
     timings = dict(main.timings)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,9 +62,9 @@ class PendingBatch:
     # A batch group member's results, made by the group's run (positive, negative and
     # seconds stay empty).
     deltas: dict[int, QueryDelta] | None = None
-    # Windowed queries of an engine without times: none of their matches is valid, so
-    # their deltas are empty (Engine._untimed).
-    windowed: tuple[int, ...] = ()
+    # Windowed queries of an engine without times, with their query vertices: none of
+    # their matches is valid, so their deltas are empty (Engine._untimed).
+    windowed: Mapping[int, int] = field(default_factory=dict)
 
     def finish(self) -> BatchResult:
         """The batch's result.  Its seconds run from the batch's start to its result being
@@ -82,8 +82,10 @@ class PendingBatch:
                 known = clock.now()
                 self.timings["match"] += sum(waited.values())
             deltas = self._deltas(waited)
-        for qid in self.windowed:
-            deltas.setdefault(qid, QueryDelta(0, 0))
+        for qid, n in self.windowed.items():
+            delta = deltas.setdefault(qid, QueryDelta(0, 0))
+            if self.list_limit.get(qid, 0) > 0:
+                delta.added = delta.removed = np.empty((0, n), dtype=np.int64)
         return BatchResult(applied=self.batch.applied, ignored=self.batch.ignored,
                            queries=deltas, seconds=known - self.started,
                            timings=self.timings)

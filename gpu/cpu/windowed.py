@@ -44,6 +44,7 @@ from gpu.cpu.search import _lower_bound
 from gpu.graph.lists import find_position, label_segment
 from gpu.graph.times import table_find
 from gpu.io.records import NO_TIME
+from gpu.results import MatchSet
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,22 @@ def _time_of(times, key):
 
 
 @nb.njit(cache=True)
+def _found(t, orders, m, out, filled):
+    """Write the match m (by level) as row filled[0] of `out` (by query vertex), while
+    there is room; count it in filled[0] either way."""
+    k = filled[0]
+    if k < out.shape[0]:
+        for level in range(orders.shape[1]):
+            out[k, orders[t, level]] = m[level]
+    filled[0] = k + 1
+
+
+@nb.njit(cache=True)
 def _count_task(graph, plan, cand, window, times, other, structural, check_other, t, u, v,
-                cur, first, state):
+                cur, first, state, out, filled):
     """Valid matches of task type t from the update edge u - v (rank cur, time `first`),
     whose ends and label fit the type's root (_count_all checked), each counted once
-    (module docstring)."""
+    (module docstring); the first out.shape[0] of the call's (`filled`, _found) listed."""
     start, deg, nbr, nlab, elab, rank, label = graph
     q_label, orders, root_label, bw_count, bw_level, bw_label = plan
     m, pos, end, pivot, lo, hi, lo2, hi2, flags = state
@@ -143,7 +155,10 @@ def _count_task(graph, plan, cand, window, times, other, structural, check_other
         if _find(structural, key) >= 0:
             flags[1] |= 1
     if n == 2:
-        return 1 if (not check_other or flags[1] & 3 or hi2[1] - lo2[1] > window) else 0
+        if not check_other or flags[1] & 3 or hi2[1] - lo2[1] > window:
+            _found(t, orders, m, out, filled)
+            return 1
+        return 0
     count = 0
     level = 2
     _open_level(graph, plan, t, level, m, pos, end, pivot)
@@ -199,6 +214,7 @@ def _count_task(graph, plan, cand, window, times, other, structural, check_other
         if level == n - 1:
             if not check_other or f & 3 or th2 - tl2 > window:
                 count += 1
+                _found(t, orders, m, out, filled)
             continue
         lo[level], hi[level], lo2[level], hi2[level], flags[level] = tl, th, tl2, th2, f
         level += 1
@@ -224,7 +240,7 @@ def _open_level(graph, plan, t, level, m, pos, end, pivot):
 
 @nb.njit(cache=True)
 def _count_all(graph, plan, cand, window, times, other, structural, check_other, us, vs,
-               ranks):
+               ranks, out):
     n = plan[1].shape[1]
     state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
              np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
@@ -232,6 +248,7 @@ def _count_all(graph, plan, cand, window, times, other, structural, check_other,
     start, deg, nbr, nlab, elab, rank, label = graph
     q_label, orders, root_label = plan[0], plan[1], plan[2]
     total = 0
+    filled = np.zeros(1, np.int64)
     for i in range(us.shape[0]):
         u, v = us[i], vs[i]
         # What does not depend on the task type, once per update edge; the cheap root
@@ -249,12 +266,13 @@ def _count_all(graph, plan, cand, window, times, other, structural, check_other,
                     or (cand[u] >> np.uint32(a)) & 1 == 0 or (cand[v] >> np.uint32(b)) & 1 == 0:
                 continue
             total += _count_task(graph, plan, cand, window, times, other, structural,
-                                 check_other, t, u, v, ranks[i], first, state)
+                                 check_other, t, u, v, ranks[i], first, state, out,
+                                 filled)
     return total
 
 
 def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=None,
-                   structural=None, cand=None) -> int:
+                   structural=None, cand=None, limit: int = 0) -> MatchSet:
     """Valid matches (module docstring) using at least one of the update edges us - vs
     (slots of the DynamicGraph `graph`, whose rank pool holds their ranks 1..k in this
     order: `graph.set_ranks`); `times`: the edges' times, a TimeTable keyed by
@@ -263,7 +281,8 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     edges, a match that uses no structural edge counts only if the other side's times put
     it out of the window.  `cand`: the query's candidate bits per slot (the engine's
     signatures: bit q set where a vertex may be query vertex q, a necessary condition),
-    None: every vertex may be any."""
+    None: every vertex may be any.  The first `limit` of the matches counted are listed
+    (slots, in query-vertex order; which ones when more are found is not specified)."""
     if graph.directed:
         raise ValueError("windowed counting takes undirected graphs only (for now)")
     arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
@@ -276,11 +295,14 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     vs = np.asarray(vs, dtype=np.int64)
     if cand is None:
         cand = np.full(graph.label.shape[0], 0xFFFFFFFF, dtype=np.uint32)
-    return int(_count_all(
+    out = np.zeros((max(0, int(limit)), plan.orders.shape[1]), dtype=np.int32)
+    count = int(_count_all(
         arrays, (plan.q_label, plan.orders, plan.root_label, plan.bw_count, plan.bw_level,
                  plan.bw_label), np.ascontiguousarray(cand, dtype=np.uint32),
         np.int64(window),
         (times.keys, times.vals),
         (np.asarray(other[0], np.int64), np.asarray(other[1], np.int64)),
         np.asarray(structural, np.int64), check_other, us, vs,
-        np.arange(1, len(us) + 1, dtype=np.int32)))
+        np.arange(1, len(us) + 1, dtype=np.int32), out))
+    rows = out[:min(count, out.shape[0])]
+    return MatchSet(count, rows, rows.shape[0] < count)

@@ -5,6 +5,7 @@ inserted and refreshed ones give exactly the windowed query's negative and posit
 matches, each once."""
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -62,7 +63,8 @@ def _phase(ref_graph, times: dict, plan, window: int, updates, other_times: dict
                     np.arange(1, len(us) + 1, dtype=np.int32))
     struct_keys = _keyed(*_slots(graph, structural))[0]
     return count_windowed(graph, plan, window, us, vs, _times(graph, times),
-                          other=_other(graph, other_times, refreshed), structural=struct_keys)
+                          other=_other(graph, other_times, refreshed),
+                          structural=struct_keys).count
 
 
 def _timed_batch(rng: random.Random, g, times: dict, horizon: int) -> list[tuple]:
@@ -146,10 +148,18 @@ def test_a_window_prunes_and_untimed_edges_are_outside_it():
     graph.set_ranks(us.astype(np.int32), vs.astype(np.int32),
                     np.arange(1, 4, dtype=np.int32))
     timed = dict(zip(keys, [0, 5, 9], strict=True))
-    assert count_windowed(graph, plan, 9, us, vs, _times(graph, timed)) == 6
-    assert count_windowed(graph, plan, 8, us, vs, _times(graph, timed)) == 0
+    assert count_windowed(graph, plan, 9, us, vs, _times(graph, timed)).count == 6
+    assert count_windowed(graph, plan, 8, us, vs, _times(graph, timed)).count == 0
+    # Listed: the six automorphic images, as slots in query-vertex order; a limit cuts it.
+    found = count_windowed(graph, plan, 9, us, vs, _times(graph, timed), limit=10)
+    assert found.count == 6 and not found.truncated
+    assert sorted(map(tuple, found.rows.tolist())) == sorted(
+        tuple(p) for p in itertools.permutations(graph.ids.lookup(
+            np.array([0, 1, 2])).tolist()))
+    cut = count_windowed(graph, plan, 9, us, vs, _times(graph, timed), limit=4)
+    assert cut.count == 6 and cut.truncated and cut.rows.shape == (4, 3)
     timed[keys[1]] = None
-    assert count_windowed(graph, plan, 100, us, vs, _times(graph, timed)) == 0
+    assert count_windowed(graph, plan, 100, us, vs, _times(graph, timed)).count == 0
 
 
 def test_directed_queries_are_refused():
