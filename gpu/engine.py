@@ -187,16 +187,20 @@ class Engine:
         self._queries[qid] = _Standing(plan, leaves)
         return qid
 
-    def _add_windowed(self, query: QueryGraph, window) -> int:
+    def window_problem(self, window) -> str | None:
+        """Why this engine cannot stand a query with this `window` (None when it can)."""
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
-            raise ValueError(f"query {query.name}: window must be an integer >= 0, got "
-                             f"{window!r}")
+            return f"window must be an integer >= 0, got {window!r}"
         if self._device is not None:
-            raise ValueError(f"query {query.name}: windowed queries run on the CPU executor "
-                             f"for now; this engine runs on cuda")
+            return "windowed queries run on the CPU executor for now; this engine runs on cuda"
         if self.directed:
-            raise ValueError(f"query {query.name}: windowed queries take undirected graphs "
-                             f"for now")
+            return "windowed queries take undirected graphs for now"
+        return None
+
+    def _add_windowed(self, query: QueryGraph, window) -> int:
+        problem = self.window_problem(window)
+        if problem is not None:
+            raise ValueError(f"query {query.name}: {problem}")
         self.flush()
         plan = window_plan(query)
         qid = self._next_id

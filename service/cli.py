@@ -109,6 +109,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="edges expire: a batch that moves the watermark (the largest "
                             "event time, `e u v label time` lines) to T deletes every edge "
                             "timed <= T - W with it (default: never)")
+    match.add_argument("--window", type=_non_negative_int, metavar="W",
+                       help="every query is windowed: a match counts only while its data "
+                            "edges are timed within W of each other (max - min <= W; "
+                            "untimed edges are in no window; runs on the CPU executor)")
     match.set_defaults(command=_match)
 
     count = commands.add_parser(
@@ -234,8 +238,8 @@ def _first_run(args, progress: Progress):
     (gpu/compile_ahead.py: on a cold cache a small run is interpreted while the CPU
     executor compiles in the background)."""
     _use_demo_when_no_inputs(args)
-    if args.directed and args.backend == "auto":
-        args.backend = "cpu"    # directed graphs run on the CPU executor for now
+    if (args.directed or getattr(args, "window", None) is not None) and args.backend == "auto":
+        args.backend = "cpu"    # directed graphs and windows run on the CPU executor for now
     # Resolved first: a missing GPU should fail before a long graph load.
     args.backend = resolve_backend(args.backend)
     inputs = [args.graph, *args.query, getattr(args, "updates", None), args.labels]
@@ -253,7 +257,12 @@ def _load(args, progress: Progress) -> tuple[Engine, dict[int, str]]:
     progress.phase(f"indexing {graph.num_vertices} vertices, {graph.num_edges} edges")
     engine = Engine(graph, backend=backend, config=EngineConfig(device_graph=args.device_graph),
                     directed=args.directed, retention=getattr(args, "retention", None))
-    return engine, {engine.add_query(q): q.name for q in queries}
+    window = getattr(args, "window", None)
+    if window is not None:
+        problem = engine.window_problem(window)
+        if problem is not None:
+            raise ValueError(f"--window: {problem}")
+    return engine, {engine.add_query(q, window=window): q.name for q in queries}
 
 
 def _load_graph(args) -> LabeledGraph:

@@ -683,14 +683,21 @@ class EngineService:
                                  f"limit {cap}")
         elif create.max_matches_per_batch is not None:
             raise InputError("max_matches_per_batch: only for deliver=matches")
+        if create.window is not None:
+            problem = self.engine.window_problem(create.window)
+            if problem is not None:
+                hint = " (start the service with --backend cpu)" \
+                    if self.backend == "cuda" and not self.engine.directed else ""
+                raise InputError(f"window: {problem}{hint}")
         if dry_run:
             return QueryValidation(pattern=pattern, vertices=query.num_vertices,
                                    edges=query.num_edges)
         self._caught_up()
         standing = Standing(id=qid, name=name, pattern=pattern, deliver=create.deliver,
                             max_matches=max_matches, backfill=create.backfill,
-                            created_seq=self.seq, created_at=utc_now(),
-                            engine_qid=self.engine.add_query(query), query=query)
+                            created_seq=self.seq, created_at=utc_now(), engine_qid=-1,
+                            query=query, window=create.window)
+        standing.attach(self.engine)
         try:
             backfill = standing.backfill_event(self.engine, self.seq) if create.backfill else None
             record = QueryRecord(id=qid, name=name, pattern=pattern.model_dump_json(),
@@ -784,7 +791,7 @@ class EngineService:
         log.info("bulk load: indexed in %.2f s; re-planning %d standing queries",
                  time.perf_counter() - t0, len(self.queries))
         for standing in self.queries.values():
-            standing.engine_qid = engine.add_query(standing.query)
+            standing.attach(engine)
         old_backend = self.backend
         self.engine, self.backend = engine, engine.backend
         try:

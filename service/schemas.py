@@ -212,12 +212,19 @@ class Pattern(_Strict):
     edges: list[PatternEdge] = Field(default_factory=list, json_schema_extra={"minItems": 1})
 
 
+WINDOW_DESCRIPTION = (
+    "a time window (issue 23): a match counts only while every data edge it uses carries "
+    "an event time and the largest minus the smallest is at most `window` (untimed edges "
+    "are in no window); in the units of the batches' times; default none")
+
+
 class QueryOptions(_Strict):
     # How a standing query delivers its results.
     name: str | None = Field(None, min_length=1, max_length=200)
     deliver: Literal["counts", "matches"] = "counts"
     max_matches_per_batch: int | None = Field(None, ge=1)
     backfill: bool = False
+    window: int | None = Field(None, ge=0, le=2**63 - 1, description=WINDOW_DESCRIPTION)
 
 
 class QueryCreate(QueryOptions):
@@ -257,6 +264,7 @@ class QueryPublic(BaseModel):
     deliver: Literal["counts", "matches"]
     max_matches_per_batch: int | None
     backfill: bool
+    window: int | None = Field(None, description=WINDOW_DESCRIPTION)
     created_batch: int
     created_at: str
     vertices: int

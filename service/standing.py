@@ -35,6 +35,7 @@ class Standing:
     created_at: str
     engine_qid: int
     query: QueryGraph
+    window: int | None = None
     batches_seen: int = 0
     total_positive: int = 0
     total_negative: int = 0
@@ -48,22 +49,30 @@ class Standing:
         options = json.loads(record.options)
         query = to_query(pattern, record.name, labels.stage(), MAX_QUERY_VERTICES,
                          engine.directed)
-        return cls(id=record.id, name=record.name, pattern=pattern,
-                   deliver=options["deliver"], max_matches=options["max_matches_per_batch"],
-                   backfill=options["backfill"], created_seq=record.created_seq,
-                   created_at=record.created_at, engine_qid=engine.add_query(query),
-                   query=query, batches_seen=record.batches_seen,
-                   total_positive=record.total_positive,
-                   total_negative=record.total_negative, last_seq=record.last_seq)
+        standing = cls(id=record.id, name=record.name, pattern=pattern,
+                       deliver=options["deliver"], max_matches=options["max_matches_per_batch"],
+                       backfill=options["backfill"], created_seq=record.created_seq,
+                       created_at=record.created_at, engine_qid=-1, query=query,
+                       window=options.get("window"), batches_seen=record.batches_seen,
+                       total_positive=record.total_positive,
+                       total_negative=record.total_negative, last_seq=record.last_seq)
+        standing.attach(engine)
+        return standing
+
+    def attach(self, engine) -> None:
+        """Register it with `engine` (a new one: registration, recovery, a bulk load)."""
+        self.engine_qid = engine.add_query(self.query, window=self.window)
 
     def options_json(self) -> str:
+        # (Stores from before windows have no "window": restore reads it as None.)
         return json.dumps({"deliver": self.deliver, "max_matches_per_batch": self.max_matches,
-                           "backfill": self.backfill})
+                           "backfill": self.backfill, "window": self.window})
 
     def public(self, stats: QueryStats | None = None) -> QueryPublic:
         return QueryPublic(id=self.id, name=self.name, pattern=self.pattern,
                            deliver=self.deliver, max_matches_per_batch=self.max_matches,
-                           backfill=self.backfill, created_batch=self.created_seq,
+                           backfill=self.backfill, window=self.window,
+                           created_batch=self.created_seq,
                            created_at=self.created_at, vertices=self.query.num_vertices,
                            edges=self.query.num_edges, stats=stats)
 

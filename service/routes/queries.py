@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from service.deps import StateDep, reject_unknown_parameters
 from service.ingest import JSON, TEXT, UnsupportedMediaType, media_type, read_body
 from service.schemas import (QUERY_PAGE_DEFAULT, QUERY_PAGE_MAX, QUERY_TEXT_SCHEMA, QueryCreate,
-                             QueryPage, QueryPublic, QueryValidation)
+                             QueryPage, QueryPublic, QueryValidation, WINDOW_DESCRIPTION)
 
 router = APIRouter(prefix="/v1", tags=["queries"],
                    dependencies=[Depends(reject_unknown_parameters)])
@@ -19,14 +19,15 @@ _BODY = {"requestBody": {"required": True, "content": {
 
 
 async def _create(request: Request, state, name, deliver, max_matches_per_batch,
-                  backfill) -> QueryCreate:
+                  backfill, window=None) -> QueryCreate:
     body = await read_body(request, state.settings.max_request_bytes)
     media = media_type(request.headers)
     if media == JSON:
         return QueryCreate.model_validate_json(body)
     if media == TEXT:
         return QueryCreate(pattern=body.decode("utf-8", "replace"), name=name, deliver=deliver,
-                           max_matches_per_batch=max_matches_per_batch, backfill=backfill)
+                           max_matches_per_batch=max_matches_per_batch, backfill=backfill,
+                           window=window)
     raise UnsupportedMediaType(f"Content-Type {media!r}: send {JSON} (QueryCreate) or {TEXT} "
                                "(query-file text, options as query parameters)")
 
@@ -45,11 +46,14 @@ async def register_query(
                                  description="for text/plain bodies"),
         deliver: Literal["counts", "matches"] = Query("counts", description="text/plain only"),
         max_matches_per_batch: int | None = Query(None, ge=1, description="text/plain only"),
-        backfill: bool = Query(False, description="text/plain only")):
+        backfill: bool = Query(False, description="text/plain only"),
+        window: int | None = Query(None, ge=0, le=2**63 - 1,
+                                   description="text/plain only: " + WINDOW_DESCRIPTION)):
     """Register a standing query (JSON `QueryCreate`, or query-file text with the options as
     query parameters); answered 201 with the query and its URL in `Location`.  Matches list
     data vertex ids in the order of `pattern.vertices`."""
-    create = await _create(request, state, name, deliver, max_matches_per_batch, backfill)
+    create = await _create(request, state, name, deliver, max_matches_per_batch, backfill,
+                           window)
     result = await state.engine.call(state.engine.register, create, dry_run)
     if dry_run:
         response.status_code = 200

@@ -571,3 +571,41 @@ def test_retention_must_be_non_negative(capsys, files):
     status, lines, err = match(capsys, files, "--retention", "-1")
     assert status == 2 and lines == []
     assert "must be a non-negative integer, got -1" in err
+
+
+def test_match_with_a_window_counts_and_lists_the_matches_within_it(capsys, tmp_path):
+    """--window: a path counts only while its two edges' times are within W; a refresh
+    moves one out of the window and another in."""
+    graph = tmp_path / "g.graph"
+    graph.write_text("v 1 0\nv 2 0\nv 3 0\nv 4 0\n")
+    path = tmp_path / "path.graph"
+    path.write_text("v 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\n")
+    updates = tmp_path / "u.txt"
+    updates.write_text("e 1 2 0 100\ne 2 3 0 103\ne 3 4 0 110\ne 4 1 0 106\ne 2 3 0 108\n")
+    listing = tmp_path / "l.jsonl"
+    status, lines, err = run(capsys, "match", "--graph", graph, "--query", path, "--updates",
+                             updates, "--batch-size", "2", "--window", "5", "--list", listing)
+    assert status == 0 and err == ""
+    assert [(line["positive"], line["negative"]) for line in lines[:3]] == \
+        [(2, 0), (2, 0), (2, 2)]
+    rows = [json.loads(line) for line in listing.read_text().splitlines()]
+    last = {(r["sign"], tuple(r["match"])) for r in rows if r["batch"] == lines[2]["batch"]}
+    assert last == {("+", (2, 3, 4)), ("+", (4, 3, 2)), ("-", (1, 2, 3)), ("-", (3, 2, 1))}
+    # Without the window every path counts: 2-3-4 and 2-1-4 too.
+    status, lines, _ = run(capsys, "match", "--graph", graph, "--query", path, "--updates",
+                           updates, "--batch-size", "2", "--backend", "cpu")
+    assert [(line["positive"], line["negative"]) for line in lines[:3]] == \
+        [(2, 0), (6, 0), (0, 0)]
+
+
+def test_a_window_on_a_directed_graph_is_refused(capsys, tmp_path):
+    graph = tmp_path / "g.graph"
+    graph.write_text("v 1 0\nv 2 0\n")
+    arc = tmp_path / "arc.graph"
+    arc.write_text("v 0 0\nv 1 0\ne 0 1\n")
+    updates = tmp_path / "u.txt"
+    updates.write_text("e 1 2 0 5\n")
+    status, lines, err = run(capsys, "match", "--graph", graph, "--query", arc, "--updates",
+                             updates, "--window", "3", "--directed")
+    assert status != 0 and lines == []
+    assert "--window: windowed queries take undirected graphs" in err
