@@ -29,7 +29,7 @@ from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges
 from gpu.config import EngineConfig
 from gpu.cuda.device import BACKENDS, resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
-from gpu.cpu.windowed import WindowPlan, window_plan
+from gpu.cpu.windowed import WindowPlan, before_problem, window_plan
 from gpu.io.records import NO_TIME, LabeledGraph, UpdateStream
 from gpu.graph.lists import DynamicGraph
 from gpu.graph.times import EdgeTimes, edge_keys
@@ -74,6 +74,7 @@ class _Windowed:
     query: QueryGraph
     plan: WindowPlan
     window: int
+    before: tuple[tuple[int, int], ...]
     # No leaf counts: kept only so that the per-batch upkeep of candidate bits, whose
     # entries carry them, takes this query's with the standing ones'.
     leaves: LeafCounts
@@ -154,16 +155,19 @@ class Engine:
             self.signatures.resize(self.graph)
 
     # ---- standing queries -------------------------------------------
-    def add_query(self, query: QueryGraph, window: int | None = None) -> int:
+    def add_query(self, query: QueryGraph, window: int | None = None,
+                  before=()) -> int:
         """Register a standing query; returns its id.  With `window` W, a match counts
-        only while its data edges are timed and their times lie within W of each other
-        (issue 23; on the CPU executor of an undirected graph for now)."""
+        only while its data edges are timed and their times lie within W of each other,
+        and (`before`, pairs (i, j) of query edge indices, in `query.edges` order) edge
+        i's time is below edge j's (issue 23; on the CPU executor of an undirected graph
+        for now; `before` only with a window)."""
         if query.directed != self.directed:
             kinds = ("undirected", "directed")
             raise ValueError(f"query {query.name}: a {kinds[query.directed]} query on a "
                              f"{kinds[self.directed]} graph")
-        if window is not None:
-            return self._add_windowed(query, window)
+        if window is not None or len(before):
+            return self._add_windowed(query, window, before)
         self.flush()
         if self._device is not None:
             problem = self._device.admit(query.labels, self.graph.num_slots)
@@ -187,22 +191,32 @@ class Engine:
         self._queries[qid] = _Standing(plan, leaves)
         return qid
 
-    def window_problem(self, window) -> str | None:
-        """Why this engine cannot stand a query with this `window` (None when it can)."""
+    def window_problem(self, window, before=(), query: QueryGraph | None = None
+                       ) -> str | None:
+        """Why this engine cannot stand a query with this `window` and `before` pairs
+        (checked against `query` when given; add_query), None when it can."""
+        if window is None and len(before):
+            return ("before takes a window: give one (a large one for no bound; untimed "
+                    "edges are in no window)")
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
             return f"window must be an integer >= 0, got {window!r}"
+        if query is not None and len(before):
+            problem = before_problem(query, before)
+            if problem is not None:
+                return problem
         if self._device is not None:
             return "windowed queries run on the CPU executor for now; this engine runs on cuda"
         if self.directed:
             return "windowed queries take undirected graphs for now"
         return None
 
-    def _add_windowed(self, query: QueryGraph, window) -> int:
-        problem = self.window_problem(window)
+    def _add_windowed(self, query: QueryGraph, window, before) -> int:
+        problem = self.window_problem(window, before, query)
         if problem is not None:
             raise ValueError(f"query {query.name}: {problem}")
         self.flush()
-        plan = window_plan(query)
+        before = tuple((int(i), int(j)) for i, j in before)
+        plan = window_plan(query, before)
         qid = self._next_id
         self._next_id += 1
         # Its candidate bits prune its search as the standing queries' do, kept per batch
@@ -210,7 +224,7 @@ class Engine:
         self._arrays_generation += 1
         self.signatures.add_query(qid, query, self.graph)
         leaves = LeafCounts(query, self.graph.label.shape[0], kept=False)
-        self._windowed[qid] = _Windowed(query, plan, int(window), leaves)
+        self._windowed[qid] = _Windowed(query, plan, int(window), before, leaves)
         return qid
 
     def windowed_ids(self) -> list[int]:

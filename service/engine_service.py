@@ -683,12 +683,13 @@ class EngineService:
                                  f"limit {cap}")
         elif create.max_matches_per_batch is not None:
             raise InputError("max_matches_per_batch: only for deliver=matches")
-        if create.window is not None:
-            problem = self.engine.window_problem(create.window)
+        if create.window is not None or create.before:
+            problem = self.engine.window_problem(create.window, create.before or (), query)
             if problem is not None:
                 hint = " (start the service with --backend cpu)" \
-                    if self.backend == "cuda" and not self.engine.directed else ""
-                raise InputError(f"window: {problem}{hint}")
+                    if "CPU executor" in problem else ""
+                field = "" if problem.startswith(("before", "window ")) else "window: "
+                raise InputError(f"{field}{problem}{hint}")
         if dry_run:
             return QueryValidation(pattern=pattern, vertices=query.num_vertices,
                                    edges=query.num_edges)
@@ -696,7 +697,7 @@ class EngineService:
         standing = Standing(id=qid, name=name, pattern=pattern, deliver=create.deliver,
                             max_matches=max_matches, backfill=create.backfill,
                             created_seq=self.seq, created_at=utc_now(), engine_qid=-1,
-                            query=query, window=create.window)
+                            query=query, window=create.window, before=create.before)
         standing.attach(self.engine)
         try:
             backfill = standing.backfill_event(self.engine, self.seq) if create.backfill else None

@@ -218,6 +218,14 @@ WINDOW_DESCRIPTION = (
     "are in no window); in the units of the batches' times; default none")
 
 
+BEFORE_DESCRIPTION = (
+    "time order between the pattern's edges (issue 23), with a `window`: each pair [i, j] "
+    "of indices into `pattern.edges` (or the text's `e` lines, in order) asks that the data "
+    "edge matching edge i be timed strictly before the one matching edge j")
+BeforePair = Annotated[list[Annotated[int, Field(strict=True, ge=0)]],
+                       Field(min_length=2, max_length=2)]
+
+
 class QueryOptions(_Strict):
     # How a standing query delivers its results.
     name: str | None = Field(None, min_length=1, max_length=200)
@@ -225,15 +233,20 @@ class QueryOptions(_Strict):
     max_matches_per_batch: int | None = Field(None, ge=1)
     backfill: bool = False
     window: int | None = Field(None, ge=0, le=2**63 - 1, description=WINDOW_DESCRIPTION)
+    before: list[BeforePair] | None = Field(None, description=BEFORE_DESCRIPTION)
 
 
 class QueryCreate(QueryOptions):
     # What POST /v1/queries accepts: the pattern as JSON or as query-file text (t/v/e lines).
-    # max_matches_per_batch only with deliver=matches (as the engine checks it).
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
+    # max_matches_per_batch only with deliver=matches (as the engine checks it), `before`
+    # pairs only with a window.
+    model_config = ConfigDict(json_schema_extra={"allOf": [{"anyOf": [
         {"not": {"required": ["max_matches_per_batch"]}},
         {"properties": {"max_matches_per_batch": {"type": "null"}}},
-        {"required": ["deliver"], "properties": {"deliver": {"const": "matches"}}}],
+        {"required": ["deliver"], "properties": {"deliver": {"const": "matches"}}}]},
+        {"anyOf": [{"not": {"required": ["before"]}},
+                   {"properties": {"before": {"anyOf": [{"type": "null"}, {"maxItems": 0}]}}},
+                   {"required": ["window"], "properties": {"window": {"type": "integer"}}}]}],
         "examples": [
         {"pattern": {"vertices": [{"id": 0, "label": 0}, {"id": 1, "label": 1},
                                   {"id": 2, "label": 2}],
@@ -265,6 +278,7 @@ class QueryPublic(BaseModel):
     max_matches_per_batch: int | None
     backfill: bool
     window: int | None = Field(None, description=WINDOW_DESCRIPTION)
+    before: list[list[int]] | None = Field(None, description=BEFORE_DESCRIPTION)
     created_batch: int
     created_at: str
     vertices: int

@@ -36,6 +36,7 @@ class Standing:
     engine_qid: int
     query: QueryGraph
     window: int | None = None
+    before: list[list[int]] | None = None
     batches_seen: int = 0
     total_positive: int = 0
     total_negative: int = 0
@@ -53,7 +54,8 @@ class Standing:
                        deliver=options["deliver"], max_matches=options["max_matches_per_batch"],
                        backfill=options["backfill"], created_seq=record.created_seq,
                        created_at=record.created_at, engine_qid=-1, query=query,
-                       window=options.get("window"), batches_seen=record.batches_seen,
+                       window=options.get("window"), before=options.get("before"),
+                       batches_seen=record.batches_seen,
                        total_positive=record.total_positive,
                        total_negative=record.total_negative, last_seq=record.last_seq)
         standing.attach(engine)
@@ -61,17 +63,19 @@ class Standing:
 
     def attach(self, engine) -> None:
         """Register it with `engine` (a new one: registration, recovery, a bulk load)."""
-        self.engine_qid = engine.add_query(self.query, window=self.window)
+        self.engine_qid = engine.add_query(self.query, window=self.window,
+                                           before=self.before or ())
 
     def options_json(self) -> str:
-        # (Stores from before windows have no "window": restore reads it as None.)
+        # (Stores from before windows have no "window" nor "before": restore reads None.)
         return json.dumps({"deliver": self.deliver, "max_matches_per_batch": self.max_matches,
-                           "backfill": self.backfill, "window": self.window})
+                           "backfill": self.backfill, "window": self.window,
+                           "before": self.before})
 
     def public(self, stats: QueryStats | None = None) -> QueryPublic:
         return QueryPublic(id=self.id, name=self.name, pattern=self.pattern,
                            deliver=self.deliver, max_matches_per_batch=self.max_matches,
-                           backfill=self.backfill, window=self.window,
+                           backfill=self.backfill, window=self.window, before=self.before,
                            created_batch=self.created_seq,
                            created_at=self.created_at, vertices=self.query.num_vertices,
                            edges=self.query.num_edges, stats=stats)

@@ -21,16 +21,18 @@ The times are read from the engine's TimeTable (gpu/graph/times.py) by key, one 
 data edge a candidate would add; the refreshed edges' other-side times and the phase's
 structural edges come as small sorted arrays (a batch's worth).
 
-A match is valid when every data edge it uses is timed and the largest time minus the
+A match is valid when every data edge it uses is timed, the largest time minus the
 smallest is at most the window (untimed edges are outside every window, as the
-reference has it).  The time span only grows as a match grows, so a partial match whose
-span already exceeds the window is never extended.
+reference has it) and each `before` pair (i, j) of query edges has edge i's time below
+edge j's.  The time span only grows as a match grows, so a partial match whose span
+already exceeds the window is never extended, nor one with a `before` pair out of order
+(checked at the level that matches the pair's later edge).
 
 Each task is (update edge u - v, query edge (a, b), orientation): a -> u, b -> v.  Every
 match is found once, from its lowest-ranked update edge, by the total-order rule (an
 update edge ranked below the task's own is off limits); automorphic images are distinct
-matches and are each found, since validity is the same for all of them only without
-`before` constraints, which this search does not take yet.  Undirected graphs only.
+matches and are each found (with `before` pairs they differ in validity).  Undirected
+graphs only.
 """
 from __future__ import annotations
 
@@ -58,16 +60,45 @@ class WindowPlan:
     bw_count: np.ndarray    # int32 [T, n]
     bw_level: np.ndarray    # int32 [T, n, n]
     bw_label: np.ndarray    # int32 [T, n, n]
+    # `before` constraints (edge i's time < edge j's, query edge indices): each query
+    # edge's index as the type matches it (the root's, each backward entry's), and the
+    # pairs checked at each level (those whose later edge that level matches).
+    root_edge: np.ndarray   # int32 [T]
+    bw_edge: np.ndarray     # int32 [T, n, n]
+    bc_count: np.ndarray    # int32 [T, n]
+    bc_pairs: np.ndarray    # int32 [T, n, P, 2]
+    before: np.ndarray      # int32 [P, 2]
 
 
-def window_plan(query) -> WindowPlan:
+def before_problem(query, before) -> str | None:
+    """Why `before` (pairs (i, j) of query edge indices: edge i's time < edge j's) does not
+    fit `query`, or None."""
+    k = query.num_edges
+    for p, pair in enumerate(before):
+        if len(pair) != 2 or not all(isinstance(x, (int, np.integer)) and
+                                     not isinstance(x, bool) for x in pair):
+            return f"before[{p}]: a pair of query edge indices, got {pair!r}"
+        i, j = (int(x) for x in pair)
+        if not (0 <= i < k and 0 <= j < k):
+            return f"before[{p}]: ({i}, {j}) names an edge the query lacks (it has {k})"
+        if i == j:
+            return f"before[{p}]: ({i}, {j}) orders an edge before itself"
+    return None
+
+
+def window_plan(query, before=()) -> WindowPlan:
     """The WindowPlan of an undirected QueryGraph (connected, as every QueryGraph is)
-    with at least one edge."""
+    with at least one edge, and its `before` pairs (before_problem: none)."""
     if query.directed:
         raise ValueError("windowed counting takes undirected queries only (for now)")
     n, k = query.num_vertices, query.num_edges
     if k == 0:
         raise ValueError("a windowed query needs at least one edge")
+    problem = before_problem(query, before)
+    if problem is not None:
+        raise ValueError(problem)
+    before = np.array([(int(i), int(j)) for i, j in before], dtype=np.int32).reshape(-1, 2)
+    edge_index = {(int(a), int(b)): e for e, (a, b) in enumerate(query.edges.tolist())}
     adjacency = query.adjacency
     labels = query.edge_label_matrix
     roots = [(int(a), int(b)) for a, b in query.edges] + [(int(b), int(a))
@@ -78,6 +109,10 @@ def window_plan(query) -> WindowPlan:
     bw_count = np.zeros((t_count, n), dtype=np.int32)
     bw_level = np.zeros((t_count, n, n), dtype=np.int32)
     bw_label = np.zeros((t_count, n, n), dtype=np.int32)
+    root_edge = np.zeros(t_count, dtype=np.int32)
+    bw_edge = np.zeros((t_count, n, n), dtype=np.int32)
+    bc_count = np.zeros((t_count, n), dtype=np.int32)
+    bc_pairs = np.zeros((t_count, n, max(1, len(before)), 2), dtype=np.int32)
     for t, (a, b) in enumerate(roots):
         order = [a, b]
         while len(order) < n:
@@ -88,6 +123,8 @@ def window_plan(query) -> WindowPlan:
             order.append(best)
         orders[t] = order
         root_label[t] = labels[min(a, b), max(a, b)]
+        root_edge[t] = edge_index[min(a, b), max(a, b)]
+        matched_at = {int(root_edge[t]): 1}       # query edge -> the level matching it
         for level in range(2, n):
             q = order[level]
             back = [j for j in range(level) if adjacency[q, order[j]]]
@@ -96,8 +133,14 @@ def window_plan(query) -> WindowPlan:
                 p = order[j]
                 bw_level[t, level, i] = j
                 bw_label[t, level, i] = labels[min(p, q), max(p, q)]
+                bw_edge[t, level, i] = edge_index[min(p, q), max(p, q)]
+                matched_at[int(bw_edge[t, level, i])] = level
+        for i, j in before.tolist():
+            level = max(matched_at[i], matched_at[j])
+            bc_pairs[t, level, bc_count[t, level]] = (i, j)
+            bc_count[t, level] += 1
     return WindowPlan(np.asarray(query.labels, dtype=np.int32), orders, root_label, bw_count,
-                      bw_level, bw_label)
+                      bw_level, bw_label, root_edge, bw_edge, bc_count, bc_pairs, before)
 
 
 @nb.njit(cache=True)
@@ -138,18 +181,21 @@ def _count_task(graph, plan, cand, window, times, other, structural, check_other
     whose ends and label fit the type's root (_count_all checked), each counted once
     (module docstring); the first out.shape[0] of the call's (`filled`, _found) listed."""
     start, deg, nbr, nlab, elab, rank, label = graph
-    q_label, orders, root_label, bw_count, bw_level, bw_label = plan
-    m, pos, end, pivot, lo, hi, lo2, hi2, flags = state
+    q_label, orders, root_label, bw_count, bw_level, bw_label = plan[:6]
+    root_edge, bw_edge, bc_count, bc_pairs, before = plan[6:]
+    m, pos, end, pivot, lo, hi, lo2, hi2, flags, etime, etime2 = state
     n = orders.shape[1]
     key = _edge_key(u, v)
     m[0], m[1] = u, v
     lo[1], hi[1] = first, first
+    etime[root_edge[t]] = etime2[root_edge[t]] = first
     # flags: bit 0 a structural edge used, bit 1 the other side has an untimed edge.
     flags[1] = 0
     if check_other:
         i = _find(other[0], key)
         t2 = other[1][i] if i >= 0 else first
         lo2[1], hi2[1] = t2, t2
+        etime2[root_edge[t]] = t2
         if t2 == NO_TIME:
             flags[1] |= 2
         if _find(structural, key) >= 0:
@@ -199,9 +245,11 @@ def _count_task(graph, plan, cand, window, times, other, structural, check_other
             if th - tl > window:      # the span only grows: prune here
                 ok = False
                 break
+            etime[bw_edge[t, level, j]] = te
             if check_other:
                 i = _find(other[0], key)
                 t2 = other[1][i] if i >= 0 else te
+                etime2[bw_edge[t, level, j]] = t2
                 if t2 == NO_TIME:
                     f |= 2
                 else:
@@ -210,9 +258,16 @@ def _count_task(graph, plan, cand, window, times, other, structural, check_other
                     f |= 1
         if not ok:
             continue
+        for c in range(bc_count[t, level]):     # the pairs whose later edge is this level's
+            if etime[bc_pairs[t, level, c, 0]] >= etime[bc_pairs[t, level, c, 1]]:
+                ok = False
+                break
+        if not ok:
+            continue
         m[level] = w
         if level == n - 1:
-            if not check_other or f & 3 or th2 - tl2 > window:
+            if not check_other or f & 3 or th2 - tl2 > window \
+                    or not _in_order(etime2, before):
                 count += 1
                 _found(t, orders, m, out, filled)
             continue
@@ -223,11 +278,20 @@ def _count_task(graph, plan, cand, window, times, other, structural, check_other
 
 
 @nb.njit(cache=True)
+def _in_order(etime, before):
+    """Whether every `before` pair (i, j) has edge i's time below edge j's."""
+    for c in range(before.shape[0]):
+        if etime[before[c, 0]] >= etime[before[c, 1]]:
+            return False
+    return True
+
+
+@nb.njit(cache=True)
 def _open_level(graph, plan, t, level, m, pos, end, pivot):
     """A level's candidates: the label segment of its backward neighbour with the
     shortest one."""
     start, deg, nbr, nlab, elab, rank, label = graph
-    q_label, orders, root_label, bw_count, bw_level, bw_label = plan
+    q_label, orders, root_label, bw_count, bw_level, bw_label = plan[:6]
     want = q_label[orders[t, level]]
     best = -1
     for j in range(bw_count[t, level]):
@@ -242,9 +306,11 @@ def _open_level(graph, plan, t, level, m, pos, end, pivot):
 def _count_all(graph, plan, cand, window, times, other, structural, check_other, us, vs,
                ranks, out):
     n = plan[1].shape[1]
+    k = n * n       # room for every query edge's index (at most n (n - 1) / 2 of them)
     state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
              np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
-             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
+             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+             np.zeros(k, np.int64), np.zeros(k, np.int64))
     start, deg, nbr, nlab, elab, rank, label = graph
     q_label, orders, root_label = plan[0], plan[1], plan[2]
     total = 0
@@ -298,7 +364,8 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     out = np.zeros((max(0, int(limit)), plan.orders.shape[1]), dtype=np.int32)
     count = int(_count_all(
         arrays, (plan.q_label, plan.orders, plan.root_label, plan.bw_count, plan.bw_level,
-                 plan.bw_label), np.ascontiguousarray(cand, dtype=np.uint32),
+                 plan.bw_label, plan.root_edge, plan.bw_edge, plan.bc_count, plan.bc_pairs,
+                 plan.before), np.ascontiguousarray(cand, dtype=np.uint32),
         np.int64(window),
         (times.keys, times.vals),
         (np.asarray(other[0], np.int64), np.asarray(other[1], np.int64)),

@@ -18,6 +18,7 @@ from tests.gpu.test_oracle import (BATCH_KINDS, BIG_LIMIT, EngineSetup, engine_s
                                    gen_batch, random_graph, random_queries, row_set,
                                    to_labeled, to_query, to_stream)
 from tests.reference import Rejected
+from tests.gpu.cpu.test_windowed import random_before
 from tests.reference_time import TimedQuery, TimedRefGraph
 
 
@@ -135,6 +136,11 @@ class WindowedHarness(TimedHarness):
             window = rng.randint(0, 12)
             qid = self.engine.add_query(to_query(q, "windowed"), window=window)
             self.windowed[qid] = TimedQuery(q, window=window)
+            before = random_before(rng, len(q.edge_list()))
+            if before:
+                qid = self.engine.add_query(to_query(q, "ordered"), window=window + 4,
+                                            before=before)
+                self.windowed[qid] = TimedQuery(q, window=window + 4, before=before)
         self.found = 0      # windowed matches the stream's deltas held
 
     def apply(self, records):
@@ -194,6 +200,10 @@ def test_windowed_queries_are_refused_where_they_do_not_run_yet():
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(ValueError, match="window must be an integer >= 0"):
             engine.add_query(q, window=bad)
+    with pytest.raises(ValueError, match="before takes a window"):
+        engine.add_query(q, before=[(0, 1)])
+    with pytest.raises(ValueError, match="names an edge the query lacks"):
+        engine.add_query(q, window=3, before=[(0, 1)])
     qid = engine.add_query(q, window=3)
     assert engine.windowed_ids() == [qid] and engine.query_ids() == []
     engine.remove_query(qid)

@@ -65,6 +65,13 @@ DOCUMENTED: tuple[tuple[str, str, int, str, str], ...] = (
      r"^max_matches_per_batch: only for deliver=matches$",
      "the query parameters of a text/plain pattern relate to one another (the JSON body's "
      "schema says it: QueryCreate's anyOf)"),
+    ("RejectedPositiveData", _PATTERN, 422,
+     r"^before\[\d+\]: \(\d+, \d+\) (names an edge the query lacks|orders an edge "
+     r"before itself)",
+     "`before` pairs index the pattern's edges: a relation between two values of the body"),
+    ("RejectedPositiveData", _PATTERN, 422,
+     r"^window: windowed queries (run on the CPU executor|take undirected graphs)",
+     "the executor the service runs and the graph's kind are its state"),
     ("RejectedPositiveData", _CURSOR, 422, r"is past the (end|last batch)",
      "a cursor past the last id or batch given out depends on the state"),
     ("RejectedPositiveData", r"PUT /v1/graph", 422, r"apply to edge lists only",

@@ -70,6 +70,41 @@ def test_a_windowed_query_counts_and_lists_the_paths_within_its_window(tmp_path)
         assert _paths(backfill["added"]) == {(3, 4, 1), (1, 4, 3), (2, 3, 4), (4, 3, 2)}
 
 
+@cpu_only
+def test_before_pairs_keep_the_paths_whose_edges_come_in_order(tmp_path):
+    with running(tmp_path / "data") as client:
+        client.put("/v1/graph", json={"vertices": [[v, 0] for v in (1, 2, 3)], "edges": []})
+        # Edge 0 is 0-1, edge 1 is 1-2: 0-1 timed before 1-2.
+        r = client.post("/v1/queries", json={"pattern": PATH, "window": 10,
+                                             "before": [[0, 1]], "deliver": "matches"})
+        assert r.status_code == 201, r.text
+        qid = r.json()["id"]
+        assert r.json()["before"] == [[0, 1]]
+        results = _post(client, [[1, 2, 0, 5], [2, 3, 0, 7]])
+        assert results[str(qid)]["positive"] == 1
+        assert _last_event(client, qid)["added"] == [[1, 2, 3]]
+    with running(tmp_path / "data") as client:      # kept with the query
+        assert client.get(f"/v1/queries/{qid}").json()["before"] == [[0, 1]]
+        # Refreshing 1-2 to 9 turns the order around: 3-2-1 in, 1-2-3 out.
+        results = _post(client, [[1, 2, 0, 9]])
+        assert (results[str(qid)]["positive"], results[str(qid)]["negative"]) == (1, 1)
+        event = _last_event(client, qid)
+        assert (event["added"], event["removed"]) == ([[3, 2, 1]], [[1, 2, 3]])
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"before": [[0, 1]]}, "before takes a window"),
+    ({"window": 5, "before": [[0, 2]]}, "before[0]: (0, 2) names an edge the query lacks"),
+    ({"window": 5, "before": [[1, 1]]}, "before[0]: (1, 1) orders an edge before itself"),
+    ({"window": 5, "before": [[0]]}, "before"), ({"window": 5, "before": [[0, -1]]}, "before"),
+    ({"window": 5, "before": [[0, "1"]]}, "before")])
+def test_bad_before_pairs_are_a_422_naming_them(client, body, fragment):
+    r = client.post("/v1/queries", json={"pattern": PATH, **body})
+    assert r.status_code == 422, r.text
+    assert fragment in r.text
+    assert client.get("/v1/queries").json()["queries"] == []
+
+
 @pytest.mark.parametrize("window, fragment", [(-1, "window"), ("5", "window"),
                                               (1.5, "window"), (True, "window")])
 def test_a_bad_window_is_a_422_naming_it(client, window, fragment):

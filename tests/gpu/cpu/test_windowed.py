@@ -90,9 +90,17 @@ def _timed_batch(rng: random.Random, g, times: dict, horizon: int) -> list[tuple
     return records
 
 
+def random_before(rng: random.Random, num_edges: int) -> list[tuple[int, int]]:
+    """0 to 2 random `before` pairs of distinct query edges (none for one edge)."""
+    if num_edges < 2:
+        return []
+    return [tuple(rng.sample(range(num_edges), 2)) for _ in range(rng.randint(0, 2))]
+
+
 def _check_seed(seed: int) -> int:
-    """Four timed batches on a random graph, a random windowed query each: both phases
-    against the reference; returns how many matches the phases found."""
+    """Four timed batches on a random graph, a random windowed query each (with random
+    `before` pairs half the time): both phases against the reference; returns how many
+    matches the phases found."""
     rng = random.Random(seed)
     g = random_graph(rng)
     horizon = 12
@@ -102,11 +110,12 @@ def _check_seed(seed: int) -> int:
     for step in range(4):
         window = rng.randint(0, horizon)
         query = rng.choice(queries)
-        plan = window_plan(to_query(query, "q"))
+        before = random_before(rng, len(query.edge_list())) if step % 2 else []
+        plan = window_plan(to_query(query, "q"), before)
         before_graph, before_times = g.copy(), dict(times)
         tg = TimedRefGraph(g, times)
         records = _timed_batch(rng, g, times, horizon)
-        delta = tg.delta(TimedQuery(query, window=window), records)
+        delta = tg.delta(TimedQuery(query, window=window, before=before), records)
         times = tg.times
         deleted = [k for k in before_graph.edges if k not in g.edges]
         inserted = [k for k in g.edges if k not in before_graph.edges]
@@ -117,7 +126,7 @@ def _check_seed(seed: int) -> int:
         positive = _phase(g, times, plan, window, inserted + refreshed, before_times,
                           refreshed, inserted)
         assert (positive, negative) == (len(delta.positive), len(delta.negative)), \
-            (seed, step, records, window)
+            (seed, step, records, window, before)
         found += positive + negative
     return found
 
@@ -160,6 +169,38 @@ def test_a_window_prunes_and_untimed_edges_are_outside_it():
     assert cut.count == 6 and cut.truncated and cut.rows.shape == (4, 3)
     timed[keys[1]] = None
     assert count_windowed(graph, plan, 100, us, vs, _times(graph, timed)).count == 0
+
+
+def test_before_pairs_tell_automorphic_images_apart():
+    """A path a - b - c, edge 0 = (a, b) before edge 1 = (b, c), on the data path 1 - 2 - 3
+    timed 5 then 7: of its two images only a, b, c = 1, 2, 3 keeps the order."""
+    from tests.reference import RefGraph, RefQuery
+    g = RefGraph.build({1: 0, 2: 0, 3: 0}, [(1, 2, 0), (2, 3, 0)])
+    query = to_query(RefQuery.build([0, 0, 0], [(0, 1), (1, 2)]), "path")
+    graph = DynamicGraph.from_labeled(to_labeled(g))
+    keys = [frozenset((1, 2)), frozenset((2, 3))]
+    us, vs = _slots(graph, keys)
+    graph.set_ranks(us.astype(np.int32), vs.astype(np.int32),
+                    np.arange(1, 3, dtype=np.int32))
+    times = _times(graph, dict(zip(keys, [5, 7], strict=True)))
+    assert count_windowed(graph, window_plan(query), 10, us, vs, times).count == 2
+    found = count_windowed(graph, window_plan(query, [(0, 1)]), 10, us, vs, times, limit=5)
+    assert found.count == 1
+    assert graph.ext[found.rows].tolist() == [[1, 2, 3]]
+    assert count_windowed(graph, window_plan(query, [(1, 0)]), 10, us, vs,
+                          times).count == 1
+    assert count_windowed(graph, window_plan(query, [(0, 1), (1, 0)]), 10, us, vs,
+                          times).count == 0
+
+
+@pytest.mark.parametrize("before, message", [
+    ([(0, 0)], "orders an edge before itself"), ([(0, 2)], "names an edge the query lacks"),
+    ([(0,)], "a pair of query edge indices"), ([(0, True)], "a pair of query edge indices")])
+def test_bad_before_pairs_are_refused(before, message):
+    from tests.reference import RefQuery
+    query = to_query(RefQuery.build([0, 0, 0], [(0, 1), (1, 2)]), "path")
+    with pytest.raises(ValueError, match=message):
+        window_plan(query, before)
 
 
 def test_directed_queries_are_refused():
