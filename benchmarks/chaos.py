@@ -61,6 +61,16 @@ QUERIES = (
     ("path", "v 0 1\nv 1 0\nv 2 2\ne 0 1\ne 1 2\n", "matches"),
     ("square", "v 0 0\nv 1 1\nv 2 0\nv 3 1\ne 0 1\ne 1 2\ne 2 3\ne 3 0\n", "counts"),
 )
+# With retention (Config.retention), the path also stands windowed (Config.window).
+WINDOWED = ("recent-path", "v 0 1\nv 1 0\nv 2 2\ne 0 1\ne 1 2\n", "matches")
+
+
+def standing_queries(cfg: "Config") -> list[tuple[str, str, str, dict]]:
+    """The queries a run registers: (name, query file, deliver, extra query parameters)."""
+    queries = [(*q, {}) for q in QUERIES]
+    if cfg.retention is not None:
+        queries.append((*WINDOWED, {"window": cfg.window}))
+    return queries
 LABELS = 3
 
 
@@ -84,6 +94,11 @@ class Config:
     write_faults: int = 2         # spells of failing writes (the server lives on)
     fault_seconds: tuple[float, float] = (0.2, 1.0)
     ready_timeout: float = 240.0  # a first start on a cold Numba cache compiles
+    # Event times on the inserted edges (each client's clock, some late), edges expiring
+    # this far behind the newest time (`serve --retention`), and a windowed query; None:
+    # untimed, nothing expires.
+    retention: int | None = None
+    window: int = 12
 
 
 # ------------------------------------------------------------------------ the workload
@@ -102,12 +117,17 @@ class Partition:
             self.adjacent[v].add(u)
         self.next_id = 1_000_000 * (index + 1)
         self._pending_next_id = self.next_id      # after the batch last drawn valid
+        self.clock = 0          # event times drawn so far (timed runs), never going back
 
     def edges(self) -> set[tuple[int, int]]:
         return {(min(u, v), max(u, v)) for u, n in self.adjacent.items() for v in n}
 
-    def draw(self, rng: random.Random, max_updates: int, reject: bool) -> tuple[str, list]:
-        """A batch as update-stream text, and its updates as applied (for `apply`)."""
+    def draw(self, rng: random.Random, max_updates: int, reject: bool,
+             timed: bool = False) -> tuple[str, list]:
+        """A batch as update-stream text, and its updates as applied (for `apply`); with
+        `timed`, each edge insert carries an event time (the partition's clock, now and
+        then a late one).  The partition does not follow expiry: an edge it still holds
+        may be gone, so its deletion is a no-op and its insertion new, both valid."""
         ops: list[tuple] = []
         touched_v: set[int] = set()
         touched_e: set[tuple[int, int]] = set()
@@ -163,7 +183,11 @@ class Partition:
         lines = []
         for op in ops:
             if op[0] == "e":
-                lines.append(f"e {op[1]} {op[2]} 0")
+                time = ""
+                if timed:
+                    self.clock += rng.randint(0, 2)
+                    time = f" {max(0, self.clock - rng.choice((0, 0, 0, 1, 6)))}"
+                lines.append(f"e {op[1]} {op[2]} 0{time}")
             elif op[0] == "-e":
                 lines.append(f"-e {op[1]} {op[2]}")
             elif op[0] == "v":
@@ -249,7 +273,9 @@ class Server:
                 [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(self.data_dir),
                  "--port", str(self.port), "--backend", "cpu", "--synchronous",
                  self.cfg.synchronous, "--graph", str(self.graph), "--snapshot-every",
-                 str(self.cfg.snapshot_every), "--log-level", "warning"],
+                 str(self.cfg.snapshot_every), "--log-level", "warning",
+                 *(["--retention", str(self.cfg.retention)]
+                   if self.cfg.retention is not None else [])],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)     # its own process group, the writer child in it
         deadline = t0 + self.cfg.ready_timeout
@@ -366,7 +392,8 @@ class Ingest(threading.Thread):
             n = 0
             while not self.run_.stop_ingest.is_set():
                 reject = self.rng.random() < cfg.reject_rate
-                body, ops = self.part.draw(self.rng, cfg.max_updates, reject)
+                body, ops = self.part.draw(self.rng, cfg.max_updates, reject,
+                                           timed=cfg.retention is not None)
                 p = Posted(f"c{self.part.index}-{n}", body, not reject, self.part.index)
                 n += 1
                 self.posted.append(p)
@@ -562,6 +589,7 @@ class Report:
     replayed_answers: int = 0          # first acknowledgements with Idempotent-Replayed
     repeats: int = 0                   # acknowledged batches posted again on purpose
     events: int = 0                    # result-log events across the queries
+    expired: int = 0                   # matches retention took, over the acknowledged batches
     follower_reconnects: int = 0
     webhook_deliveries: int = 0
     webhook_redeliveries: int = 0      # at least once: an event sent again after a kill
@@ -654,9 +682,9 @@ class Run:
 
     def _setup(self, receiver: Receiver | None) -> None:
         with httpx.Client(base_url=self.server.url, timeout=30) as client:
-            for name, text, deliver in QUERIES:
+            for name, text, deliver, extra in standing_queries(self.cfg):
                 r = client.post("/v1/queries", content=text,
-                                params={"name": name, "deliver": deliver},
+                                params={"name": name, "deliver": deliver, **extra},
                                 headers={"content-type": "text/plain"})
                 if r.status_code != 201:
                     raise ChaosFailure(f"registering {name}: {r.status_code} {r.text}")
@@ -775,6 +803,8 @@ class Run:
                                     f"{_first_difference(firsts, logged)}")
 
         self.server.stop()
+        rep.expired = sum(result.get("expired", 0) for answer in answers.values()
+                          for result in answer.get("results", {}).values())
         self._check_store(acked, problems)
         self._check_replay(acked, answers, state, problems)
         if problems:
@@ -821,9 +851,9 @@ class Run:
         replay.start()
         try:
             with httpx.Client(base_url=replay.url, timeout=60) as client:
-                for name, text, deliver in QUERIES:
+                for name, text, deliver, extra in standing_queries(self.cfg):
                     r = client.post("/v1/queries", content=text,
-                                    params={"name": name, "deliver": deliver},
+                                    params={"name": name, "deliver": deliver, **extra},
                                     headers={"content-type": "text/plain"})
                     if r.json()["id"] != self.query_ids[name]:
                         raise ChaosFailure(f"replay: query {name} got another id")
@@ -926,6 +956,8 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--synchronous", choices=("full", "normal"), default="normal")
     p.add_argument("--no-webhook", action="store_true")
+    p.add_argument("--retention", type=int, default=None, metavar="R",
+                   help="timed edges, expiring R behind the newest time, and a windowed query")
     p.add_argument("--workdir", type=Path, default=None,
                    help="where the stores and server logs go (default: a new temporary one)")
     p.add_argument("--json", type=Path, default=None, help="write the report here too")
@@ -934,7 +966,8 @@ def main(argv=None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="motifstream-chaos-"))
     cfg = Config(kills=args.kills, writer_kills=args.writer_kills,
                  write_faults=args.write_faults, seed=args.seed,
-                 clients=args.clients, synchronous=args.synchronous, webhook=not args.no_webhook)
+                 clients=args.clients, synchronous=args.synchronous, webhook=not args.no_webhook,
+                 retention=args.retention)
     started = datetime.datetime.now(datetime.timezone.utc)
     run = Run(cfg, workdir, say=lambda line: print(line, file=sys.stderr, flush=True))
     print(f"chaos: {cfg.kills} kills + {cfg.writer_kills} writer kills + "

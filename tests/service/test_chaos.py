@@ -34,6 +34,18 @@ def test_twenty_sigkills_lose_nothing(tmp_path):
     assert report.webhook_deliveries >= report.events, report
 
 
+@pytest.mark.slow
+def test_sigkills_with_retention_and_a_windowed_query_lose_nothing(tmp_path):
+    """Timed batches (late ones too) on a store with retention, a windowed query standing:
+    recovery from snapshots and the batch log brings back every time, the watermark and
+    the expiry, so that per-batch results equal a run that never crashed."""
+    report = Run(Config(kills=8, writer_kills=1, write_faults=0, seed=9, retention=40,
+                        window=12, webhook=False), tmp_path).execute()
+    assert report.kills == 8 and report.problems == []
+    assert (report.lost, report.duplicates, report.gaps, report.mismatches) == (0, 0, 0, 0)
+    assert report.acknowledged > 100 and report.expired > 0, report
+
+
 class _ExtraBatch(Run):
     """A run in which one batch reaches the service behind the clients' backs, as an
     unacknowledged batch made visible would."""
