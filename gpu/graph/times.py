@@ -190,9 +190,12 @@ class ExpiryIndex:
 
     def between(self, lo: int, hi: int) -> np.ndarray:
         """Keys of the entries not yet taken with time in [lo, hi] (stale ones included):
-        a binary search per run, so the cost follows the runs and the entries found."""
+        a binary search per run whose times reach into [lo, hi] (a stream in time order
+        has few), so the cost follows those runs and the entries found."""
         found = [NO_KEYS]
         for run, (times, keys) in self._runs.items():
+            if times[-1] < lo or times[0] > hi:     # a run's times are sorted
+                continue
             c = self._cursor[run]
             a = c + int(np.searchsorted(times[c:], lo, side="left"))
             b = c + int(np.searchsorted(times[c:], hi, side="right"))
