@@ -7,7 +7,7 @@ import pytest
 
 from gpu.cpu import interpreted
 from gpu.graph import times as times_module
-from gpu.graph.times import GONE, EdgeTimes, TimeTable
+from gpu.graph.times import GONE, EdgeTimes, ExpiryIndex, TimeTable
 from gpu.io.records import NO_TIME
 
 
@@ -61,3 +61,23 @@ def test_edge_times_keep_the_expiry_index_and_answer_as_before():
     assert sorted(times.items()) == [(int(keys[0]), 10), (int(keys[1]), 25)]
     assert len(times) == 2
     assert times.get_many(keys).tolist() == [10, 25, NO_TIME]
+
+
+def test_between_finds_every_untaken_entry_in_range_across_runs():
+    """Runs in and out of time order, some partly taken: between(lo, hi) is exactly the
+    entries not taken with lo <= time <= hi (the runs it skips hold none)."""
+    rng = np.random.default_rng(3)
+    index = ExpiryIndex()
+    entries = {}
+    for run in range(40):
+        base = run * 50 if run % 5 else int(rng.integers(0, 2000))     # now and then late
+        times = base + rng.integers(0, 120, size=30)
+        keys = run * 1000 + np.arange(30, dtype=np.int64)
+        index.add(keys, times)
+        entries.update(zip(keys.tolist(), times.tolist(), strict=True))
+    taken, _ = index.take_until(400)
+    for key in taken.tolist():
+        del entries[key]
+    for lo, hi in [(0, 3000), (390, 410), (401, 401), (1000, 1100), (-50, -1), (2500, 9000)]:
+        want = sorted(k for k, t in entries.items() if lo <= t <= hi)
+        assert sorted(index.between(lo, hi).tolist()) == want, (lo, hi)
