@@ -410,9 +410,11 @@ def _json_defect(draw, batch: list[tuple]) -> bytes:
         field, item = draw(st.sampled_from([("insert_vertices", [v, bad]),
                                             (edge_field, [v, v + 1, bad])]))
     elif defect == "length":
+        # One item too many: an insert takes a fourth, its event time (issue 23).
+        too_long = [v, v + 1, 0, 0] + ([0] if edge_field == "insert_edges" else [])
         field, item = draw(st.sampled_from([
             ("insert_vertices", []), ("insert_vertices", [v]), ("insert_vertices", [v, 0, 0]),
-            (edge_field, []), (edge_field, [v]), (edge_field, [v, v + 1, 0, 0])]))
+            (edge_field, []), (edge_field, [v]), (edge_field, too_long)]))
     elif defect == "self_loop":
         field, item = edge_field, [v, v]
     elif defect == "missing":
