@@ -110,6 +110,7 @@ class Engine:
         self.times = EdgeTimes()
         self.watermark: int | None = None
         self._windowed: dict[int, _Windowed] = {}
+        self._window_scratch = None     # the windowed phases' subgraph (event_time.py)
         self._timed = self.retention is not None
         self.config = config or EngineConfig()
         self.directed = bool(directed)

@@ -246,9 +246,11 @@ def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int) -> D
     u, v = _split(keys)
     labels = stored_labels(g, u, v)
     live = labels >= 0                       # edges the graph still holds
-    # (Its vertex table is copied per phase: memory speed, but O(slots); a subgraph kept
-    # between batches would not be.)
-    sub = DynamicGraph.on_slots_of(g, engine.config)
+    # One scratch graph per engine, emptied and filled per phase (its vertex table is
+    # copied: memory speed, but O(slots); a subgraph kept between batches would not be).
+    if engine._window_scratch is None:
+        engine._window_scratch = DynamicGraph.on_slots_of(g, engine.config)
+    sub = engine._window_scratch.emptied_onto(g)
     sub.insert_edges(u[live], v[live], labels[live])
     return sub
 

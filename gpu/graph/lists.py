@@ -492,15 +492,23 @@ class DynamicGraph(VertexTable):
     def on_slots_of(cls, graph, config: EngineConfig | None = None) -> "DynamicGraph":
         """An empty DynamicGraph with `graph`'s vertex table (slots, labels, ids; any
         VertexTable): edges added to it sit on the same slots."""
-        lists = cls(config, graph.directed)
-        lists._grow_vertices(graph.label.shape[0])
+        return cls(config, graph.directed).emptied_onto(graph)
+
+    def emptied_onto(self, graph) -> "DynamicGraph":
+        """This graph, its edges dropped, on `graph`'s vertex table (as on_slots_of makes
+        one), keeping its arrays: a scratch graph filled again and again costs its edges,
+        not allocations."""
+        self._grow_vertices(graph.label.shape[0])
         n = graph.num_slots
         for name in ("label", "alive", "ext"):
-            getattr(lists, name)[:n] = getattr(graph, name)[:n]
-        lists.ids = graph.ids
-        lists.num_slots, lists.num_vertices = n, graph.num_vertices
-        lists._free = list(graph._free)
-        return lists
+            getattr(self, name)[:n] = getattr(graph, name)[:n]
+        self.deg[:n] = 0
+        self.cap[:n] = 0
+        self.top = self.garbage = self.num_edges = self._max_degree = 0
+        self.ids = graph.ids
+        self.num_slots, self.num_vertices = n, graph.num_vertices
+        self._free = list(graph._free)
+        return self
 
     def check(self) -> None:
         """Assert the structural invariants (tests call this after every batch)."""

@@ -428,3 +428,29 @@ def test_a_graph_on_the_slots_of_another_takes_its_edges_on_the_same_slots():
     assert twin.label[:5].tolist() == g.label[:5].tolist()
     assert twin.alive[:5].tolist() == g.alive[:5].tolist()
     assert twin.reserve_slots(1).tolist() == g.reserve_slots(1).tolist() == [3]
+
+
+def test_a_scratch_graph_emptied_onto_another_is_a_fresh_one():
+    """emptied_onto (the windowed phases' scratch subgraph): after edges of its own, onto
+    a graph with more slots and other labels, it holds only the edges given next."""
+    g = DynamicGraph(EngineConfig.tiny())
+    g.add_vertices(arr(range(6), np.int64), arr([0, 1, 0, 2, 1, 0]))
+    g.insert_edges(arr([0, 1, 2, 3]), arr([1, 2, 4, 5]), arr([0, 1, 0, 2]))
+    scratch = DynamicGraph.on_slots_of(g, EngineConfig.tiny())
+    scratch.insert_edges(*g.edges())
+    bigger = DynamicGraph(EngineConfig.tiny())
+    bigger.add_vertices(arr(range(40), np.int64), arr([v % 3 for v in range(40)]))
+    rng = np.random.default_rng(2)
+    pairs = {(int(a), int(b)) for a, b in rng.integers(0, 40, (60, 2)) if a < b}
+    us, vs = (arr([p[k] for p in sorted(pairs)]) for k in (0, 1))
+    labels = arr(rng.integers(0, 3, len(us)))
+    bigger.insert_edges(us, vs, labels)
+    for source in (bigger, g):
+        reused = scratch.emptied_onto(source)
+        assert reused is scratch and reused.num_edges == 0
+        fresh = DynamicGraph.on_slots_of(source, EngineConfig.tiny())
+        for graph in (reused, fresh):
+            graph.insert_edges(*source.edges())
+            graph.check()
+        assert edge_dict(*reused.edges()) == edge_dict(*fresh.edges()) == \
+            edge_dict(*source.edges())
