@@ -226,7 +226,8 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
         w = engine._windowed[qid]
         found[qid] = count_windowed(graph, w.plan, w.window, us, vs, table, other,
                                     structural, engine.signatures.host_cand(qid),
-                                    list_limit.get(qid, 0))
+                                    list_limit.get(qid, 0), engine.config.serial_below_tasks,
+                                    engine.config.task_chunk)
     return found
 
 

@@ -303,19 +303,48 @@ def _open_level(graph, plan, t, level, m, pos, end, pivot):
 
 
 @nb.njit(cache=True)
+def _new_state(n):
+    """One search's state (_count_task): per level and, last, per query edge."""
+    k = n * n       # room for every query edge's index (at most n (n - 1) / 2 of them)
+    return (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.zeros(k, np.int64), np.zeros(k, np.int64))
+
+
+@nb.njit(cache=True)
 def _count_all(graph, plan, cand, window, times, other, structural, check_other, us, vs,
                ranks, out):
+    """The matches from every update edge, one after another, the first out.shape[0]
+    listed."""
+    return _count_edges(graph, plan, cand, window, times, other, structural, check_other,
+                        us, vs, ranks, out, 0, us.shape[0], _new_state(plan[1].shape[1]),
+                        np.zeros(1, np.int64))
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def _count_all_parallel(graph, plan, cand, window, times, other, structural, check_other,
+                        us, vs, ranks, chunk):
+    """_count_all counting only, the update edges in chunks of `chunk` on every core."""
     n = plan[1].shape[1]
-    k = n * n       # room for every query edge's index (at most n (n - 1) / 2 of them)
-    state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
-             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
-             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
-             np.zeros(k, np.int64), np.zeros(k, np.int64))
+    chunks = (us.shape[0] + chunk - 1) // chunk
+    totals = np.zeros(chunks, np.int64)
+    for c in nb.prange(chunks):
+        totals[c] = _count_edges(graph, plan, cand, window, times, other, structural,
+                                 check_other, us, vs, ranks, np.zeros((0, n), np.int32),
+                                 c * chunk, min(us.shape[0], (c + 1) * chunk), _new_state(n),
+                                 np.zeros(1, np.int64))
+    return totals.sum()
+
+
+@nb.njit(cache=True)
+def _count_edges(graph, plan, cand, window, times, other, structural, check_other, us, vs,
+                 ranks, out, first_edge, end_edge, state, filled):
+    """The matches from update edges first_edge..end_edge - 1 (_count_task's listing)."""
     start, deg, nbr, nlab, elab, rank, label = graph
     q_label, orders, root_label = plan[0], plan[1], plan[2]
     total = 0
-    filled = np.zeros(1, np.int64)
-    for i in range(us.shape[0]):
+    for i in range(first_edge, end_edge):
         u, v = us[i], vs[i]
         # What does not depend on the task type, once per update edge; the cheap root
         # tests here, before a call (most types fail them).
@@ -338,7 +367,8 @@ def _count_all(graph, plan, cand, window, times, other, structural, check_other,
 
 
 def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=None,
-                   structural=None, cand=None, limit: int = 0) -> MatchSet:
+                   structural=None, cand=None, limit: int = 0, parallel_from: int = 64,
+                   chunk: int = 16) -> MatchSet:
     """Valid matches (module docstring) using at least one of the update edges us - vs
     (slots of the DynamicGraph `graph`, whose rank pool holds their ranks 1..k in this
     order: `graph.set_ranks`); `times`: the edges' times, a TimeTable keyed by
@@ -348,7 +378,9 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     it out of the window.  `cand`: the query's candidate bits per slot (the engine's
     signatures: bit q set where a vertex may be query vertex q, a necessary condition),
     None: every vertex may be any.  The first `limit` of the matches counted are listed
-    (slots, in query-vertex order; which ones when more are found is not specified)."""
+    (slots, in query-vertex order; which ones when more are found is not specified).
+    Counting only (`limit` 0), `parallel_from` update edges or more are searched on every
+    core in chunks of `chunk` (EngineConfig.serial_below_tasks and task_chunk)."""
     if graph.directed:
         raise ValueError("windowed counting takes undirected graphs only (for now)")
     arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,
@@ -362,14 +394,17 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     if cand is None:
         cand = np.full(graph.label.shape[0], 0xFFFFFFFF, dtype=np.uint32)
     out = np.zeros((max(0, int(limit)), plan.orders.shape[1]), dtype=np.int32)
-    count = int(_count_all(
-        arrays, (plan.q_label, plan.orders, plan.root_label, plan.bw_count, plan.bw_level,
-                 plan.bw_label, plan.root_edge, plan.bw_edge, plan.bc_count, plan.bc_pairs,
-                 plan.before), np.ascontiguousarray(cand, dtype=np.uint32),
-        np.int64(window),
-        (times.keys, times.vals),
-        (np.asarray(other[0], np.int64), np.asarray(other[1], np.int64)),
-        np.asarray(structural, np.int64), check_other, us, vs,
-        np.arange(1, len(us) + 1, dtype=np.int32), out))
+    args = (arrays, (plan.q_label, plan.orders, plan.root_label, plan.bw_count,
+                     plan.bw_level, plan.bw_label, plan.root_edge, plan.bw_edge,
+                     plan.bc_count, plan.bc_pairs, plan.before),
+            np.ascontiguousarray(cand, dtype=np.uint32), np.int64(window),
+            (times.keys, times.vals),
+            (np.asarray(other[0], np.int64), np.asarray(other[1], np.int64)),
+            np.asarray(structural, np.int64), check_other, us, vs,
+            np.arange(1, len(us) + 1, dtype=np.int32))
+    if out.shape[0] == 0 and len(us) >= parallel_from:
+        count = int(_count_all_parallel(*args, np.int64(max(1, chunk))))
+    else:
+        count = int(_count_all(*args, out))
     rows = out[:min(count, out.shape[0])]
     return MatchSet(count, rows, rows.shape[0] < count)

@@ -53,7 +53,7 @@ def _other(graph: DynamicGraph, times: dict, keys) -> tuple[np.ndarray, np.ndarr
 
 
 def _phase(ref_graph, times: dict, plan, window: int, updates, other_times: dict,
-           refreshed, structural) -> int:
+           refreshed, structural, **parallel) -> int:
     """One phase: the graph as `ref_graph` with `times`, from `updates` (the structural
     edges and the refreshed ones), the refreshed edges' times on the other side."""
     graph = DynamicGraph.from_labeled(to_labeled(ref_graph))
@@ -64,7 +64,7 @@ def _phase(ref_graph, times: dict, plan, window: int, updates, other_times: dict
     struct_keys = _keyed(*_slots(graph, structural))[0]
     return count_windowed(graph, plan, window, us, vs, _times(graph, times),
                           other=_other(graph, other_times, refreshed),
-                          structural=struct_keys).count
+                          structural=struct_keys, **parallel).count
 
 
 def _timed_batch(rng: random.Random, g, times: dict, horizon: int) -> list[tuple]:
@@ -97,7 +97,7 @@ def random_before(rng: random.Random, num_edges: int) -> list[tuple[int, int]]:
     return [tuple(rng.sample(range(num_edges), 2)) for _ in range(rng.randint(0, 2))]
 
 
-def _check_seed(seed: int) -> int:
+def _check_seed(seed: int, **parallel) -> int:
     """Four timed batches on a random graph, a random windowed query each (with random
     `before` pairs half the time): both phases against the reference; returns how many
     matches the phases found."""
@@ -122,9 +122,9 @@ def _check_seed(seed: int) -> int:
         refreshed = [k for k in g.edges if k in before_graph.edges
                      and before_times[k] != times[k]]
         negative = _phase(before_graph, before_times, plan, window, deleted + refreshed,
-                          times, refreshed, deleted)
+                          times, refreshed, deleted, **parallel)
         positive = _phase(g, times, plan, window, inserted + refreshed, before_times,
-                          refreshed, inserted)
+                          refreshed, inserted, **parallel)
         assert (positive, negative) == (len(delta.positive), len(delta.negative)), \
             (seed, step, records, window, before)
         found += positive + negative
@@ -137,6 +137,13 @@ SEEDS = range(40)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_phases_give_the_windowed_delta_of_the_reference(seed):
     _check_seed(seed)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:12])
+def test_the_phases_counted_on_every_core_are_the_same(seed):
+    """Counting only, the update edges in chunks of one on every core (count_windowed's
+    parallel path; the seeds above take the serial one)."""
+    _check_seed(seed, parallel_from=0, chunk=1)
 
 
 def test_the_random_phases_find_matches():
