@@ -537,17 +537,24 @@ def test_a_first_run_out_of_time_starts_over_compiled_and_reports_each_result_on
     assert len(expected) > trip_after
 
 
-def test_match_with_retention_reports_expired_matches(capsys, tmp_path):
-    """Event times on `e` lines and --retention: the batch that moves the watermark past an
-    edge's time deletes it, and the matches it took are reported (and listed) as expired;
-    a late edge already past the horizon is inserted and expired at once."""
+def _timed_path_files(tmp_path, updates: str):
+    """(graph, path query, updates, listing) files: four vertices of label 0, the 3-vertex
+    path query, these timed update lines, and where the listing goes."""
     graph = tmp_path / "g.graph"
     graph.write_text("v 1 0\nv 2 0\nv 3 0\nv 4 0\n")
     path = tmp_path / "path.graph"
     path.write_text("v 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\n")
-    updates = tmp_path / "u.txt"
-    updates.write_text("e 1 2 0 100\ne 2 3 0 105\ne 3 4 0\ne 1 4 0 111\ne 1 3 0 50\n")
-    listing = tmp_path / "l.jsonl"
+    stream = tmp_path / "u.txt"
+    stream.write_text(updates)
+    return graph, path, stream, tmp_path / "l.jsonl"
+
+
+def test_match_with_retention_reports_expired_matches(capsys, tmp_path):
+    """Event times on `e` lines and --retention: the batch that moves the watermark past an
+    edge's time deletes it, and the matches it took are reported (and listed) as expired;
+    a late edge already past the horizon is inserted and expired at once."""
+    graph, path, updates, listing = _timed_path_files(
+        tmp_path, "e 1 2 0 100\ne 2 3 0 105\ne 3 4 0\ne 1 4 0 111\ne 1 3 0 50\n")
     status, lines, err = run(capsys, "match", "--graph", graph, "--query", path, "--updates",
                              updates, "--batch-size", "3", "--retention", "10", "--list",
                              listing, "--backend", "cpu")
@@ -576,13 +583,8 @@ def test_retention_must_be_non_negative(capsys, files):
 def test_match_with_a_window_counts_and_lists_the_matches_within_it(capsys, tmp_path):
     """--window: a path counts only while its two edges' times are within W; a refresh
     moves one out of the window and another in."""
-    graph = tmp_path / "g.graph"
-    graph.write_text("v 1 0\nv 2 0\nv 3 0\nv 4 0\n")
-    path = tmp_path / "path.graph"
-    path.write_text("v 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\n")
-    updates = tmp_path / "u.txt"
-    updates.write_text("e 1 2 0 100\ne 2 3 0 103\ne 3 4 0 110\ne 4 1 0 106\ne 2 3 0 108\n")
-    listing = tmp_path / "l.jsonl"
+    graph, path, updates, listing = _timed_path_files(
+        tmp_path, "e 1 2 0 100\ne 2 3 0 103\ne 3 4 0 110\ne 4 1 0 106\ne 2 3 0 108\n")
     status, lines, err = run(capsys, "match", "--graph", graph, "--query", path, "--updates",
                              updates, "--batch-size", "2", "--window", "5", "--list", listing)
     assert status == 0 and err == ""
