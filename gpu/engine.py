@@ -74,7 +74,6 @@ class _Windowed:
     query: QueryGraph
     plan: WindowPlan
     window: int
-    before: tuple[tuple[int, int], ...]
     # No leaf counts: kept only so that the per-batch upkeep of candidate bits, whose
     # entries carry them, takes this query's with the standing ones'.
     leaves: LeafCounts
@@ -216,7 +215,6 @@ class Engine:
         if problem is not None:
             raise ValueError(f"query {query.name}: {problem}")
         self.flush()
-        before = tuple((int(i), int(j)) for i, j in before)
         plan = window_plan(query, before)
         qid = self._next_id
         self._next_id += 1
@@ -225,7 +223,7 @@ class Engine:
         self._arrays_generation += 1
         self.signatures.add_query(qid, query, self.graph)
         leaves = LeafCounts(query, self.graph.label.shape[0], kept=False)
-        self._windowed[qid] = _Windowed(query, plan, int(window), before, leaves)
+        self._windowed[qid] = _Windowed(query, plan, int(window), leaves)
         return qid
 
     def windowed_ids(self) -> list[int]:

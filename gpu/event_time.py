@@ -286,7 +286,7 @@ class _WindowedPhases:
             found = windowed_phase(self.engine, np.union1d(structural, self.refreshed),
                                    (self.refreshed, other_times), structural,
                                    taken=self.taken, list_limit=list_limit)
-        for qid, matches in found.items():
+        for matches in found.values():
             matches.rows = self.engine._external(matches.rows)
         self.seconds += clock.now() - t0
         return found
