@@ -160,8 +160,9 @@ class Engine:
         """Register a standing query; returns its id.  With `window` W, a match counts
         only while its data edges are timed and their times lie within W of each other,
         and (`before`, pairs (i, j) of query edge indices, in `query.edges` order) edge
-        i's time is below edge j's (issue 23; on the CPU executor of an undirected graph
-        for now; `before` only with a window)."""
+        i's time is below edge j's (issue 23; undirected graphs for now, `before` only with
+        a window; on cuda their search runs on the host's cores, over the subgraph of the
+        edges in the window read from the device)."""
         if query.directed != self.directed:
             kinds = ("undirected", "directed")
             raise ValueError(f"query {query.name}: a {kinds[query.directed]} query on a "
@@ -204,8 +205,6 @@ class Engine:
             problem = before_problem(query, before)
             if problem is not None:
                 return problem
-        if self._device is not None:
-            return "windowed queries run on the CPU executor for now; this engine runs on cuda"
         if self.directed:
             return "windowed queries take undirected graphs for now"
         return None
@@ -219,9 +218,11 @@ class Engine:
         qid = self._next_id
         self._next_id += 1
         # Its candidate bits prune its search as the standing queries' do, kept per batch
-        # with theirs (registration may recode every query's, as add_query's may).
+        # with theirs (registration may recode every query's, as add_query's may).  On
+        # cuda they would live on the device: its search on the host goes without.
         self._arrays_generation += 1
-        self.signatures.add_query(qid, query, self.graph)
+        if self._device is None:
+            self.signatures.add_query(qid, query, self.graph)
         leaves = LeafCounts(query, self.graph.label.shape[0], kept=False)
         self._windowed[qid] = _Windowed(query, plan, int(window), leaves)
         return qid
@@ -249,7 +250,8 @@ class Engine:
             self.flush()
             del self._windowed[qid]
             self._arrays_generation += 1
-            self.signatures.remove_query(qid)
+            if self._device is None:
+                self.signatures.remove_query(qid)
             return
         self._standing(qid)
         self.flush()

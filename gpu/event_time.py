@@ -16,7 +16,8 @@ counted as both, matched by neither phase).  Nothing here changes anything until
 batch has been validated.  Executor-independent: expiry is deletions, which both
 executors apply.
 
-Windowed queries (Engine.add_query with a window; the CPU executor) are counted in phases
+Windowed queries (Engine.add_query with a window; searched on the host's cores on either
+executor) are counted in phases
 of their own (gpu/cpu/windowed.py): on the expiry batch, from the expired edges; before
 the batch, from its deleted edges and the refreshed ones whose time changes, with the
 times before; after it and its times, from its inserted edges and those refreshed ones.
@@ -222,10 +223,12 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
                              int(at.max()) + widest)
     us, vs = _split(keys)
     graph.set_ranks(us, vs, np.arange(1, len(keys) + 1, dtype=np.int32))
+    on_host = engine._device is None        # cuda: no candidate bits (a filter only)
     for qid in qids:
         w = engine._windowed[qid]
         found[qid] = count_windowed(graph, w.plan, w.window, us, vs, table, other,
-                                    structural, engine.signatures.host_cand(qid),
+                                    structural,
+                                    engine.signatures.host_cand(qid) if on_host else None,
                                     list_limit.get(qid, 0), engine.config.serial_below_tasks,
                                     engine.config.task_chunk)
     return found

@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     match.add_argument("--window", type=_non_negative_int, metavar="W",
                        help="every query is windowed: a match counts only while its data "
                             "edges are timed within W of each other (max - min <= W; "
-                            "untimed edges are in no window; runs on the CPU executor)")
+                            "untimed edges are in no window)")
     match.set_defaults(command=_match)
 
     count = commands.add_parser(
@@ -238,8 +238,8 @@ def _first_run(args, progress: Progress):
     (gpu/compile_ahead.py: on a cold cache a small run is interpreted while the CPU
     executor compiles in the background)."""
     _use_demo_when_no_inputs(args)
-    if (args.directed or getattr(args, "window", None) is not None) and args.backend == "auto":
-        args.backend = "cpu"    # directed graphs and windows run on the CPU executor for now
+    if args.directed and args.backend == "auto":
+        args.backend = "cpu"    # directed graphs run on the CPU executor for now
     # Resolved first: a missing GPU should fail before a long graph load.
     args.backend = resolve_backend(args.backend)
     inputs = [args.graph, *args.query, getattr(args, "updates", None), args.labels]

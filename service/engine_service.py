@@ -686,10 +686,8 @@ class EngineService:
         if create.window is not None or create.before:
             problem = self.engine.window_problem(create.window, create.before or (), query)
             if problem is not None:
-                hint = " (start the service with --backend cpu)" \
-                    if "CPU executor" in problem else ""
                 field = "" if problem.startswith(("before", "window ")) else "window: "
-                raise InputError(f"{field}{problem}{hint}")
+                raise InputError(f"{field}{problem}")
         if dry_run:
             return QueryValidation(pattern=pattern, vertices=query.num_vertices,
                                    edges=query.num_edges)

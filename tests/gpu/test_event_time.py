@@ -3,6 +3,7 @@ watermark and retention against the timed oracle (tests/reference_time.py) on ra
 streams, both executors; each batch's positive, negative and expired matches exactly."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -14,7 +15,8 @@ from gpu.engine import Engine
 from gpu.graph.times import ExpiryIndex
 from gpu.io.records import NO_TIME, UpdateStream
 from tests import reference as ref
-from tests.gpu.test_oracle import (BATCH_KINDS, BIG_LIMIT, EngineSetup, engine_setup,  # noqa: F401
+from tests.gpu.test_oracle import (BATCH_KINDS, BIG_LIMIT, CUDA_CONFIGS,  # noqa: F401
+                                   EngineSetup, engine_setup,
                                    gen_batch, random_graph, random_queries, row_set,
                                    to_labeled, to_query, to_stream)
 from tests.reference import Rejected
@@ -173,15 +175,28 @@ class WindowedHarness(TimedHarness):
         return result
 
 
+# On cuda the windowed search runs on the host, over the window's edges read from the
+# device graph: the array (through its view, and directly) and the mirrored host lists.
+WINDOWED_CONFIGS = {"tiny": EngineConfig.tiny, **CUDA_CONFIGS,
+                    "tiny-lists": lambda: dataclasses.replace(EngineConfig.tiny(),
+                                                              device_graph="lists")}
+WINDOWED_SETUPS = [pytest.param(("tiny", "cpu"), id="cpu")] + [
+    pytest.param((name, "cuda"), id=f"{name}-cuda", marks=pytest.mark.gpu)
+    for name in ("tiny-pma", "tiny-pma-direct", "tiny-lists")]
+
+
+@pytest.mark.parametrize("setup", WINDOWED_SETUPS)
 @pytest.mark.parametrize("retention", [None, 0, 4, 15])
-def test_windowed_queries_equal_the_oracle_on_random_timed_streams(retention):
-    """On the CPU executor: each batch's windowed deltas (new edges, deletions, vertex
-    deletions, refreshes that move a match into or out of its window, expiry) are the set
-    differences of the valid matches before and after it."""
+def test_windowed_queries_equal_the_oracle_on_random_timed_streams(retention, setup):
+    """Each batch's windowed deltas (new edges, deletions, vertex deletions, refreshes that
+    move a match into or out of its window, expiry) are the set differences of the valid
+    matches before and after it, counted and listed."""
+    name, backend = setup
     found = 0
     for seed in range(3):
         rng = random.Random(7000 + 100 * seed + (retention or 0))
-        harness = WindowedHarness(rng, EngineSetup(EngineConfig.tiny()), retention)
+        harness = WindowedHarness(rng, EngineSetup(WINDOWED_CONFIGS[name](), backend),
+                                  retention)
         clock = [0]
         for _ in range(14):
             records = gen_batch(rng, harness.oracle.graph, rng.choice(BATCH_KINDS))
@@ -230,14 +245,6 @@ def test_windowed_queries_of_an_untimed_engine_have_empty_deltas_until_times_com
                                        (ref.INSERT_EDGE, 0, 1, 0, 12)]))   # a refresh
     assert (timed.queries[qid].positive, timed.queries[qid].negative) == (4, 0)
     assert engine.count(qid) == 4
-
-
-@pytest.mark.gpu
-def test_windowed_queries_are_refused_on_cuda():
-    from tests.reference import RefQuery
-    engine = Engine(to_labeled(random_graph(random.Random(1))), backend="cuda")
-    with pytest.raises(ValueError, match="CPU executor"):
-        engine.add_query(to_query(RefQuery.build([0, 0], [(0, 1)]), "edge"), window=3)
 
 
 def test_retention_expires_in_the_batch_that_moves_the_watermark():

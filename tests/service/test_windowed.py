@@ -1,15 +1,14 @@
 """Windowed standing queries through the service (issue 23): `window` on POST /v1/queries
 (JSON and text), counted and listed deltas of timed batches, backfill, kept across a
-restart, and the 422s: a bad window, and a window where the engine cannot stand one."""
+restart, on either executor, and the 422s: a bad window, and a window where the engine
+cannot stand one (a directed graph)."""
 from __future__ import annotations
 
 import pytest
 
-from tests.service.conftest import BACKEND, running
+from tests.service.conftest import running
 
 PATH = "v 0 0\nv 1 0\nv 2 0\ne 0 1\ne 1 2\n"
-cpu_only = pytest.mark.skipif(BACKEND != "cpu", reason="windowed queries run on the CPU "
-                              "executor (the cuda answer is test_a_window_on_cuda_is_a_422)")
 
 
 def _post(client, edges) -> dict:
@@ -26,7 +25,6 @@ def _last_event(client, qid) -> dict:
     return client.get(f"/v1/queries/{qid}/results").json()["events"][-1]["data"]
 
 
-@cpu_only
 def test_a_windowed_query_counts_and_lists_the_paths_within_its_window(tmp_path):
     data = tmp_path / "data"
     with running(data) as client:
@@ -70,7 +68,6 @@ def test_a_windowed_query_counts_and_lists_the_paths_within_its_window(tmp_path)
         assert _paths(backfill["added"]) == {(3, 4, 1), (1, 4, 3), (2, 3, 4), (4, 3, 2)}
 
 
-@cpu_only
 def test_before_pairs_keep_the_paths_whose_edges_come_in_order(tmp_path):
     with running(tmp_path / "data") as client:
         client.put("/v1/graph", json={"vertices": [[v, 0] for v in (1, 2, 3)], "edges": []})
@@ -128,14 +125,3 @@ def test_a_window_on_a_directed_graph_is_a_422_and_registers_nothing(tmp_path):
             assert r.status_code == 422, r.text
             assert "window: windowed queries take undirected graphs" in r.text
         assert client.get("/v1/queries").json()["queries"] == []
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(BACKEND != "cuda", reason="the service runs on cuda in this test run only "
-                    "with MOTIFSTREAM_TEST_BACKEND=cuda")
-def test_a_window_on_cuda_is_a_422(client):
-    r = client.post("/v1/queries", json={"pattern": PATH, "window": 5})
-    assert r.status_code == 422, r.text
-    assert "window: windowed queries run on the CPU executor" in r.text
-    assert "--backend cpu" in r.text
-    assert client.get("/v1/queries").json()["queries"] == []
