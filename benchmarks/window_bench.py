@@ -12,7 +12,7 @@ steady-state batches (after the first `--retention` edges), the median of their 
 phase alone (`timings["match"]`: the searches, the windowed phases with their subgraphs)
 and the matches, checked as positive - negative = the count at the end; the ratios are
 the unwindowed medians over the windowed ones, end to end and for the matching phase.
-CPU executor (windowed queries run there for now).
+`--backend cuda` runs both engines on the CUDA executor.
 """
 from __future__ import annotations
 
@@ -30,19 +30,22 @@ def main(argv=None) -> int:
     add_stream_args(p)
     p.add_argument("--retention", type=int, default=80_000)
     p.add_argument("--windows", type=int, nargs="+", default=[1_000, 5_000])
+    p.add_argument("--backend", default="cpu", choices=("cpu", "cuda"),
+                   help="the engines' executor (on cuda the windowed search runs on the "
+                        "host's cores, over the window's edges read from the device)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    header = run_header("cpu", "benchmarks.window_bench")
+    header = run_header(args.backend, "benchmarks.window_bench")
     print(json.dumps(header), flush=True)
     graph, queries, batches = load_stream(args)
     for window in (None, args.windows[0]):                  # compiles: not timed
-        run(graph, queries, batches[:3], args.retention, "cpu", window)
+        run(graph, queries, batches[:3], args.retention, args.backend, window)
     print("| window | steady batches | apply p50 ms | apply p99 ms | matching p50 ms | positive "
           "| negative | matches at the end | apply p50 ratio | matching p50 ratio |\n"
           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     base = base_match = None
     for window in (None, *args.windows):
-        record = run(graph, queries, batches, args.retention, "cpu", window)
+        record = run(graph, queries, batches, args.retention, args.backend, window)
         assert record["positive"] - record["negative"] == record["final_matches"], record
         base = base or record["p50_ms"]
         base_match = base_match or record["match_p50_ms"]
