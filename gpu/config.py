@@ -89,6 +89,11 @@ class EngineConfig:
     # CUDA executor: (update edge, task type) pairs one launch tests, one int32 of task
     # buffer each; a larger phase runs as launches over slices of its edges.
     launch_pairs: int = 1 << 26
+    # CUDA executor on "pma" with its view: a phase of at most this many update edges
+    # whose queries are all counted runs through launches prepared once, with buffers
+    # kept between batches (gpu/cuda/small_phase.py: a one-edge batch's host work is
+    # mostly launch overhead); 0: every phase through the general launches.
+    small_phase_edges: int = 256
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
@@ -99,7 +104,8 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
-        for name in ("shared_region_threads", "batch_group_edges", "device_batch_group_edges"):
+        for name in ("shared_region_threads", "batch_group_edges", "device_batch_group_edges",
+                     "small_phase_edges"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"EngineConfig.{name} must be a non-negative integer, got "
@@ -117,11 +123,12 @@ class EngineConfig:
         """Smallest settings: forces growth, relocation, one-task chunks, the grouped
         search of every leaf-rooted pair of tasks, deep window trees in the PMA, one
         update edge per CUDA launch, batch groups that fill after three edges, every
-        batch's edge records settled on the device, and the packed memory array's own
-        checks of every batch."""
+        batch's edge records settled on the device, the packed memory array's own
+        checks of every batch, and prepared launches for phases of one or two edges
+        only (the general launches take the others)."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, serial_below_tasks=1,
                    pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
                    batch_group_edges=3, device_batch_group_edges=3, pma_checks=True,
-                   device_prep_records=1)
+                   device_prep_records=1, small_phase_edges=2)

@@ -351,6 +351,9 @@ class Engine:
         run of the update edges us-vs (`runs`: the runs' lengths, ranked in edge order),
         shape (queries, runs), read back in one copy."""
         from gpu.cuda.executor import count_cuda_runs
+        small = self._small_phase(qids, us)
+        if small is not None:
+            return small.launch(us, vs, labels).by_run(runs)
         jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         edges = self._device.upload_edges(us, vs, labels, ranks)
@@ -361,6 +364,17 @@ class Engine:
                                    self.config.launch_pairs)
         finally:
             self._device.clear_ranks()
+
+    def _small_phase(self, qids: list[int], us):
+        """The CUDA executor's prepared launches for a phase of these counted queries
+        from update edges `us` (gpu/cuda/small_phase.py), or None where it takes the
+        general launches (more than `small_phase_edges` edges, no read view)."""
+        if not qids or not 0 < len(us) <= self.config.small_phase_edges:
+            return None
+        jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
+        return self._device.small_phase(jobs, self.config.small_phase_edges,
+                                        self.config.work_sharing, self.config.share_capacity,
+                                        self.config.share_every)
 
     def _region_phase(self, us, minimum: int | None = None) -> bool:
         """Whether a CPU phase runs in parallel regions: with `shared_region_threads` Numba
@@ -582,6 +596,16 @@ class Engine:
             if len(results) == len(self._queries):
                 return results, seconds
             counted = []
+        if self._device is not None and len(counted) == len(self._queries):
+            small = self._small_phase(counted, us)
+            if small is not None:
+                t0 = clock.now()
+                pending = small.launch(us, vs, labels)
+                found = ([Deferred(pending, i) for i in range(len(counted))] if defer
+                         else pending.resolve())
+                results.update(zip(counted, found, strict=True))
+                seconds.update(dict.fromkeys(counted, (clock.now() - t0) / len(counted)))
+                return results, seconds
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         ranked = len(us) > 0 and len(self._queries) > 0
         edges = None

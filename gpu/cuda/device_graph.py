@@ -27,6 +27,7 @@ import numpy as np
 
 from gpu.cuda import match_launchers
 from gpu.cuda.array_stream import ArrayStream
+from gpu.cuda.small_phase import SmallLookup
 from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.graph.label_index import LabelIndex, label_keys
 from gpu.graph.pma import device_update
@@ -48,6 +49,10 @@ def make_device_graph(config: EngineConfig):
         return ListMirror()
     raise ValueError(f"device graph layout must be one of {DEVICE_GRAPHS}, got {layout!r}")
 
+
+# Lookups of at most this many keys (a small batch's validation) go through SmallLookup's
+# prepared launch and buffers.
+SMALL_LOOKUP_KEYS = 1024
 
 # Label bits reserved in a key's low word even when fewer labels are known, so that the
 # first few new labels do not re-key the whole array (vertex ids below 2^29).
@@ -76,11 +81,18 @@ class PmaGraph:
         self._host = None                   # the host graph this follows
         self._ranked: tuple | None = None   # a phase's (ranks, saved labels, slots)
         self._no_ranks = cp.zeros(1, dtype=np.int32)
+        self._small_lookup = SmallLookup(SMALL_LOOKUP_KEYS)
         # The read view, and each vertex slot's label index there (the rank kernel's).
         self.view = None if view_capacity is None else ListView(cp, view_capacity)
         self._slot_labels = cp.zeros(0, dtype=np.int32)
         # With the view the array has a stream of its own (gpu/cuda/array_stream.py).
         self.streams = ArrayStream(self.view is not None)
+
+    @property
+    def slot_labels(self) -> cp.ndarray:
+        """Each vertex slot's label index in the keys (int32, on the device; with the
+        view): what the rank kernel compares."""
+        return self._slot_labels
 
     def _fits(self, slots: int) -> bool:
         """Whether the label bits and `slots` vertex ids fit the current layout."""
@@ -267,6 +279,8 @@ class PmaGraph:
         # The labels of born slots are registered (load_edges, sync): nothing changes.
         keys = label_keys(us, vs, self.labels.of(graph.label[vs]), self.vertex_bits)
         with self.streams.changing():   # a read with its read-back: the array's stream
+            if len(keys) <= SMALL_LOOKUP_KEYS and self.pma.config.kernels:
+                return self._small_lookup.values(self.pma, keys)
             return self.pma.lookup(cp.asarray(keys), values=True)[1].get()
 
     def stored_labels_on_device(self, us: cp.ndarray, vs: cp.ndarray,

@@ -22,6 +22,7 @@ from gpu.cuda import match_launchers
 from gpu.cuda.device_graph import make_device_graph
 from gpu.cuda.shared_launch import MAX_PAIRS, SharedLaunch
 from gpu.cuda.signatures import DeviceSignatures
+from gpu.cuda.small_phase import SmallPhase, keep_until_copied
 from gpu.config import EngineConfig
 from gpu.graph.sets import sorted_unique
 from gpu.plan.planner import TaskTypes
@@ -41,6 +42,7 @@ class DeviceMirror:
         self.signatures = DeviceSignatures()
         self._plans: dict[int, dict[int, tuple[TaskTypes, match_launchers.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
+        self._small: dict[tuple, tuple] = {}    # small_phase, by (qid, plan) sequence
         self._cand_ptrs: tuple | None = None    # (addresses, their device table)
         self._host = None                       # the host graph synced last
         # External id per vertex slot (int64), kept only once a listing needed it.
@@ -122,6 +124,8 @@ class DeviceMirror:
         self._plans.pop(qid, None)
         self._stacked = {key: value for key, value in self._stacked.items()
                          if all(q != qid for q, _ in key)}
+        self._small = {key: value for key, value in self._small.items()
+                       if all(q != qid for q, _ in key[0])}
 
     # ---- plans ---------------------------------------------------------
     def plan_arrays(self, qid: int, types: TaskTypes) -> match_launchers.DevicePlan:
@@ -171,6 +175,26 @@ class DeviceMirror:
         self._stacked[key] = (tuple(types for _, types in plans), plan, members)
         return plan, members
 
+    def small_phase(self, jobs, capacity: int, sharing: bool, share_capacity: int,
+                    share_every: int) -> SmallPhase | None:
+        """The prepared launches (gpu/cuda/small_phase.py) of phases of at most `capacity`
+        update edges for these counted queries ([(qid, task types)]), kept while they
+        stand with the same plans; None where the device graph has no read view."""
+        if getattr(self.graph, "view", None) is None:
+            return None
+        key = (tuple((qid, id(types)) for qid, types in jobs), capacity, sharing,
+               share_capacity, share_every)
+        cached = self._small.get(key)
+        if cached is not None and all(a is b for a, (_, b) in zip(cached[0], jobs,
+                                                                  strict=True)):
+            return cached[1]
+        phase = SmallPhase(self, jobs, _by_size(jobs), capacity, sharing, share_capacity,
+                           share_every)
+        if len(self._small) >= 4:     # sets of counted queries come and go: keep a few
+            self._small.clear()
+        self._small[key] = (tuple(types for _, types in jobs), phase)
+        return phase
+
     def cand_table(self, qids) -> cp.ndarray:
         """The address of each query's candidate bits, in order, on the device (uploaded
         again only when an address changed)."""
@@ -194,17 +218,6 @@ class DeviceMirror:
         both = cp.asarray(np.concatenate([us, vs, labels, ranks]).astype(np.int32,
                                                                          copy=False))
         return match_launchers.UpdateEdges(*(both[i * count:(i + 1) * count] for i in range(4)))
-
-
-# Pinned buffers whose asynchronous copies may still be running, with the event after each:
-# kept until the copy is done, whoever drops its PendingCounts (CuPy's pinned pool would
-# hand a freed block to the next upload's staging while the copy still writes it).
-_IN_FLIGHT: list[tuple[cp.cuda.Event, np.ndarray]] = []
-
-
-def _keep_until_copied(event: cp.cuda.Event, host: np.ndarray) -> None:
-    _IN_FLIGHT[:] = [(e, h) for e, h in _IN_FLIGHT if not e.done]
-    _IN_FLIGHT.append((event, host))
 
 
 class PendingMatches:
@@ -231,7 +244,7 @@ class PendingMatches:
         cp.asnumpy(totals, out=host, blocking=False)
         event = cp.cuda.Event(block=False, disable_timing=True)
         event.record()
-        _keep_until_copied(event, host)
+        keep_until_copied(event, host)
         self._parts.append((members, n, host, event, rows, spans))
 
     def resolve(self) -> list[MatchSet]:

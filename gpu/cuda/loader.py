@@ -8,11 +8,13 @@ for it.  Launchers check the dtypes of their arrays and cast their scalars, so a
 argument fails with a message instead of corrupting memory.  The launchers live beside
 this module, one module per kernel family: `match_launchers` (match.cu, tasks.cu,
 ranks.cu), `pma_launchers` (pma.cu, view.cu), `signature_launchers` (signature.cu), and
-`id_mirror` (idmap.cu).  Only import this module where `gpu.cuda.device.cuda_available()`
-is true.
+`id_mirror` (idmap.cu).  `Prepared` keeps one kernel's
+arguments as C values for launches that repeat (gpu/cuda/small_phase.py).  Only import this
+module where `gpu.cuda.device.cuda_available()` is true.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 from pathlib import Path
 
@@ -73,3 +75,65 @@ def one_thread_each(source: str, name: str, items: int, args: tuple,
     if items == 0:
         return
     kernel(source, name)((-(-items // threads),), (threads,), args)
+
+
+# The C type of each scalar argument a launcher passes, as CuPy would pass it.
+_C_SCALARS = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
+              np.dtype(np.uint32): ctypes.c_uint32, np.dtype(np.uint64): ctypes.c_uint64}
+
+
+class Prepared:
+    """A kernel and its named arguments held as C values, launched through the driver
+    with no per-argument conversion: what a launch that repeats every batch costs (a
+    RawKernel call converts each of match_tasks' 40 arguments again, and took longer
+    than the kernel of a one-edge batch).
+
+    `args` are what the RawKernel call takes (device arrays, passed as their data
+    pointers, and NumPy scalars), after the typed launcher checked them.  The arrays are
+    kept referenced, so their memory stays theirs; `set` replaces one argument (an array
+    whose buffer moved, a count), `launch` queues the kernel on the current stream."""
+
+    def __init__(self, raw: cp.RawKernel, names, args, shared_mem: int = 0) -> None:
+        if len(names) != len(args):
+            raise ValueError(f"{len(names)} names for {len(args)} arguments")
+        self._kernel = raw.kernel   # (holds its module: the address stays valid)
+        self._function = self._kernel.ptr
+        self._index = {name: i for i, name in enumerate(names)}
+        self._values = [self._c_value(name, a) for name, a in zip(names, args)]
+        self._arrays = {name: a for name, a in zip(names, args) if isinstance(a, cp.ndarray)}
+        self._params = (ctypes.c_void_p * len(args))(
+            *(ctypes.addressof(v) for v in self._values))
+        self.shared_mem = shared_mem
+
+    @staticmethod
+    def _c_value(name: str, arg):
+        if isinstance(arg, cp.ndarray):
+            return ctypes.c_void_p(arg.data.ptr)
+        ctype = _C_SCALARS.get(getattr(arg, "dtype", None))
+        if ctype is None:
+            raise TypeError(f"{name}: a prepared launch takes device arrays and NumPy int32, "
+                            f"int64, uint32 or uint64 scalars, got {type(arg).__name__}")
+        return ctype(int(arg))
+
+    def array(self, name: str) -> cp.ndarray:
+        return self._arrays[name]
+
+    def set(self, name: str, arg) -> None:
+        """Replace argument `name` by another of its kind: an array (checked by the
+        caller as the launcher checked the first), or a scalar's value."""
+        value = self._values[self._index[name]]
+        if isinstance(value, ctypes.c_void_p):
+            if not isinstance(arg, cp.ndarray):
+                raise TypeError(f"{name}: expected a device array")
+            self._arrays[name] = arg
+            value.value = arg.data.ptr
+        else:
+            value.value = int(arg)
+
+    def launch(self, blocks: int, threads: int) -> None:
+        """Queue the kernel on `blocks` blocks of `threads` threads (none for none)."""
+        if blocks <= 0:
+            return
+        cp.cuda.driver.launchKernel(self._function, blocks, 1, 1, threads, 1, 1,
+                                    self.shared_mem, cp.cuda.get_current_stream().ptr,
+                                    ctypes.addressof(self._params), 0)

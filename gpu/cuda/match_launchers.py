@@ -15,7 +15,7 @@ import cupy as cp
 import numpy as np
 
 from gpu.config import EngineConfig
-from gpu.cuda.loader import MAX_QUERY, check_array, kernel, one_thread_each
+from gpu.cuda.loader import MAX_QUERY, Prepared, check_array, kernel, one_thread_each
 
 # One WarpState (gpu/cuda/kernels/match.cu) per warp in shared memory: 4 int arrays and
 # 2 uint64 arrays of MAX_QUERY entries, and the clock.
@@ -132,11 +132,18 @@ def _check_plan_and_edges(plan: DevicePlan, edges: UpdateEdges) -> None:
                              f"{edges.us.shape[0]}")
 
 
+MAKE_TASKS_ARGS = ("cand_ptrs", "cand_row", "roots", "root_labels", "types", "us", "vs",
+                   "labels", "count", "tasks", "ctl")
+
+
 def make_tasks(cand_ptrs: cp.ndarray, plan: DevicePlan, edges: UpdateEdges,
-               tasks: cp.ndarray, ctl: cp.ndarray) -> None:
+               tasks: cp.ndarray, ctl: cp.ndarray, prepare: bool = False
+               ) -> Prepared | None:
     """Launch gpu/cuda/kernels/tasks.cu:make_tasks: the (edge, type) pairs that can start a
     match go to `tasks` (room for every pair) and their number to ctl[TASKS_WORD], which
-    must start at zero."""
+    must start at zero.  With `prepare`, nothing is launched: the checked launch comes
+    back as a Prepared (MAKE_TASKS_ARGS; launch it on make_tasks_blocks(types, count)
+    blocks of 256 threads)."""
     _check_plan_and_edges(plan, edges)
     check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
     check_array("tasks", tasks, np.int32, 1)
@@ -147,14 +154,19 @@ def make_tasks(cand_ptrs: cp.ndarray, plan: DevicePlan, edges: UpdateEdges,
     if tasks.shape[0] < types * count or ctl.shape[0] != CTL_WORDS:
         raise ValueError(f"tasks holds {tasks.shape[0]} of {types * count} pairs, or ctl "
                          f"has {ctl.shape[0]} words instead of {CTL_WORDS}")
+    args = (cand_ptrs, plan.cand_row, plan.roots, plan.root_labels, np.int32(types),
+            edges.us, edges.vs, edges.labels, np.int32(count), tasks, ctl)
+    if prepare:
+        return Prepared(kernel("tasks", "make_tasks"), MAKE_TASKS_ARGS, args)
     if types * count == 0:
-        return
-    threads = 256
-    blocks = min(-(-types * count // threads), 65535)
-    kernel("tasks", "make_tasks")(
-        (blocks,), (threads,),
-        (cand_ptrs, plan.cand_row, plan.roots, plan.root_labels, np.int32(types), edges.us,
-         edges.vs, edges.labels, np.int32(count), tasks, ctl))
+        return None
+    kernel("tasks", "make_tasks")((make_tasks_blocks(types, count),), (256,), args)
+    return None
+
+
+def make_tasks_blocks(types: int, count: int) -> int:
+    """Blocks of 256 threads make_tasks takes for `count` edges of `types` task types."""
+    return min(-(-types * count // 256), 65535)
 
 
 @functools.cache
@@ -174,8 +186,8 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
                 edges: UpdateEdges, ctl: cp.ndarray, bufs: cp.ndarray, width: int, warps: int,
                 counts: cp.ndarray, by_task: bool, offsets: cp.ndarray, out: cp.ndarray,
                 row_end: cp.ndarray, listing: bool, sharing: bool = True,
-                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY
-                ) -> None:
+                share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY,
+                prepare: bool = False) -> Prepared | None:
     """Launch gpu/cuda/kernels/match.cu:match_tasks (or match_tasks_pma, by the graph's layout)
     over `warps` persistent warps, on the tasks make_tasks wrote (their number in ctl).
 
@@ -186,7 +198,13 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     included, then in the last row each query's total over the launch.  `sharing` hands
     unexplored candidates to idle warps (never while listing).  Listing reads an offset
     per pair, the first row of `out` its task writes, and row_end per query (as cand_row
-    numbers them), the row its query's tasks stop before."""
+    numbers them), the row its query's tasks stop before.
+
+    With `prepare`, nothing is launched: the checked launch comes back as a Prepared
+    (its arguments named as match_tasks_args says), with work-sharing buffers of its
+    own; before each launch of it ctl's first TASKS_WORD words and its `ready` array
+    must be zeroed, and it runs on warps // WARPS_PER_BLOCK blocks of
+    32 * WARPS_PER_BLOCK threads."""
     kernel_name, graph_args = _graph_args(graph)
     check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
     _check_plan_and_edges(plan, edges)
@@ -222,29 +240,51 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
         raise ValueError(f"share_capacity and share_every must be positive, got "
                          f"{share_capacity} and {share_every}")
     sharing = sharing and not listing
-    ctl[:TASKS_WORD] = 0        # the task count stays: make_tasks wrote it
     capacity = share_capacity if sharing else 1
-    records = _scratch("records", capacity * SHARE_RECORD_INTS)
-    ready = _scratch("ready", capacity)
-    ready[:capacity] = 0
+    if prepare:
+        records = cp.empty(capacity * SHARE_RECORD_INTS, dtype=np.int32)
+        ready = cp.zeros(capacity, dtype=np.int32)
+    else:
+        ctl[:TASKS_WORD] = 0        # the task count stays: make_tasks wrote it
+        records = _scratch("records", capacity * SHARE_RECORD_INTS)
+        ready = _scratch("ready", capacity)
+        ready[:capacity] = 0
     search = kernel("match", kernel_name)
-    blocks = warps // WARPS_PER_BLOCK
-    search((blocks,), (32 * WARPS_PER_BLOCK,),
-           (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
+    args = (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
             *(getattr(plan, name) for name in MATCH_PLAN_FIELDS),
             tasks, np.int32(plan.roots.shape[0]), edges.us, edges.vs, edges.ranks,
             bufs, np.int64(width), ctl, records, ready,
             np.int64(capacity), np.int32(1 if sharing else 0), np.int32(share_every), counts,
             np.int32(1 if by_task else 0), np.int32(queries),
-            offsets, out, row_end, np.int32(1 if listing else 0)),
-           shared_mem=WARPS_PER_BLOCK * WARP_STATE_BYTES)
+            offsets, out, row_end, np.int32(1 if listing else 0))
+    shared_mem = WARPS_PER_BLOCK * WARP_STATE_BYTES
+    if prepare:
+        return Prepared(search, match_tasks_args(type(graph)), args, shared_mem)
+    blocks = warps // WARPS_PER_BLOCK
+    search((blocks,), (32 * WARPS_PER_BLOCK,), args, shared_mem=shared_mem)
+    return None
+
+
+def match_tasks_args(layout: type) -> tuple[str, ...]:
+    """The names of match_tasks' arguments (a Prepared's) for a graph layout: the graph's
+    fields, then the launch's."""
+    return (*layout._fields, "cand_ptrs", "n", "members", *MATCH_PLAN_FIELDS, "tasks",
+            "types", "us", "vs", "ranks", "bufs", "width", "ctl", "records", "ready",
+            "capacity", "sharing", "share_every", "counts", "by_task", "queries", "offsets",
+            "out", "row_end", "listing")
+
+
+SET_EDGE_RANKS_ARGS = ("start", "deg", "nbr", "nlab", "label", "rank", "us", "vs", "ranks",
+                       "count", "clear")
 
 
 def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp.ndarray,
                    label: cp.ndarray, rank: cp.ndarray, us: cp.ndarray, vs: cp.ndarray,
-                   ranks: cp.ndarray, clear: bool) -> None:
+                   ranks: cp.ndarray, clear: bool, prepare: bool = False) -> Prepared | None:
     """Launch gpu/cuda/kernels/ranks.cu:set_edge_ranks: rank (or 0) on both directions of each
-    edge us[i] - vs[i], all of which must be in the device graph."""
+    edge us[i] - vs[i], all of which must be in the device graph.  With `prepare`, the
+    checked launch comes back as a Prepared (SET_EDGE_RANKS_ARGS; a thread for each
+    direction of each edge, 256 a block)."""
     for name, dtype, array in (("start", np.int64, start), ("deg", np.int32, deg),
                                ("nbr", np.int32, nbr), ("nlab", np.int32, nlab),
                                ("label", np.int32, label), ("rank", np.int32, rank),
@@ -255,9 +295,12 @@ def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp
     if vs.shape[0] != count or ranks.shape[0] != count:
         raise ValueError(f"us, vs and ranks differ in length: {count}, {vs.shape[0]}, "
                          f"{ranks.shape[0]}")
-    one_thread_each("ranks", "set_edge_ranks", 2 * count,
-                    (start, deg, nbr, nlab, label, rank, us, vs, ranks, np.int32(count),
-                     np.int32(1 if clear else 0)))
+    args = (start, deg, nbr, nlab, label, rank, us, vs, ranks, np.int32(count),
+            np.int32(1 if clear else 0))
+    if prepare:
+        return Prepared(kernel("ranks", "set_edge_ranks"), SET_EDGE_RANKS_ARGS, args)
+    one_thread_each("ranks", "set_edge_ranks", 2 * count, args)
+    return None
 
 
 _SCRATCH: dict[str, cp.ndarray] = {}

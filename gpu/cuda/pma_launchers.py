@@ -12,7 +12,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from gpu.cuda.loader import check_array, kernel
+from gpu.cuda.loader import Prepared, check_array, kernel
 from gpu.graph.pma.device_update import SMALL_BATCH   # most updates locate_small takes
 
 PLAN_ROWS = 7
@@ -249,25 +249,30 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
          elab, deg))
 
 
-def find_keys(pma, wanted: cp.ndarray, with_values: bool = False
-              ) -> tuple[cp.ndarray, cp.ndarray | None]:
+FIND_KEYS_ARGS = ("keys", "vals", "cnt", "capacity", "seg_shift", "wanted", "count", "slots",
+                  "values")
+
+
+def find_keys(pma, wanted: cp.ndarray, with_values: bool = False, prepare: bool = False
+              ) -> tuple[cp.ndarray, cp.ndarray | None] | Prepared:
     """Launch gpu/cuda/kernels/view.cu:find_keys: the slot of each of `wanted` (uint64) in
     the packed memory array `pma`, -1 where it is not stored, and with `with_values` each
-    one's value (-1 where not stored)."""
+    one's value (-1 where not stored).  With `prepare`, nothing is launched: the checked
+    launch comes back as a Prepared (FIND_KEYS_ARGS, a thread per key, 256 a block) with
+    output arrays of its own for every key of `wanted` ("slots", "values")."""
     _check_all((("wanted", np.uint64, wanted), ("keys", np.uint64, pma.keys),
                 ("vals", np.int32, pma.vals), ("cnt", np.int32, pma.cnt)))
     count = wanted.shape[0]
     slots = cp.empty(count, dtype=np.int64)
-    values = cp.empty(count, dtype=np.int32) if with_values else None
+    values = cp.empty(count, dtype=np.int32) if with_values or prepare else None
+    args = (pma.keys, pma.vals, pma.cnt, np.int64(pma.capacity),
+            np.int32(pma.S.bit_length() - 1), wanted, np.int64(count), slots,
+            values if values is not None else np.uint64(0))
+    if prepare:
+        return Prepared(kernel("view", "find_keys"), FIND_KEYS_ARGS, args)
     if count:
-        kernel("view", "find_keys")(
-            (-(-count // 256),), (256,),
-            (pma.keys, pma.vals, pma.cnt, np.int64(pma.capacity),
-             np.int32(pma.S.bit_length() - 1), wanted, np.int64(count), slots,
-             values if with_values else np.uint64(0)))
+        kernel("view", "find_keys")((-(-count // 256),), (256,), args)
     return slots, values
-
-
 
 
 def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray

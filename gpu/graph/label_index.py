@@ -10,6 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 
+# Labels `LabelIndex.of` looks up one by one rather than by array operations.
+FEW_LABELS = 16
+
+
 class LabelIndex:
     """Dense indices for vertex labels, assigned in order of first sight (the labels
     first seen in one call in ascending order), never changed afterwards."""
@@ -17,11 +21,17 @@ class LabelIndex:
     def __init__(self) -> None:
         self._sorted = np.empty(0, dtype=np.int64)     # known labels, sorted
         self._index = np.empty(0, dtype=np.int64)      # the index of each of those
+        self._by_label: dict[int, int] = {}            # the same, for a few labels at once
         self.count = 0
 
     def of(self, labels) -> np.ndarray:
         """The index of each label (int64), registering unseen labels."""
         labels = np.asarray(labels, dtype=np.int64).ravel()
+        if len(labels) <= FEW_LABELS:   # a small batch's: a dozen array calls cost more
+            try:
+                return np.array([self._by_label[x] for x in labels.tolist()], dtype=np.int64)
+            except KeyError:
+                pass        # an unseen label: registered below
         pos = np.searchsorted(self._sorted, labels)
         inside = np.minimum(pos, max(len(self._sorted) - 1, 0))
         known = (pos < len(self._sorted)) & (self._sorted[inside] == labels) \
@@ -32,6 +42,7 @@ class LabelIndex:
             index = np.concatenate([self._index, np.arange(self.count, self.count + len(new))])
             order = np.argsort(merged, kind="stable")
             self._sorted, self._index = merged[order], index[order]
+            self._by_label = dict(zip(self._sorted.tolist(), self._index.tolist()))
             self.count += len(new)
             pos = np.searchsorted(self._sorted, labels)
         return self._index[pos] if len(labels) else np.empty(0, dtype=np.int64)

@@ -43,9 +43,11 @@ CONFIGS = {
     # each batch's counts from the per-edge counts of a counting pass.
     "cuda": EngineConfig(),
     "cuda_small": EngineConfig(device_batch_group_edges=3, launch_pairs=4),
-    # The same with the per-edge counts summed on the device (the test sets it: a large
-    # group's way; small ones are summed on the host).
-    "cuda_device_sums": EngineConfig(device_batch_group_edges=3, launch_pairs=4),
+    # The same through the general launches (no prepared small phases), with the per-edge
+    # counts summed on the device (the test sets it: a large group's way; small ones are
+    # summed on the host).
+    "cuda_device_sums": EngineConfig(device_batch_group_edges=3, launch_pairs=4,
+                                     small_phase_edges=0),
 }
 
 

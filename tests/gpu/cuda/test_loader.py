@@ -2,6 +2,7 @@
 the engine's clock (no batch is charged for NVRTC)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpu import clock
@@ -63,3 +64,37 @@ def test_check_array_refuses_what_a_kernel_cannot_take():
         check_array("column", good[:, 1], np.int32)
     with pytest.raises(ValueError, match="transposed: must be C-contiguous"):
         check_array("transposed", good.T, np.int32, 2)
+
+
+def test_a_prepared_launch_does_what_the_raw_call_does_and_follows_set_arguments():
+    import cupy
+
+    from gpu.cuda import match_launchers as ml
+
+    # Two vertices' lists in a view's layout: 0 -> [1, 2], 1 -> [0], 2 -> [0].
+    start = cupy.asarray(np.array([0, 2, 3], dtype=np.int64))
+    deg = cupy.asarray(np.array([2, 1, 1], dtype=np.int32))
+    nbr = cupy.asarray(np.array([1, 2, 0, 0], dtype=np.int32))
+    nlab = cupy.zeros(4, dtype=np.int32)
+    label = cupy.zeros(3, dtype=np.int32)
+    us, vs = (cupy.asarray(np.array(a, dtype=np.int32)) for a in ([0, 0], [1, 2]))
+    ranks = cupy.asarray(np.array([5, 7], dtype=np.int32))
+    direct, prepared = cupy.zeros(4, dtype=np.int32), cupy.zeros(4, dtype=np.int32)
+    ml.set_edge_ranks(start, deg, nbr, nlab, label, direct, us, vs, ranks, False)
+    launch = ml.set_edge_ranks(start, deg, nbr, nlab, label, prepared, us, vs, ranks, False,
+                               prepare=True)
+    assert not prepared.any()       # prepared, not launched
+    launch.launch(1, 256)
+    assert prepared.tolist() == direct.tolist() == [5, 7, 5, 7]
+    # One edge only, into another rank pool: the set count and array are what run.
+    other = cupy.zeros(4, dtype=np.int32)
+    launch.set("rank", other)
+    launch.set("count", 1)
+    launch.launch(1, 256)
+    assert other.tolist() == [5, 0, 5, 0]
+    assert launch.array("rank") is other
+    with pytest.raises(TypeError, match="rank: expected a device array"):
+        launch.set("rank", 3)
+    with pytest.raises(TypeError, match="count: a prepared launch takes device arrays"):
+        from gpu.cuda.loader import Prepared, kernel
+        Prepared(kernel("ranks", "set_edge_ranks"), ("count",), (3,))
