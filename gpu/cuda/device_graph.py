@@ -21,6 +21,7 @@ the host graph (tests).  Importing this module needs CuPy; `gpu.cuda.device` dec
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import cupy as cp
 import numpy as np
@@ -48,6 +49,34 @@ def make_device_graph(config: EngineConfig):
         from gpu.cuda.list_mirror import ListMirror
         return ListMirror()
     raise ValueError(f"device graph layout must be one of {DEVICE_GRAPHS}, got {layout!r}")
+
+
+class BatchArrays(NamedTuple):
+    """A batch's edge changes and touched vertices on the device, uploaded with its keys
+    (PmaGraph.sync): int32 edge ends, the touched vertices as int32 and as int64."""
+    delete_u: cp.ndarray
+    delete_v: cp.ndarray
+    insert_u: cp.ndarray
+    insert_v: cp.ndarray
+    touched32: cp.ndarray
+    touched: cp.ndarray
+
+
+def upload_together(*arrays: np.ndarray) -> list[cp.ndarray]:
+    """Host arrays on the device in one copy: their bytes in one buffer, each array a
+    typed view of its part (8-byte types first, so that every part is aligned to its
+    type)."""
+    sizes = [a.itemsize for a in arrays]
+    if sizes != sorted(sizes, reverse=True):
+        raise ValueError("upload_together takes wider types first")
+    host = [np.ascontiguousarray(a) for a in arrays]
+    both = cp.asarray(np.concatenate([a.reshape(-1).view(np.uint8) for a in host]))
+    out, lo = [], 0
+    for a in host:
+        hi = lo + a.nbytes
+        out.append(both[lo:hi].view(a.dtype))
+        lo = hi
+    return out
 
 
 # Lookups of at most this many keys (a small batch's validation) go through SmallLookup's
@@ -150,44 +179,51 @@ class PmaGraph:
         in host lists this array follows."""
         return getattr(graph, "device", None) is self
 
-    def sync(self, graph, touched=None, batch=None, touched_on_device=None) -> None:
+    def sync(self, graph, touched=None, batch=None, touched_on_device=None
+             ) -> BatchArrays | None:
         """Follow the host graph: load it whole (no batch), or apply the batch's edge
         changes (an EffectiveBatch, already applied to the host graph, except for the
         degrees of a batch whose changes are on the device: those are read back here
         from the array's counts at the touched vertices, `touched` and
-        `touched_on_device`)."""
+        `touched_on_device`).  A batch whose keys were made here returns what it
+        uploaded with them, for the signatures (BatchArrays), else None."""
         self._host = graph
         self.max_degree = graph.max_degree
         if batch is None:
             if not self._holds(graph):     # a DeviceEdgeGraph's came through load_edges
                 self._load_whole(graph)
-            return
+            return None
         self.labels.of(batch.add_labels)
         self._label_slots(graph, batch.add_slots)
         with self.streams.changing():
-            self._apply(graph, batch)
+            uploaded = self._apply(graph, batch, touched)
             if batch.device is not None:
                 assert self._holds(graph) and touched_on_device is not None
                 graph.follow_degrees(touched, self.pma.deg[touched_on_device].get(),
                                      len(batch.insert_u) - len(batch.delete_u))
                 self.max_degree = graph.max_degree
+        if uploaded is not None:
+            touched_on_device = uploaded.touched
         with self.streams.reading():
             self._refresh_view(graph, batch, touched, touched_on_device)
+        return uploaded
 
-    def _apply(self, graph, batch) -> None:
-        """The batch's edge changes into the array (sync)."""
+    def _apply(self, graph, batch, touched=None) -> BatchArrays | None:
+        """The batch's edge changes into the array (sync).  Keys made here go up in one
+        copy with the batch's edge ends and its `touched` vertices (host, distinct,
+        ascending), which come back on the device (BatchArrays)."""
         if not self._fits(graph.num_slots):
             # Host lists hold the batch already; a DeviceEdgeGraph's edges are this
             # array's, re-keyed as they were before the batch, which then follows.
             self._relayout(graph)
             if not self._holds(graph):
-                return
+                return None
         self.pma.ensure_vertices(graph.num_slots)
         if len(batch.insert_u) == 0 and len(batch.delete_u) == 0:
-            return
+            return None
         if batch.device is not None and self.view is not None:
             self._apply_from_device(batch.device)
-            return
+            return None
         label = graph.label
         iu = np.concatenate([batch.insert_u, batch.insert_v])
         iv = np.concatenate([batch.insert_v, batch.insert_u])
@@ -196,16 +232,23 @@ class PmaGraph:
         inserted = label_keys(iu, iv, self.labels.of(label[iv]), self.vertex_bits)
         # A deleted vertex's slot keeps its label until the slot is reused.
         deleted = label_keys(du, dv, self.labels.of(label[dv]), self.vertex_bits)
-        vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.uint64)
-        ni, nd = len(inserted), len(deleted)
-        small = ni + nd <= device_update.SMALL_BATCH
+        vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.int32)
+        small = len(inserted) + len(deleted) <= device_update.SMALL_BATCH
         if small:   # sorted here, where a few keys sort faster than a launch
             order = np.argsort(inserted)
             inserted, vals, deleted = inserted[order], vals[order], np.sort(deleted)
-        # One upload: the edge labels ride in the keys' array, as uint64.
-        both = cp.asarray(np.concatenate([inserted, deleted, vals]))
-        self.pma.apply(both[:ni], both[ni + nd:].astype(np.int32), both[ni:ni + nd],
-                       check=self.checks, presorted=small)
+        if touched is None:
+            touched = np.unique(np.concatenate([iu, du]))
+        # One upload: the keys, the touched vertices (the view's int64, the signatures'
+        # int32), the values and the edge ends.
+        on_device = upload_together(
+            inserted, deleted, np.asarray(touched, dtype=np.int64), vals,
+            *(np.asarray(a, dtype=np.int32) for a in (batch.delete_u, batch.delete_v,
+                                                      batch.insert_u, batch.insert_v,
+                                                      touched)))
+        ik, dk, touched64, iv, *ends, touched32 = on_device
+        self.pma.apply(ik, iv, dk, check=self.checks, presorted=small)
+        return BatchArrays(*ends, touched32, touched64)
 
     def _apply_from_device(self, edges) -> None:
         """_apply of a batch whose changes are on the device already (EdgeArrays): keyed

@@ -45,6 +45,7 @@ class DeviceMirror:
         self._small: dict[tuple, tuple] = {}    # small_phase, by (qid, plan) sequence
         self._cand_ptrs: tuple | None = None    # (addresses, their device table)
         self._host = None                       # the host graph synced last
+        self._uploaded = None                   # the last batch's (PmaGraph.sync)
         # External id per vertex slot (int64), kept only once a listing needed it.
         self._ext: cp.ndarray | None = None
 
@@ -71,7 +72,12 @@ class DeviceMirror:
         vertices the batch touched (`touched_on_device`: the same, on the device, when
         `touched` found them there), `batch` its EffectiveBatch.  The signatures and
         candidate bits follow on the device."""
-        self.graph.sync(graph, touched, batch, touched_on_device)
+        uploaded = self.graph.sync(graph, touched, batch, touched_on_device)
+        # Kept until the next batch's: the signature kernels below read it on the engine's
+        # stream, and its memory, once free, goes back to the array stream's pool, whose
+        # next batch waits for the engine's reads of the array (not for these kernels):
+        # the batch after that does.
+        self._uploaded = uploaded
         self._host = graph
         if self._ext is not None:
             if batch is None or self._ext.shape[0] != graph.ext.shape[0]:
@@ -83,7 +89,7 @@ class DeviceMirror:
             # A whole load's temporaries (sorts of every key) would stay in CuPy's pool.
             cp.get_default_memory_pool().free_all_blocks()
         else:
-            self.signatures.apply(graph, batch, touched, touched_on_device)
+            self.signatures.apply(graph, batch, touched, touched_on_device, uploaded)
 
     def external(self, rows: cp.ndarray) -> cp.ndarray:
         """Rows of vertex slots as external ids (int64), queued on the device; -1 entries

@@ -135,11 +135,12 @@ class DeviceSignatures:
 
     # ---- per batch ------------------------------------------------------
     def apply(self, graph, batch, touched: np.ndarray,
-              touched_on_device: cp.ndarray | None = None) -> None:
+              touched_on_device: cp.ndarray | None = None, uploaded=None) -> None:
         """Follow an EffectiveBatch the host graph has taken: new vertices, the changed
         edges, deleted vertices, then the touched vertices' codes and bits.  The edges
         and `touched` are read on the device where they are there already (the batch's
-        `device` arrays, `touched_on_device`), else uploaded together."""
+        `device` arrays and `touched_on_device`, or what the device graph `uploaded`
+        with its keys: gpu/cuda/device_graph.py BatchArrays), else uploaded together."""
         self.resize(graph)
         if len(batch.add_slots):
             slots = cp.asarray(batch.add_slots.astype(np.int32))
@@ -149,7 +150,9 @@ class DeviceSignatures:
             self.deg[slots] = 0
             self.alive[slots] = True
         dev = batch.device
-        if dev is not None and touched_on_device is not None:
+        if uploaded is not None:
+            du, dv, iu, iv, vertices = uploaded[:5]
+        elif dev is not None and touched_on_device is not None:
             du, dv, iu, iv = dev.delete_u, dev.delete_v, dev.insert_u, dev.insert_v
             vertices = touched_on_device
             if vertices.shape[0] == 0:

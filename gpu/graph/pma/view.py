@@ -143,7 +143,7 @@ class ListView:
             elif long.size:
                 short_on_device = on_device[xp.asarray(~long_lists)].astype(np.int64)
             else:
-                short_on_device = on_device.astype(np.int64)
+                short_on_device = on_device.astype(np.int64, copy=False)
             pma_launchers.refresh_lists(pma, short_on_device, self.device_start, self.nbr,
                                         self.nlab, self.elab, self.deg)
         if long.size:

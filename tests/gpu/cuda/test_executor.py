@@ -457,3 +457,45 @@ def test_pma_refuses_what_its_keys_cannot_hold_and_changes_nothing():
     delta = engine.apply(edge).queries[qid]
     assert (delta.positive, delta.negative) == ((0, 1) if present else (1, 0))
     engine.check()
+
+
+@pytest.mark.parametrize("small", [1, 8])
+def test_small_phases_equal_the_general_launches_and_the_cpu(small):
+    """Counted phases of at most `small_phase_edges` update edges run through prepared
+    launches (gpu/cuda/small_phase.py) with buffers kept between batches: one- and
+    few-edge batches, inserted then deleted, applied one at a time and streamed (their
+    read-backs overlapping the next batch), a batch adding a vertex and its edges, on a
+    skewed graph whose hub tasks are shared between warps, with queries of several sizes
+    counted together.  Every batch's counts equal the general launches' and the CPU
+    executor's."""
+    full = skewed_graph(5)
+    initial, stream = split_stream(full, 0.1, 5)
+    setups = [("cpu", EngineConfig()), ("cuda", EngineConfig(small_phase_edges=small)),
+              ("cuda", EngineConfig(small_phase_edges=0))]
+    trio = [Engine(initial, backend=b, config=c) for b, c in setups]
+    for q in QUERIES:
+        assert len({e.add_query(q) for e in trio}) == 1
+
+    def same(results) -> None:
+        counts = [{q: (d.positive, d.negative) for q, d in r.queries.items()}
+                  for r in results]
+        assert counts[0] == counts[1] == counts[2]
+
+    ones = list(stream.batches(1))
+    for batch in ones[:25]:
+        same([e.apply(batch) for e in trio])
+    rest = list(stream.slice(25, len(stream)).batches(small + 2))
+    for results in zip(*(list(e.apply_stream(rest)) for e in trio), strict=True):
+        same(results)
+    new = int(full.vertex_ids.max()) + 1
+    hub = int(full.vertex_ids[0])
+    grow = UpdateStream(np.array([ADD_VERTEX, INSERT_EDGE]), np.array([new, new]),
+                        np.array([0, hub]), np.array([1, 0]), np.arange(1, 3), "grow")
+    same([e.apply(grow) for e in trio])
+    undo = UpdateStream(np.full(len(stream), DELETE_EDGE), stream.a, stream.b,
+                        np.full(len(stream), NO_LABEL), stream.line, "undo")
+    for results in zip(*(list(e.apply_stream(list(undo.batches(1))[:40])) for e in trio),
+                       strict=True):
+        same(results)
+    for qid in trio[0].query_ids():
+        assert trio[0].count(qid) == trio[1].count(qid) == trio[2].count(qid)
