@@ -201,10 +201,9 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     numbers them), the row its query's tasks stop before.
 
     With `prepare`, nothing is launched: the checked launch comes back as a Prepared
-    (its arguments named as match_tasks_args says), with work-sharing buffers of its
-    own; before each launch of it ctl's first TASKS_WORD words and its `ready` array
-    must be zeroed, and it runs on warps // WARPS_PER_BLOCK blocks of
-    32 * WARPS_PER_BLOCK threads."""
+    (its arguments named as match_tasks_args says); before each launch of it ctl's first
+    TASKS_WORD words and its `ready` array must be zeroed, and it runs on
+    warps // WARPS_PER_BLOCK blocks of 32 * WARPS_PER_BLOCK threads."""
     kernel_name, graph_args = _graph_args(graph)
     check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
     _check_plan_and_edges(plan, edges)
@@ -241,13 +240,12 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
                          f"{share_capacity} and {share_every}")
     sharing = sharing and not listing
     capacity = share_capacity if sharing else 1
-    if prepare:
-        records = cp.empty(capacity * SHARE_RECORD_INTS, dtype=np.int32)
-        ready = cp.zeros(capacity, dtype=np.int32)
-    else:
+    # Shared by every launch (one stream runs them in turn).  A prepared launch keeps the
+    # buffers it was given alive should a larger launch replace them here.
+    records = scratch("records", capacity * SHARE_RECORD_INTS)
+    ready = scratch("ready", capacity)
+    if not prepare:
         ctl[:TASKS_WORD] = 0        # the task count stays: make_tasks wrote it
-        records = _scratch("records", capacity * SHARE_RECORD_INTS)
-        ready = _scratch("ready", capacity)
         ready[:capacity] = 0
     search = kernel("match", kernel_name)
     args = (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
@@ -306,7 +304,7 @@ def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp
 _SCRATCH: dict[str, cp.ndarray] = {}
 
 
-def _scratch(name: str, size: int) -> cp.ndarray:
+def scratch(name: str, size: int) -> cp.ndarray:
     """A reusable int32 device buffer of at least `size` entries."""
     buf = _SCRATCH.get(name)
     if buf is None or buf.size < size:

@@ -48,6 +48,14 @@ def keep_until_copied(event: cp.cuda.Event, host: np.ndarray) -> None:
 STAGINGS = 4
 
 
+def _candidate_buffers(size: int) -> cp.ndarray:
+    """The per-warp candidate buffers of every small phase's search: one int32 buffer of at
+    least `size` entries, grown when a launch needs more (launches run one after another
+    on the engine's stream; a hub's list makes a 256-edge phase's hundreds of MiB, which
+    one buffer holds once, not once per query size and set of queries)."""
+    return ml.scratch("small_phase_bufs", size)
+
+
 class _SizeLaunch:
     """The tasks and search of the queries of one size: make_tasks and match_tasks
     prepared over buffers for `capacity` edges (counts by pair)."""
@@ -73,10 +81,8 @@ class _SizeLaunch:
         self.make = ml.make_tasks(cand, plan, edges, self.tasks, self.ctl, prepare=True)
         graph = mirror.graph.arrays()
         self.kernel_name = ml.GRAPH_LAYOUTS[type(graph)][0]
-        # Candidate buffers for one edge's tasks; grown when more warps or a wider list
-        # need more (then kept: the largest phase's).
         warps, width = _warps_and_width(mirror, self.n, self.types, self.kernel_name)
-        bufs = cp.empty(warps * self.n * width, dtype=np.int32)
+        bufs = _candidate_buffers(warps * self.n * width)
         none = cp.zeros(0, dtype=np.int64)
         self.search = ml.match_tasks(graph, cand, plan, self.n, members, self.tasks, edges,
                                      self.ctl, bufs, width, warps, self.counts,
@@ -107,10 +113,7 @@ class _SizeLaunch:
         search.set("cand_ptrs", cand)
         pairs = count * self.types
         warps, width = _warps_and_width(mirror, self.n, pairs, self.kernel_name)
-        bufs = search.array("bufs")
-        if bufs.size < warps * self.n * width:
-            bufs = cp.empty(warps * self.n * width, dtype=np.int32)
-            search.set("bufs", bufs)
+        search.set("bufs", _candidate_buffers(warps * self.n * width))
         search.set("width", width)
         self.make.set("count", count)
         stream = cp.cuda.get_current_stream().ptr
@@ -189,7 +192,9 @@ class SmallPhase:
         # One copy of the whole staging (a few KiB) to us, vs, labels.
         self.device_edges.data.copy_from_host_async(staged.ctypes.data, staged.nbytes,
                                                     stream)
-        self._staging[self._turn] = (staged, stream.record())
+        copied = stream.record()
+        self._staging[self._turn] = (staged, copied)
+        keep_until_copied(copied, staged)   # even should this phase be dropped meanwhile
         self._turn = (self._turn + 1) % STAGINGS
         self._set_ranks(count, clear=False)
         for _, size in self.sizes:

@@ -499,3 +499,10 @@ def test_small_phases_equal_the_general_launches_and_the_cpu(small):
         same(results)
     for qid in trio[0].query_ids():
         assert trio[0].count(qid) == trio[1].count(qid) == trio[2].count(qid)
+    # The searches of every small phase share their work-sharing buffers (1 Mi records
+    # of 36 ints: 144 MiB), whatever their query sizes.
+    launches = [size.search for _, phase in trio[1]._device._small.values()
+                for _, size in phase.sizes]
+    assert len(launches) >= 2
+    for name in ("records", "ready"):
+        assert len({id(launch.array(name)) for launch in launches}) == 1, name
