@@ -20,6 +20,7 @@ import numpy as np
 
 from gpu.batch_edges import EdgeChanges, Rejection, edge_changes
 from gpu.cuda.id_mirror import DeviceIdMap
+from gpu.cuda.loader import upload_together
 
 
 class _DeviceLookups:
@@ -54,11 +55,8 @@ class DevicePrep:
         inserting, add_ids, add_slots, del_slots; `inserts` records insert), copied in one
         upload.  On the array's stream (gpu/cuda/array_stream.py): the lookups read the
         array, and the read-backs wait for this work only."""
-        parts = [np.asarray(p, dtype=np.int64) for p in host]
-        bounds = np.cumsum([0] + [len(p) for p in parts])
         with self.pma_graph.streams.changing():
-            both = cp.asarray(np.concatenate(parts))
-            x = [both[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+            x = upload_together(*(np.asarray(p, dtype=np.int64) for p in host))
             return edge_changes(cp, _DeviceLookups(self, graph), x[0], x[1],
                                 x[2].astype(np.int32), x[3] == 1, x[4], x[5], x[6],
                                 inserts=inserts)

@@ -27,6 +27,7 @@ import cupy as cp
 import numpy as np
 
 from gpu.cuda import match_launchers
+from gpu.cuda.loader import upload_together
 from gpu.cuda.array_stream import ArrayStream
 from gpu.cuda.small_phase import SmallLookup
 from gpu.config import DEVICE_GRAPHS, EngineConfig
@@ -60,23 +61,6 @@ class BatchArrays(NamedTuple):
     insert_v: cp.ndarray
     touched32: cp.ndarray
     touched: cp.ndarray
-
-
-def upload_together(*arrays: np.ndarray) -> list[cp.ndarray]:
-    """Host arrays on the device in one copy: their bytes in one buffer, each array a
-    typed view of its part (8-byte types first, so that every part is aligned to its
-    type)."""
-    sizes = [a.itemsize for a in arrays]
-    if sizes != sorted(sizes, reverse=True):
-        raise ValueError("upload_together takes wider types first")
-    host = [np.ascontiguousarray(a) for a in arrays]
-    both = cp.asarray(np.concatenate([a.reshape(-1).view(np.uint8) for a in host]))
-    out, lo = [], 0
-    for a in host:
-        hi = lo + a.nbytes
-        out.append(both[lo:hi].view(a.dtype))
-        lo = hi
-    return out
 
 
 # Lookups of at most this many keys (a small batch's validation) go through SmallLookup's

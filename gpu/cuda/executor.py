@@ -20,7 +20,8 @@ import numpy as np
 
 from gpu.cuda import match_launchers
 from gpu.cuda.device_graph import make_device_graph
-from gpu.cuda.shared_launch import MAX_PAIRS, SharedLaunch
+from gpu.cuda.loader import upload_together
+from gpu.cuda.shared_launch import MAX_PAIRS, SharedLaunch, run_sums
 from gpu.cuda.signatures import DeviceSignatures
 from gpu.cuda.small_phase import SmallPhase, keep_until_copied
 from gpu.config import EngineConfig
@@ -221,9 +222,8 @@ class DeviceMirror:
             assert np.array_equal(ranks[[0, -1]], [1, count]), "ranks other than 1..n"
             return match_launchers.UpdateEdges(*on_device,
                                                cp.arange(1, count + 1, dtype=np.int32))
-        both = cp.asarray(np.concatenate([us, vs, labels, ranks]).astype(np.int32,
-                                                                         copy=False))
-        return match_launchers.UpdateEdges(*(both[i * count:(i + 1) * count] for i in range(4)))
+        return match_launchers.UpdateEdges(*upload_together(
+            *(np.asarray(a, dtype=np.int32) for a in (us, vs, labels, ranks))))
 
 
 class PendingMatches:
@@ -323,7 +323,6 @@ def count_cuda_runs(mirror: DeviceMirror, jobs, edges: match_launchers.UpdateEdg
     them (`runs`: the runs' lengths, in edge order: a batch group's batches), one launch
     per query size: `jobs` is [(qid, task types)]; int64 (jobs, runs) on the host, summed
     where SharedLaunch.edge_totals left the per-edge counts, one read-back per size."""
-    bounds = np.concatenate(([0], np.cumsum(runs)))
     out = np.zeros((len(jobs), len(runs)), dtype=np.int64)
     for n, members in _by_size(jobs).items():
         launch = SharedLaunch(mirror, [jobs[i] for i in members], edges, max_pairs)
@@ -331,10 +330,7 @@ def count_cuda_runs(mirror: DeviceMirror, jobs, edges: match_launchers.UpdateEdg
             continue
         per_edge = launch.edge_totals(sharing, share_capacity, share_every)
         xp = cp.get_array_module(per_edge)
-        at = xp.asarray(bounds)
-        prefix = xp.concatenate((xp.zeros((len(members), 1), dtype=np.int64),
-                                 xp.cumsum(per_edge, axis=1)), axis=1)
-        sums = prefix[:, at[1:]] - prefix[:, at[:-1]]
+        sums = run_sums(xp, per_edge, runs)
         out[members] = sums if xp is np else sums.get()
     return out
 

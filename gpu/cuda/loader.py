@@ -9,7 +9,8 @@ argument fails with a message instead of corrupting memory.  The launchers live 
 this module, one module per kernel family: `match_launchers` (match.cu, tasks.cu,
 ranks.cu), `pma_launchers` (pma.cu, view.cu), `signature_launchers` (signature.cu), and
 `id_mirror` (idmap.cu).  `Prepared` keeps one kernel's
-arguments as C values for launches that repeat (gpu/cuda/small_phase.py).  Only import this
+arguments as C values for launches that repeat (gpu/cuda/small_phase.py), and
+`upload_together` copies a launch's host arrays up in one copy.  Only import this
 module where `gpu.cuda.device.cuda_available()` is true.
 """
 from __future__ import annotations
@@ -137,3 +138,20 @@ class Prepared:
         cp.cuda.driver.launchKernel(self._function, blocks, 1, 1, threads, 1, 1,
                                     self.shared_mem, cp.cuda.get_current_stream().ptr,
                                     ctypes.addressof(self._params), 0)
+
+
+def upload_together(*arrays: np.ndarray) -> list[cp.ndarray]:
+    """Host arrays on the device in one copy: their bytes in one buffer, each array a
+    typed view of its part (8-byte types first, so that every part is aligned to its
+    type)."""
+    sizes = [a.itemsize for a in arrays]
+    if sizes != sorted(sizes, reverse=True):
+        raise ValueError("upload_together takes wider types first")
+    host = [np.ascontiguousarray(a) for a in arrays]
+    both = cp.asarray(np.concatenate([a.reshape(-1).view(np.uint8) for a in host]))
+    out, lo = [], 0
+    for a in host:
+        hi = lo + a.nbytes
+        out.append(both[lo:hi].view(a.dtype))
+        lo = hi
+    return out

@@ -90,6 +90,27 @@ def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
     return warps, width
 
 
+def query_sums(xp, counts, edges: int, multiplicity, first_type):
+    """Each query's matches per update edge (int64 [queries, edges], on `xp`) from a
+    counting pass's per-pair counts (`counts`, edge-major [edges * types], before orbit
+    multiplicity), each type's `multiplicity`, and `first_type`: each query's first type
+    and the end of the last (a query's types are consecutive)."""
+    types = multiplicity.shape[0]
+    by_type = counts.reshape(edges, types) * multiplicity[None, :]
+    prefix = xp.concatenate((xp.zeros((edges, 1), dtype=np.int64),
+                             xp.cumsum(by_type, axis=1)), axis=1)
+    return xp.ascontiguousarray((prefix[:, first_type[1:]] - prefix[:, first_type[:-1]]).T)
+
+
+def run_sums(xp, per_edge, runs: np.ndarray):
+    """Per-edge sums (int64 [rows, edges], on `xp`) summed per run of the edges (`runs`:
+    the runs' lengths, in edge order): [rows, runs]."""
+    at = xp.asarray(np.concatenate(([0], np.cumsum(runs))))
+    prefix = xp.concatenate((xp.zeros((per_edge.shape[0], 1), dtype=np.int64),
+                             xp.cumsum(per_edge, axis=1)), axis=1)
+    return prefix[:, at[1:]] - prefix[:, at[:-1]]
+
+
 class SharedLaunch:
     """The tasks of one or more queries (of one size) started from a phase's update
     edges: made on the device (make_tasks) and searched (match_tasks), in launches over
@@ -174,10 +195,7 @@ class SharedLaunch:
             counts, multiplicity, first = counts.get(), self.multiplicity, self.first_type
         else:
             multiplicity, first = self.plan.multiplicity, cp.asarray(self.first_type)
-        by_type = counts.reshape(edges, self.types) * multiplicity[None, :]
-        prefix = xp.concatenate((xp.zeros((edges, 1), dtype=np.int64),
-                                 xp.cumsum(by_type, axis=1)), axis=1)
-        return xp.ascontiguousarray((prefix[:, first[1:]] - prefix[:, first[:-1]]).T)
+        return query_sums(xp, counts, edges, multiplicity, first)
 
     def listing(self, limits: list[int], sharing: bool, share_capacity: int,
                 share_every: int) -> tuple[cp.ndarray, cp.ndarray, list[tuple[int, int]]]:

@@ -19,7 +19,7 @@ import cupy as cp
 import numpy as np
 
 from gpu.cuda import signature_launchers
-from gpu.cuda.loader import MAX_QUERY
+from gpu.cuda.loader import MAX_QUERY, upload_together
 from gpu.plan.signatures import SignatureTable, count_neighbour_labels, label_slots, query_codes
 
 
@@ -161,12 +161,10 @@ class DeviceSignatures:
             # One upload for the per-batch index arrays; the kernels read views of it.
             parts = (batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
                      touched)
-            sizes = np.cumsum([0] + [len(p) for p in parts])
-            if sizes[-1] == 0:
+            if sum(len(p) for p in parts) == 0:
                 return
-            both = cp.asarray(np.concatenate(parts).astype(np.int32, copy=False))
-            du, dv, iu, iv, vertices = (both[a:b] for a, b in zip(sizes[:-1], sizes[1:],
-                                                                  strict=True))
+            du, dv, iu, iv, vertices = upload_together(
+                *(np.asarray(p, dtype=np.int32) for p in parts))
         signature_launchers.count_edges(du, dv, -1, self.slot_of, self.counts, self.deg)
         if len(batch.delete_slots):
             self.alive[cp.asarray(batch.delete_slots.astype(np.int32))] = False

@@ -27,7 +27,7 @@ import numpy as np
 
 from gpu.cuda import match_launchers as ml
 from gpu.cuda import pma_launchers
-from gpu.cuda.shared_launch import KERNEL_CLOCK, _warps_and_width
+from gpu.cuda.shared_launch import KERNEL_CLOCK, _warps_and_width, query_sums, run_sums
 from gpu.results import MatchSet
 
 if TYPE_CHECKING:
@@ -66,12 +66,10 @@ class _SizeLaunch:
         self._ptrs: tuple | None = None     # the candidate tables' addresses, and
         self._cand: cp.ndarray | None = None  # their device copy
         self.n = jobs[0][1].orders.shape[1]
-        self.queries = len(jobs)
         self.first_type = np.cumsum([0] + [types.count for _, types in jobs])
         self.multiplicity = np.concatenate([types.multiplicity for _, types in jobs])
         self.qids = [qid for qid, _ in jobs]
         plan, members = mirror.stacked_plans(jobs)
-        self.plan = plan        # kept: the prepared launches point into it
         self.types = plan.roots.shape[0]
         pairs = capacity * self.types
         self.tasks = cp.zeros(pairs, dtype=np.int32)
@@ -127,11 +125,7 @@ class _SizeLaunch:
     def by_query(self, counts: np.ndarray, count: int) -> np.ndarray:
         """Matches per query and edge (int64 [queries, count]) from the pairs' counts read
         back (before orbit multiplicity, as match_tasks leaves them by task)."""
-        by_type = counts.reshape(count, self.types) * self.multiplicity[None, :]
-        prefix = np.concatenate((np.zeros((count, 1), dtype=np.int64),
-                                 np.cumsum(by_type, axis=1)), axis=1)
-        first = self.first_type
-        return (prefix[:, first[1:]] - prefix[:, first[:-1]]).T
+        return query_sums(np, counts, count, self.multiplicity, self.first_type)
 
 
 class SmallPhase:
@@ -239,11 +233,7 @@ class PendingSmall:
     def by_run(self, runs: np.ndarray) -> np.ndarray:
         """Each job's matches per run of the edges (`runs`: their lengths, in edge order):
         int64 [jobs, runs]."""
-        per_edge = self.per_edge()
-        bounds = np.concatenate(([0], np.cumsum(runs)))
-        prefix = np.concatenate((np.zeros((self._jobs, 1), dtype=np.int64),
-                                 np.cumsum(per_edge, axis=1)), axis=1)
-        return prefix[:, bounds[1:]] - prefix[:, bounds[:-1]]
+        return run_sums(np, self.per_edge(), runs)
 
     def resolve(self) -> list[MatchSet]:
         if self._results is None:
