@@ -329,10 +329,13 @@ class Engine:
         from the phase's uploaded update edges, queued (a PendingMatches: resolve() gives
         one MatchSet per query)."""
         from gpu.cuda.executor import launch_cuda_counts
-        jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
-        return launch_cuda_counts(self._device, jobs, edges, self.config.work_sharing,
-                                  self.config.share_capacity, self.config.share_every,
-                                  self.config.launch_pairs)
+        return launch_cuda_counts(self._device, self._jobs(qids), edges,
+                                  self.config.work_sharing, self.config.share_capacity,
+                                  self.config.share_every, self.config.launch_pairs)
+
+    def _jobs(self, qids: list[int]) -> list[tuple[int, TaskTypes]]:
+        """The device launches' jobs: each query's incremental task types."""
+        return [(qid, self._queries[qid].plan.incremental) for qid in qids]
 
     def _list_on_device(self, qids: list[int], edges, list_limit: Mapping[int, int]):
         """Incremental matches of several standing queries, counted and listed (each up to
@@ -354,7 +357,7 @@ class Engine:
         small = self._small_phase(qids, us)
         if small is not None:
             return small.launch(us, vs, labels).by_run(runs)
-        jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
+        jobs = self._jobs(qids)
         ranks = np.arange(1, len(us) + 1, dtype=np.int32)
         edges = self._device.upload_edges(us, vs, labels, ranks)
         self._device.set_ranks(us, vs, edges)
@@ -371,8 +374,7 @@ class Engine:
         general launches (more than `small_phase_edges` edges, no read view)."""
         if not qids or not 0 < len(us) <= self.config.small_phase_edges:
             return None
-        jobs = [(qid, self._queries[qid].plan.incremental) for qid in qids]
-        return self._device.small_phase(jobs, self.config.small_phase_edges,
+        return self._device.small_phase(self._jobs(qids), self.config.small_phase_edges,
                                         self.config.work_sharing, self.config.share_capacity,
                                         self.config.share_every)
 

@@ -44,7 +44,8 @@ class DeviceMirror:
         self._plans: dict[int, dict[int, tuple[TaskTypes, match_launchers.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
         self._small: dict[tuple, tuple] = {}    # small_phase, by (qid, plan) sequence
-        self._cand_ptrs: tuple | None = None    # (addresses, their device table)
+        # cand_table's device tables, by query ids: (addresses, table)
+        self._cand_tables: dict[tuple, tuple] = {}
         self._host = None                       # the host graph synced last
         self._uploaded = None                   # the last batch's (PmaGraph.sync)
         # External id per vertex slot (int64), kept only once a listing needed it.
@@ -133,6 +134,8 @@ class DeviceMirror:
                          if all(q != qid for q, _ in key)}
         self._small = {key: value for key, value in self._small.items()
                        if all(q != qid for q, _ in key[0])}
+        self._cand_tables = {key: value for key, value in self._cand_tables.items()
+                             if qid not in key}
 
     # ---- plans ---------------------------------------------------------
     def plan_arrays(self, qid: int, types: TaskTypes) -> match_launchers.DevicePlan:
@@ -203,12 +206,18 @@ class DeviceMirror:
         return phase
 
     def cand_table(self, qids) -> cp.ndarray:
-        """The address of each query's candidate bits, in order, on the device (uploaded
-        again only when an address changed)."""
-        ptrs = tuple(self.signatures.cand[q].data.ptr for q in qids)
-        if self._cand_ptrs is None or self._cand_ptrs[0] != ptrs:
-            self._cand_ptrs = (ptrs, cp.asarray(np.array(ptrs, dtype=np.uint64)))
-        return self._cand_ptrs[1]
+        """The address of each query's candidate bits, in order, on the device; kept per set
+        of query ids (the general launches' and each small phase's query size), uploaded
+        again only when an address changed (the tables grow with the vertex slots)."""
+        key = tuple(qids)
+        ptrs = tuple(self.signatures.cand[q].data.ptr for q in key)
+        cached = self._cand_tables.get(key)
+        if cached is None or cached[0] != ptrs:
+            if cached is None and len(self._cand_tables) >= 16:    # sets come and go
+                self._cand_tables.clear()
+            cached = self._cand_tables[key] = (ptrs, cp.asarray(np.array(ptrs,
+                                                                         dtype=np.uint64)))
+        return cached[1]
 
     @staticmethod
     def upload_edges(us: np.ndarray, vs: np.ndarray, labels: np.ndarray,

@@ -63,8 +63,6 @@ class _SizeLaunch:
     def __init__(self, mirror: DeviceMirror, jobs, edges: ml.UpdateEdges, capacity: int,
                  sharing: bool, share_capacity: int, share_every: int) -> None:
         self.mirror = mirror
-        self._ptrs: tuple | None = None     # the candidate tables' addresses, and
-        self._cand: cp.ndarray | None = None  # their device copy
         self.n = jobs[0][1].orders.shape[1]
         self.first_type = np.cumsum([0] + [types.count for _, types in jobs])
         self.multiplicity = np.concatenate([types.multiplicity for _, types in jobs])
@@ -75,7 +73,7 @@ class _SizeLaunch:
         self.tasks = cp.zeros(pairs, dtype=np.int32)
         self.ctl = cp.zeros(ml.CTL_WORDS, dtype=np.uint64)
         self.counts = cp.zeros(pairs, dtype=np.int64)
-        cand = self._cand_table()
+        cand = mirror.cand_table(self.qids)
         self.make = ml.make_tasks(cand, plan, edges, self.tasks, self.ctl, prepare=True)
         graph = mirror.graph.arrays()
         self.kernel_name = ml.GRAPH_LAYOUTS[type(graph)][0]
@@ -90,15 +88,6 @@ class _SizeLaunch:
         self.ready = self.search.array("ready")
         self.graph_fields = type(graph)._fields
 
-    def _cand_table(self) -> cp.ndarray:
-        """The device table of the queries' candidate-bit addresses (uploaded again only
-        when one moved: the tables grow with the vertex slots)."""
-        cand = self.mirror.signatures.cand
-        ptrs = tuple(cand[qid].data.ptr for qid in self.qids)
-        if ptrs != self._ptrs:
-            self._ptrs, self._cand = ptrs, cp.asarray(np.array(ptrs, dtype=np.uint64))
-        return self._cand
-
     def queue(self, count: int) -> None:
         """Make and search the tasks of the first `count` staged edges (their ranks set),
         each pair's count into `counts`."""
@@ -106,7 +95,7 @@ class _SizeLaunch:
         graph = mirror.graph.arrays()
         for name, array in zip(self.graph_fields, graph, strict=True):
             search.set(name, array)     # the view's pools move when they grow
-        cand = self._cand_table()
+        cand = mirror.cand_table(self.qids)
         self.make.set("cand_ptrs", cand)
         search.set("cand_ptrs", cand)
         pairs = count * self.types
