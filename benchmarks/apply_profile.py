@@ -4,6 +4,7 @@
     python -m benchmarks.apply_profile --size 100 --shared-region-threads 4 0
     python -m benchmarks.apply_profile --queued 1 8 --group-region-edges 4 64
     python -m benchmarks.apply_profile --backend cuda [--device-graph lists] --cprofile
+    python -m benchmarks.apply_profile --backend cuda --queued 1 16 --cprofile
 
 Same setup as benchmarks.service_bench (GH, 5 random labels, 10% of the edges held out,
 the 10 dense 6-vertex queries standing, counts only) without HTTP or the store: batches
@@ -250,6 +251,22 @@ def compare_queued(args, initial, held_out) -> None:
                   f"{args.size}: {1 / np.mean(s):,.0f} batches/s (mean {np.mean(s) * 1e3:.3f}"
                   f" ms a batch, median of the groups' {statistics.median(s) * 1e3:.3f} ms)",
                   flush=True)
+    if args.cprofile:   # the first variant's batches once more, under cProfile
+        todo, position = batches(held_out, args.size, args.batches, position)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run(0, todo)
+        profiler.disable()
+        print(f"\ncProfile of {len(todo)} batches, {variants[0][0]} queued")
+        print_profile(profiler, args.top)
+
+
+def print_profile(profiler: cProfile.Profile, top: int) -> None:
+    """The `top` functions by own time, then by time with their callees."""
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(top)
+        print(out.getvalue())
 
 
 def main(argv=None) -> None:
@@ -330,9 +347,7 @@ def main(argv=None) -> None:
         for batch in todo:
             engine.apply(batch)
         profiler.disable()
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
-        print(out.getvalue())
+        print_profile(profiler, args.top)
 
 
 if __name__ == "__main__":
