@@ -147,13 +147,17 @@ def add_setup_args(p: argparse.ArgumentParser, size: int) -> None:
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
                    help="the CUDA executor's graph layout")
+    p.add_argument("--share-every", type=int, default=EngineConfig.share_every,
+                   help="cuda tuning: advance steps between a busy warp's looks at idle "
+                        "warps (EngineConfig.share_every)")
 
 
 def gh_engine(args, initial, config: EngineConfig) -> Engine:
     """An engine (`--backend`) on `initial` with the first `args.queries` dense queries
     standing."""
     if args.backend == "cuda":
-        config = dataclasses.replace(config, device_graph=args.device_graph)
+        config = dataclasses.replace(config, device_graph=args.device_graph,
+                                     share_every=args.share_every)
     engine = Engine(initial, backend=args.backend, config=config)
     for i in range(args.queries):
         path = args.queries_dir / f"dense_{i}.graph"
