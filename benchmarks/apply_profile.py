@@ -150,6 +150,8 @@ def add_setup_args(p: argparse.ArgumentParser, size: int) -> None:
     p.add_argument("--share-every", type=int, default=EngineConfig.share_every,
                    help="cuda tuning: advance steps between a busy warp's looks at idle "
                         "warps (EngineConfig.share_every)")
+    p.add_argument("--small-share-every", type=int, default=EngineConfig.small_share_every,
+                   help="cuda tuning: the same in small phases (EngineConfig.small_share_every)")
 
 
 def gh_engine(args, initial, config: EngineConfig) -> Engine:
@@ -157,7 +159,8 @@ def gh_engine(args, initial, config: EngineConfig) -> Engine:
     standing."""
     if args.backend == "cuda":
         config = dataclasses.replace(config, device_graph=args.device_graph,
-                                     share_every=args.share_every)
+                                     share_every=args.share_every,
+                                     small_share_every=args.small_share_every)
     engine = Engine(initial, backend=args.backend, config=config)
     for i in range(args.queries):
         path = args.queries_dir / f"dense_{i}.graph"

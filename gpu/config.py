@@ -94,11 +94,18 @@ class EngineConfig:
     # kept between batches (gpu/cuda/small_phase.py: a one-edge batch's host work is
     # mostly launch overhead); 0: every phase through the general launches.
     small_phase_edges: int = 256
+    # CUDA executor: share_every of those small phases.  A small phase is all tail (a few
+    # tasks, most warps idle from the start), so busy warps look at the idle ones more
+    # often: 16 took one-edge batches in groups of 16 from ~2,300 to ~3,700-4,400/s
+    # against 128, where the general launches of a 10% GH batch were 1.2-3x slower with
+    # 16 than with 128 (docs/benchmarks.md, 2026-11-27).
+    small_share_every: int = 16
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
                      "min_list_capacity", "task_chunk", "initial_idmap_capacity",
-                     "share_capacity", "share_every", "leaf_group_min",
+                     "share_capacity", "share_every", "small_share_every",
+                     "leaf_group_min",
                      "serial_below_tasks", "pma_segment_size", "launch_pairs",
                      "group_region_edges", "device_prep_records"):
             value = getattr(self, name)
@@ -128,7 +135,8 @@ class EngineConfig:
         only (the general launches take the others)."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
-                   share_capacity=2, share_every=1, serial_below_tasks=1,
+                   share_capacity=2, share_every=1, small_share_every=1,
+                   serial_below_tasks=1,
                    pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
                    batch_group_edges=3, device_batch_group_edges=3, pma_checks=True,
                    device_prep_records=1, small_phase_edges=2)

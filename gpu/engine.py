@@ -376,7 +376,7 @@ class Engine:
             return None
         return self._device.small_phase(self._jobs(qids), self.config.small_phase_edges,
                                         self.config.work_sharing, self.config.share_capacity,
-                                        self.config.share_every)
+                                        self.config.small_share_every)
 
     def _region_phase(self, us, minimum: int | None = None) -> bool:
         """Whether a CPU phase runs in parallel regions: with `shared_region_threads` Numba

@@ -308,7 +308,9 @@ def groupable(engine: Engine, list_limit: Mapping[int, int]) -> bool:
     (`Engine.group_edges`) and every standing query is counted."""
     if engine.group_edges == 0:
         return False
-    return all(list_limit.get(qid, 0) <= 0 for qid in engine.query_ids())
+    # Over the limits given (a few), not over every standing query, once per batch.
+    standing = engine._queries
+    return not any(limit > 0 and qid in standing for qid, limit in list_limit.items())
 
 
 def join_group(engine: Engine, edges: PendingEdges, list_limit: Mapping[int, int],
