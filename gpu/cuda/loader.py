@@ -25,6 +25,14 @@ import numpy as np
 from gpu import clock
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+
+# CuPy's CUB block reductions (`x.sum()`, `.any()`, `.min()` of a device array) compile one
+# kernel per block size, and the block size follows the array's length (32 to 512
+# threads): a GH 10% batch after `gpu.warm_up` compiled two of them for 3.3 s inside its
+# validation, on a machine whose kernel cache was fresh.  CuPy's plain reduction kernel
+# compiles once per operation and dtype, whatever the length, so no batch size can reach
+# a kernel the warm-up did not; the precompiled device-wide CUB routines stay on.
+cp._core.set_reduction_accelerators([])
 OPTIONS = ("-std=c++17", "--generate-line-info")
 # The largest query the kernels hold (MAX_QUERY of match.cu and signature.cu).
 MAX_QUERY = 32

@@ -98,3 +98,28 @@ def test_a_prepared_launch_does_what_the_raw_call_does_and_follows_set_arguments
     with pytest.raises(TypeError, match="count: a prepared launch takes device arrays"):
         from gpu.cuda.loader import Prepared, kernel
         Prepared(kernel("ranks", "set_edge_ranks"), ("count",), (3,))
+
+
+def test_a_reduction_compiles_once_whatever_the_length_of_its_array(monkeypatch):
+    """No batch size reaches a reduction kernel that a smaller one did not compile (CuPy's
+    CUB block reductions compiled one per size class: a large batch paid seconds)."""
+    import cupy
+    from cupy.cuda import compiler
+
+    from gpu.cuda import loader  # noqa: F401  (sets CuPy's reduction accelerators)
+
+    # A sum of booleans (as the batch checks count theirs) into a type nothing else here
+    # asks for, so that its first kernel is built here; the arrays are made first.
+    sizes = (3, 100, 1_000, 70_000)
+    arrays = [cupy.arange(n) >= 0 for n in sizes]
+    asked = []
+    real = compiler._compile_module_with_cache
+
+    def counting(*args, **kwargs):
+        asked.append(args[0] if args else kwargs.get("source"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compiler, "_compile_module_with_cache", counting)
+    values = [int(a.sum(dtype=np.int32)) for a in arrays]
+    assert values == list(sizes)
+    assert len(asked) <= 1, f"{len(asked)} kernels built for one reduction"
