@@ -10,6 +10,7 @@ Only import this module where `gpu.cuda.device.cuda_available()` is true.
 from __future__ import annotations
 
 import cupy as cp
+import cupyx
 import numpy as np
 
 from gpu.cuda.loader import Prepared, check_array, kernel
@@ -228,16 +229,19 @@ LONG_BLOCK = 1024       # threads per piece of refresh_long_lists (view.cu)
 
 
 def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
-                  nlab: cp.ndarray, elab: cp.ndarray, deg: cp.ndarray) -> None:
+                  nlab: cp.ndarray, elab: cp.ndarray, deg: cp.ndarray,
+                  long_from: int = 2**31 - 1) -> None:
     """Launch gpu/cuda/kernels/view.cu:refresh_lists: the real slots of each of `vertices`
     (distinct, int64) in the packed memory array `pma`, in order, written to its list at
     start[u] of the pools nbr, nlab, elab (gpu/graph/pma/view.py), and its length to
-    deg[u], a warp per vertex."""
+    deg[u], a warp per vertex; vertices of `long_from` edges or more in the array are
+    skipped (refresh_long_lists' work)."""
     _check_all((("vertices", np.int64, vertices), ("start", np.int64, start),
                 ("nbr", np.int32, nbr), ("nlab", np.int32, nlab), ("elab", np.int32, elab),
                 ("deg", np.int32, deg),
                 ("keys", np.uint64, pma.keys), ("vals", np.int32, pma.vals),
-                ("cnt", np.int32, pma.cnt), ("row", np.int64, pma.row)))
+                ("cnt", np.int32, pma.cnt), ("row", np.int64, pma.row),
+                ("array_deg", np.int32, pma.deg)))
     count = vertices.shape[0]
     if count == 0:
         return
@@ -246,7 +250,7 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
         (-(-count * 32 // threads),), (threads,),
         (pma.keys, pma.vals, pma.cnt, pma.row, np.int32(pma.S.bit_length() - 1),
          np.int32(pma.config.vertex_bits), vertices, np.int64(count), start, nbr, nlab,
-         elab, deg))
+         elab, deg, pma.deg, np.int32(min(long_from, 2**31 - 1))))
 
 
 FIND_KEYS_ARGS = ("keys", "vals", "cnt", "capacity", "seg_shift", "wanted", "count", "slots",
@@ -298,36 +302,71 @@ def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray
     return iseg, dseg, windows[:int(count.get()[0])]
 
 
-def update_small(pma, ik: cp.ndarray, iv: cp.ndarray, dk: cp.ndarray, upper_count: int,
-                 lower_count: int) -> tuple[bool, int]:
-    """Launch gpu/cuda/kernels/pma.cu:update_small on sorted insert keys `ik` (values `iv`)
-    and delete keys `dk` (validated: inserts absent, deletes stored; at most SMALL_BATCH
-    together) of the packed memory array `pma`, whose leaves hold at most 32 slots: the
-    whole batch merged into its leaves when each takes its share within [lower_count,
-    upper_count] elements (and none is left empty or before an untouched empty segment),
-    else nothing changed.  Returns (taken, leaves touched), one read-back."""
+UPDATE_SMALL_ARGS = ("keys", "vals", "cnt", "deg", "row", "capacity", "seg_shift", "nseg",
+                     "num_vertices", "ik", "iv", "n_ins", "dk", "n_del", "upper_count",
+                     "lower_count", "scratch")
+
+
+def _update_small_words(n_ins: int, n_del: int) -> int:
+    """int64 words of update_small's scratch: pma.cu's layout (int64 result, iseg, dseg,
+    dpos, windows, plan, record; then a byte per update, twice)."""
+    n = n_ins + n_del
+    words = 2 + n_ins + 2 * n_del + n + PLAN_ROWS * n + RECORD_LEVELS + 2
+    return words + -(-(2 * n) // 8)
+
+
+class SmallUpdate:
+    """gpu/cuda/kernels/pma.cu:update_small, launched through a launch prepared once (one
+    per array: PackedMemoryArray.small_update), its scratch sized for SMALL_BATCH updates
+    and kept, its two result words read back into pinned memory: a one-edge batch's array
+    update costs one driver call and one wait, not a RawKernel call converting 17
+    arguments, a fresh scratch and a pageable read-back.
+
+    Called with sorted insert keys `ik` (values `iv`) and delete keys `dk` (validated:
+    inserts absent, deletes stored; at most SMALL_BATCH together) of the packed memory
+    array `pma`, whose leaves hold at most 32 slots: the whole batch merged into its
+    leaves when each takes its share within [lower_count, upper_count] elements (and
+    none is left empty or before an untouched empty segment), else nothing changed.
+    Returns (taken, leaves touched)."""
+
+    def __init__(self) -> None:
+        self._scratch = cp.empty(_update_small_words(SMALL_BATCH, SMALL_BATCH), dtype=np.int64)
+        self._result = cupyx.empty_pinned(2, dtype=np.int64)
+        self._launch: Prepared | None = None
+
+    def __call__(self, pma, ik: cp.ndarray, iv: cp.ndarray, dk: cp.ndarray,
+                 upper_count: int, lower_count: int) -> tuple[bool, int]:
+        n_ins, n_del = _check_update_small(pma, ik, iv, dk)
+        args = (pma.keys, pma.vals, pma.cnt, pma.deg, pma.row, np.int64(pma.capacity),
+                np.int32(pma.S.bit_length() - 1), np.int64(pma.nseg),
+                np.int64(pma.num_vertices), ik, iv, np.int64(n_ins), dk, np.int64(n_del),
+                np.int32(upper_count), np.int32(lower_count), self._scratch)
+        if self._launch is None:
+            self._launch = Prepared(kernel("pma", "update_small"), UPDATE_SMALL_ARGS, args)
+        else:
+            # The array's buffers move when it grows, the batch's every time.
+            for name, arg in zip(UPDATE_SMALL_ARGS, args, strict=True):
+                self._launch.set(name, arg)
+        self._launch.launch(1, SMALL_BATCH)
+        stream = cp.cuda.get_current_stream()
+        self._scratch.data.copy_to_host_async(self._result.ctypes.data, 16, stream)
+        stream.synchronize()
+        taken, leaves = self._result.tolist()
+        return bool(taken), leaves
+
+
+def _check_update_small(pma, ik, iv, dk) -> tuple[int, int]:
     _check_all((("ik", np.uint64, ik), ("iv", np.int32, iv), ("dk", np.uint64, dk),
                 ("keys", np.uint64, pma.keys), ("vals", np.int32, pma.vals),
                 ("cnt", np.int32, pma.cnt), ("deg", np.int32, pma.deg),
                 ("row", np.int64, pma.row)))
     n_ins, n_del = ik.shape[0], dk.shape[0]
-    n = n_ins + n_del
-    if n > SMALL_BATCH or iv.shape[0] != n_ins:
+    if n_ins + n_del > SMALL_BATCH or iv.shape[0] != n_ins:
         raise ValueError(f"update_small takes at most {SMALL_BATCH} updates and a value per "
                          f"insert, got {n_ins} inserts, {iv.shape[0]} values, {n_del} deletes")
     if pma.S > 32:
         raise ValueError(f"update_small needs leaves of at most 32 slots, got {pma.S}")
-    # pma.cu's layout: int64 result, iseg, dseg, dpos, windows, plan, record; then bytes.
-    words = 2 + n_ins + 2 * n_del + n + PLAN_ROWS * n + RECORD_LEVELS + 2
-    scratch = cp.empty(words + -(-(2 * n) // 8), dtype=np.int64)
-    kernel("pma", "update_small")(
-        (1,), (SMALL_BATCH,),
-        (pma.keys, pma.vals, pma.cnt, pma.deg, pma.row, np.int64(pma.capacity),
-         np.int32(pma.S.bit_length() - 1), np.int64(pma.nseg), np.int64(pma.num_vertices),
-         ik, iv, np.int64(n_ins), dk, np.int64(n_del), np.int32(upper_count),
-         np.int32(lower_count), scratch))
-    taken, leaves = scratch[:2].get().tolist()
-    return bool(taken), leaves
+    return n_ins, n_del
 
 
 def refresh_long_lists(pma, vertices: np.ndarray, pieces: np.ndarray, start: cp.ndarray,

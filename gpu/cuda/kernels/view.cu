@@ -5,19 +5,23 @@
 // real when its offset in its segment is below the segment's count (gpu/graph/pma/array.py).
 // The real ones of a step go to consecutive list entries: each lane's place is the number
 // of real slots on the lanes below it; the list's length goes to deg[u].  A key is
-// u << 32 | label << vertex_bits | v.
+// u << 32 | label << vertex_bits | v.  A listed vertex of long_from edges or more (its
+// degree in the array, array_deg) is left to refresh_long_lists, so that a batch's
+// touched vertices, on the device already, need not be split there first.
 
 extern "C" __global__ void refresh_lists(
     const unsigned long long* __restrict__ keys, const int* __restrict__ vals,
     const int* __restrict__ cnt, const long long* __restrict__ row, int seg_shift,
     int vertex_bits, const long long* __restrict__ vertices, long long count,
     const long long* __restrict__ start, int* __restrict__ nbr, int* __restrict__ nlab,
-    int* __restrict__ elab, int* __restrict__ deg)
+    int* __restrict__ elab, int* __restrict__ deg, const int* __restrict__ array_deg,
+    int long_from)
 {
     const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (w >= count) return;     // whole warps: blockDim.x is a multiple of 32
     const long long u = vertices[w];
+    if (array_deg[u] >= long_from) return;  // refresh_long_lists copies it
     const long long hi = row[u + 1];
     const long long segment_mask = (1LL << seg_shift) - 1;
     const unsigned long long vertex_mask = (1ull << vertex_bits) - 1;

@@ -50,6 +50,9 @@ class PackedMemoryArray:
         self.profile = False        # time the phases of each batch (synchronising)
         self.phase_seconds: dict[str, float] = {}
         self._clock = 0.0
+        # On CUDA, update_small's launch prepared once (gpu/cuda/pma_launchers.SmallUpdate),
+        # made by the first small batch.
+        self.small_update = None
         self.allocate(self.config.min_segments)
         self.row = xp.zeros(1, dtype=np.int64)
         self.deg = xp.zeros(0, dtype=np.int32)

@@ -49,8 +49,10 @@ def update_small(pma, ik, iv, dk) -> bool:
     from gpu.cuda import pma_launchers as ck
     lower, upper = pma.thresholds(0)
     S = pma.S
-    taken, leaves = ck.update_small(pma, ik, iv, dk, math.floor(upper * S + 1e-9),
-                                    math.ceil(lower * S - 1e-9))
+    if pma.small_update is None:
+        pma.small_update = ck.SmallUpdate()
+    taken, leaves = pma.small_update(pma, ik, iv, dk, math.floor(upper * S + 1e-9),
+                                     math.ceil(lower * S - 1e-9))
     if taken:
         update.count_level(pma, 0, leaves, leaves * S)
         pma.stats.one_launch = True

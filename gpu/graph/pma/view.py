@@ -139,13 +139,14 @@ class ListView:
         short, long = vertices[~long_lists], vertices[long_lists]
         if short.size:
             if on_device is None:
-                short_on_device = xp.asarray(short, dtype=np.int64)
-            elif long.size:
-                short_on_device = on_device[xp.asarray(~long_lists)].astype(np.int64)
+                listed, long_from = xp.asarray(short, dtype=np.int64), 2**31 - 1
             else:
-                short_on_device = on_device.astype(np.int64, copy=False)
-            pma_launchers.refresh_lists(pma, short_on_device, self.device_start, self.nbr,
-                                        self.nlab, self.elab, self.deg)
+                # On the device already, they go whole (no mask to apply there, which
+                # waits for the device): the kernel leaves the long ones to the blocks
+                # below, by their degree in the array, which is the host's `deg`.
+                listed, long_from = on_device.astype(np.int64, copy=False), LONG_LIST
+            pma_launchers.refresh_lists(pma, listed, self.device_start, self.nbr,
+                                        self.nlab, self.elab, self.deg, long_from)
         if long.size:
             pieces = -(-deg[long] // LONG_PIECE)
             pma_launchers.refresh_long_lists(pma, long, pieces, self.device_start, self.nbr,

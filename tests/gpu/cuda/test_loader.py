@@ -123,3 +123,27 @@ def test_a_reduction_compiles_once_whatever_the_length_of_its_array(monkeypatch)
     values = [int(a.sum(dtype=np.int32)) for a in arrays]
     assert values == list(sizes)
     assert len(asked) <= 1, f"{len(asked)} kernels built for one reduction"
+
+
+def test_arrays_uploaded_together_come_back_equal_typed_and_alive_alone():
+    import gc
+
+    import cupy
+
+    from gpu.cuda.loader import upload_together
+
+    host = [np.array([1, 2**40, -3], dtype=np.int64), np.array([], dtype=np.uint64),
+            np.arange(5, dtype=np.int32).reshape(5), np.array([7], dtype=np.int32)]
+    parts = upload_together(*host)
+    assert [(p.dtype, p.shape) for p in parts] == [(h.dtype, h.shape) for h in host]
+    last = parts[-1]
+    del parts
+    gc.collect()
+    cupy.get_default_memory_pool().free_all_blocks()
+    cupy.zeros(64, dtype=np.int32)      # a new allocation must not take the part's memory
+    assert last.tolist() == [7]
+    again = upload_together(*host)
+    for part, expected in zip(again, host, strict=True):
+        assert np.array_equal(part.get(), expected)
+    with pytest.raises(ValueError, match="wider types first"):
+        upload_together(np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int64))
