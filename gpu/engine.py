@@ -25,7 +25,7 @@ import numpy as np
 from gpu import clock, event_time, pipeline
 from gpu.cpu import interpreted
 from gpu.plan import upkeep
-from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges
+from gpu.batch import BatchRejected, EffectiveBatch, normalize, pending_edges, stored_labels
 from gpu.config import EngineConfig
 from gpu.cuda.device import BACKENDS, resolve_backend
 from gpu.cpu.executor import count_phase_cpu, count_small_cpu, execute_cpu, small_query
@@ -711,6 +711,12 @@ class Engine:
             self._upkeep.check(self._arrays_key(), self._upkeep_parts())
         else:
             self._device.check(lists)
+        # Every timed edge is in the graph, with the label the times table keeps for it
+        # (the windowed phases' subgraphs take the labels from the table).
+        keys, _, labels = self.times.table.labeled_items()
+        us, vs = (keys >> 32).astype(np.int32), (keys & 0xFFFFFFFF).astype(np.int32)
+        assert np.array_equal(stored_labels(self.graph, us, vs), labels), \
+            "a timed edge the graph does not hold, or with another label"
 
     def _restore_times(self, graph: LabeledGraph) -> None:
         """Take a timed graph's edge times and watermark (a snapshot's, to_labeled's)."""
@@ -723,7 +729,10 @@ class Engine:
         sv = self.graph.ids.lookup(graph.edge_dst[timed])
         if not self.directed:
             su, sv = np.minimum(su, sv), np.maximum(su, sv)
-        self.times.set(edge_keys(su, sv), graph.edge_times[timed])
+        # The labels as the graph holds them (once, at a restore; a graph read from input
+        # may repeat an edge).
+        self.times.set(edge_keys(su, sv), graph.edge_times[timed],
+                       stored_labels(self.graph, su, sv))
 
     def edge_times(self) -> dict[tuple[int, int], int]:
         """Each timed edge's event time, by its endpoints' external ids (u < v as slots, or

@@ -80,6 +80,8 @@ class TimedEffect:
     expired: np.ndarray             # existing edges' keys
     expired_new: np.ndarray         # the batch's new edges already past the horizon
     deleted: np.ndarray             # the batch's own deletions' keys
+    new_labels: np.ndarray = dataclasses.field(default_factory=lambda: _NO_INT32)
+    refreshed_labels: np.ndarray = dataclasses.field(default_factory=lambda: _NO_INT32)
     # Current entries the expiry index gave up in this batch (expired, refreshed or
     # deleted by it): the windowed phases' subgraphs find these edges here, not there.
     taken: np.ndarray = dataclasses.field(default_factory=lambda: NO_KEYS)
@@ -116,12 +118,22 @@ def timed_effect(engine: Engine, stream: UpdateStream, batch: EffectiveBatch) ->
         cancelled[pos[hit & names]] = True
     is_new = np.isin(uniq, new_all)
     stays = ~is_new & ~cancelled & ~np.isin(uniq, deleted)
+    stays_labels = _NO_INT32
     if stays.any():
         u, v = _split(uniq[stays])
-        exists = stored_labels(g, u, v) >= 0
+        stays_labels = stored_labels(g, u, v)
+        exists = stays_labels >= 0
         stays[np.flatnonzero(stays)[~exists]] = False
-    effect = TimedEffect(watermark, uniq[is_new], latest_of[is_new], uniq[stays],
-                         latest_of[stays], NO_KEYS, NO_KEYS, deleted)
+        stays_labels = stays_labels[exists]
+    # The new edges' labels, as the batch inserts them (the times table keeps them).
+    new_keys = uniq[is_new]
+    by_key = np.argsort(new_all, kind="stable")
+    at = by_key[np.searchsorted(new_all, new_keys, sorter=by_key)] if len(new_keys) else \
+        NO_KEYS
+    effect = TimedEffect(watermark, new_keys, latest_of[is_new], uniq[stays],
+                         latest_of[stays], NO_KEYS, NO_KEYS, deleted,
+                         new_labels=np.asarray(batch.insert_labels, dtype=np.int32)[at],
+                         refreshed_labels=stays_labels)
     if engine.retention is None or watermark is None:
         return effect
     horizon = watermark - engine.retention
@@ -196,12 +208,13 @@ def _list_delta(delta: QueryDelta, added: MatchSet, expired: MatchSet | None,
 
 def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
                    qids=None, taken: np.ndarray = NO_KEYS,
-                   list_limit: Mapping[int, int] | None = None) -> dict[int, MatchSet]:
+                   list_limit: Mapping[int, int] | None = None,
+                   absent: np.ndarray = NO_KEYS) -> dict[int, MatchSet]:
     """Each windowed query's (of `qids`, default all) valid matches using at least one of
     the existing edges `keys` (sorted), found from the lowest-ranked one, the first
     `list_limit[qid]` (default none) listed as slots; `other` and `structural` as
     count_windowed takes them (None: every match found counts); `taken`: the batch's
-    TimedEffect.taken.
+    TimedEffect.taken; `absent`: timed edges the graph no longer holds (_window_subgraph).
 
     Every edge of a valid match is timed within the widest window W of an update edge's
     time, so the search runs on the subgraph of the edges timed within W of the update
@@ -220,7 +233,7 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
         return found
     widest = max(engine._windowed[qid].window for qid in qids)
     graph = _window_subgraph(engine, np.union1d(keys, taken), int(at.min()) - widest,
-                             int(at.max()) + widest)
+                             int(at.max()) + widest, absent)
     us, vs = _split(keys)
     graph.set_ranks(us, vs, np.arange(1, len(keys) + 1, dtype=np.int32))
     on_host = engine._device is None        # cuda: no candidate bits (a filter only)
@@ -239,23 +252,27 @@ def _no_matches(engine: Engine, qid: int) -> MatchSet:
     return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
 
 
-def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int) -> DynamicGraph:
+def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int,
+                     absent: np.ndarray = NO_KEYS) -> DynamicGraph:
     """The engine graph's edges timed in [lo, hi], on the same slots and labels: those the
     expiry index holds, and `updates` (the phase's update edges and the entries the index
-    gave up in this batch: timed_effect took them before any phase ran)."""
+    gave up in this batch: timed_effect took them before any phase ran).  Every edge the
+    times table holds is in the graph, with the label the table keeps (Engine.check), but
+    for `absent` (sorted): the expired edges between the expiry's deletion and the
+    batch's own, still timed then."""
     g, table = engine.graph, engine.times.table
     keys = np.union1d(engine.times.index.between(lo, hi), updates)
-    at = table.get(keys)
-    keys = keys[(at >= lo) & (at <= hi)]     # the index's stale entries out
-    u, v = _split(keys)
-    labels = stored_labels(g, u, v)
-    live = labels >= 0                       # edges the graph still holds
+    at, labels = table.get_labeled(keys)
+    keep = (at >= lo) & (at <= hi)          # the index's stale entries out
+    if len(absent):
+        keep &= ~np.isin(keys, absent, assume_unique=True)
+    u, v = _split(keys[keep])
     # One scratch graph per engine, emptied and filled per phase (its vertex table is
     # copied: memory speed, but O(slots); a subgraph kept between batches would not be).
     if engine._window_scratch is None:
         engine._window_scratch = DynamicGraph.on_slots_of(g, engine.config)
     sub = engine._window_scratch.emptied_onto(g)
-    sub.insert_edges(u[live], v[live], labels[live])
+    sub.insert_edges(u, v, labels[keep])
     return sub
 
 
@@ -266,6 +283,8 @@ class _WindowedPhases:
     def __init__(self, engine: Engine, effect: TimedEffect) -> None:
         t0 = clock.now()
         self.engine, self.taken = engine, effect.taken
+        # Expired edges out of the graph but still timed (start_timed sets and clears it).
+        self.absent = NO_KEYS
         # The refreshed edges that stay and whose time changes, with both times.
         stays = ~np.isin(effect.refreshed_keys, effect.expired)
         keys, new = effect.refreshed_keys[stays], effect.refreshed_times[stays]
@@ -284,11 +303,12 @@ class _WindowedPhases:
         t0 = clock.now()
         if other_times is None:
             found = windowed_phase(self.engine, structural, None, None, taken=self.taken,
-                                   list_limit=list_limit)
+                                   list_limit=list_limit, absent=self.absent)
         else:
             found = windowed_phase(self.engine, np.union1d(structural, self.refreshed),
                                    (self.refreshed, other_times), structural,
-                                   taken=self.taken, list_limit=list_limit)
+                                   taken=self.taken, list_limit=list_limit,
+                                   absent=self.absent)
         for matches in found.values():
             matches.rows = self.engine._external(matches.rows)
         self.seconds += clock.now() - t0
@@ -331,15 +351,19 @@ def start_timed(engine: Engine, stream: UpdateStream, list_limit: Mapping[int, i
                                    False, t0).finish()
     main_batch = _without_inserts(batch, effect.expired_new)
     if phases:
+        phases.absent = effect.expired      # deleted from the graph, dropped below
         negative = phases.phase(np.sort(edge_keys(main_batch.delete_u, main_batch.delete_v)),
                                 phases.new, list_limit)
     main = engine._run_batch(main_batch, list_limit, False, t0).finish()
     times = engine.times
     times.drop(np.concatenate([effect.deleted, effect.expired]))
     fresh = ~np.isin(effect.new_keys, effect.expired_new)
-    times.set(effect.new_keys[fresh], effect.new_times[fresh])
+    times.set(effect.new_keys[fresh], effect.new_times[fresh], effect.new_labels[fresh])
     kept = ~np.isin(effect.refreshed_keys, effect.expired)
-    times.set(effect.refreshed_keys[kept], effect.refreshed_times[kept])
+    times.set(effect.refreshed_keys[kept], effect.refreshed_times[kept],
+              effect.refreshed_labels[kept])
+    if phases:
+        phases.absent = NO_KEYS
     deltas = _merged(expiry, main, list_limit)
     if phases:
         positive = phases.phase(np.sort(edge_keys(main_batch.insert_u, main_batch.insert_v)),

@@ -13,7 +13,8 @@ counts only while its edge still has that time (`EdgeTimes.current`).
 The times themselves are a `TimeTable`: an open-addressing hash table of NumPy arrays
 (linear probing, tombstones), read and written by compiled loops a batch at a time, so a
 batch's cost follows its edges, and a compiled search can read an edge's time by its key
-(gpu/cpu/windowed.py).
+(gpu/cpu/windowed.py).  It keeps each timed edge's label beside its time, which the
+windowed phases' subgraphs take from it.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from gpu.io.records import NO_TIME
 
 NO_KEYS = np.empty(0, dtype=np.int64)
 EMPTY = -1      # a TimeTable slot never used (edge keys are >= 0)
+NO_EDGE_LABEL = -1  # the label TimeTable.get_labeled gives a key it does not hold
 GONE = -2       # a slot whose key was dropped: lookups go on past it, inserts reuse it
 
 
@@ -64,9 +66,21 @@ def _get_many(keys, vals, wanted, out):
 
 
 @nb.njit(cache=True)
-def _put_many(keys, vals, new_keys, new_vals):
-    """Set each key's value (the last one given wins); returns (keys added, slots that
-    were GONE and are used again)."""
+def _get_labeled(keys, vals, labels, wanted, out, out_labels):
+    for j in range(wanted.shape[0]):
+        i = table_find(keys, wanted[j])
+        if i >= 0:
+            out[j] = vals[i]
+            out_labels[j] = labels[i]
+        else:
+            out[j] = NO_TIME
+            out_labels[j] = NO_EDGE_LABEL
+
+
+@nb.njit(cache=True)
+def _put_many(keys, vals, labels, new_keys, new_vals, new_labels):
+    """Set each key's value and label (the last one given wins); returns (keys added,
+    slots that were GONE and are used again)."""
     mask = keys.shape[0] - 1
     added = reused = 0
     for j in range(new_keys.shape[0]):
@@ -88,6 +102,7 @@ def _put_many(keys, vals, new_keys, new_vals):
                 gone = i
             i = (i + 1) & mask
         vals[i] = new_vals[j]
+        labels[i] = new_labels[j]
     return added, reused
 
 
@@ -104,9 +119,11 @@ def _drop_many(keys, dropped):
 
 
 class TimeTable:
-    """Edge key -> event time (module docstring): at most half the slots used or GONE, so
-    probes stay short; grown, or rebuilt without its tombstones, before a batch of
-    inserts would pass that."""
+    """Edge key -> event time and edge label (module docstring): at most half the slots
+    used or GONE, so probes stay short; grown, or rebuilt without its tombstones, before
+    a batch of inserts would pass that.  The label rides along so that the windowed
+    phases build their subgraphs from the table alone (gpu/event_time.py), without a
+    lookup of every edge in the graph."""
 
     def __init__(self, capacity: int = 64) -> None:
         self._alloc(capacity)
@@ -114,6 +131,7 @@ class TimeTable:
     def _alloc(self, capacity: int) -> None:
         self.keys = np.full(capacity, EMPTY, dtype=np.int64)
         self.vals = np.zeros(capacity, dtype=np.int64)
+        self.labels = np.full(capacity, NO_EDGE_LABEL, dtype=np.int32)
         self.count = 0
         self.gone = 0
 
@@ -127,14 +145,27 @@ class TimeTable:
         _get_many(self.keys, self.vals, keys, out)
         return out
 
-    def set(self, keys: np.ndarray, times: np.ndarray) -> None:
+    def get_labeled(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each key's time and label: NO_TIME and NO_EDGE_LABEL where it has none."""
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        out = np.empty(len(keys), dtype=np.int64)
+        out_labels = np.empty(len(keys), dtype=np.int32)
+        _get_labeled(self.keys, self.vals, self.labels, keys, out, out_labels)
+        return out, out_labels
+
+    def set(self, keys: np.ndarray, times: np.ndarray, labels: np.ndarray | None = None
+            ) -> None:
+        """Give these keys these times and edge labels (none given: NO_EDGE_LABEL)."""
         keys = np.ascontiguousarray(keys, dtype=np.int64)
         if len(keys) == 0:
             return
+        if labels is None:
+            labels = np.full(len(keys), NO_EDGE_LABEL, dtype=np.int32)
         if 2 * (self.count + self.gone + len(keys)) > len(self.keys):
             self._resize(self.count + len(keys))
-        added, reused = _put_many(self.keys, self.vals, keys,
-                                  np.ascontiguousarray(times, dtype=np.int64))
+        added, reused = _put_many(self.keys, self.vals, self.labels, keys,
+                                  np.ascontiguousarray(times, dtype=np.int64),
+                                  np.ascontiguousarray(labels, dtype=np.int32))
         self.count += added
         self.gone -= reused
 
@@ -148,13 +179,18 @@ class TimeTable:
         live = self.keys >= 0
         return self.keys[live], self.vals[live]
 
+    def labeled_items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys, times, labels) of every entry, in slot order."""
+        live = self.keys >= 0
+        return self.keys[live], self.vals[live], self.labels[live]
+
     def _resize(self, needed: int) -> None:
         capacity = len(self.keys)
         while 2 * needed > capacity:
             capacity *= 2
-        keys, vals = self.items()
+        keys, vals, labels = self.labeled_items()
         self._alloc(capacity)
-        self.count, _ = _put_many(self.keys, self.vals, keys, vals)
+        self.count, _ = _put_many(self.keys, self.vals, self.labels, keys, vals, labels)
 
 
 def edge_keys(us: np.ndarray, vs: np.ndarray) -> np.ndarray:
@@ -223,7 +259,8 @@ class ExpiryIndex:
 
 
 class EdgeTimes:
-    """Each timed edge's time by key (a TimeTable), and the expiry index over them."""
+    """Each timed edge's time and label by key (a TimeTable), and the expiry index over
+    them."""
 
     def __init__(self) -> None:
         self.table = TimeTable()
@@ -248,9 +285,10 @@ class EdgeTimes:
         """Forget the times of deleted edges (untimed ones have none)."""
         self.table.drop(keys)
 
-    def set(self, keys: np.ndarray, times: np.ndarray) -> None:
-        """Give these edges these times (new edges and refreshes) and index them."""
-        self.table.set(keys, times)
+    def set(self, keys: np.ndarray, times: np.ndarray, labels: np.ndarray) -> None:
+        """Give these edges (new edges and refreshes, with their labels in the graph)
+        these times, and index them."""
+        self.table.set(keys, times, labels)
         self.index.add(keys, times)
 
     def items(self) -> list[tuple[int, int]]:

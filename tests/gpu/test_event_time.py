@@ -270,6 +270,36 @@ def test_retention_expires_in_the_batch_that_moves_the_watermark():
     assert engine.graph.num_edges == 3
 
 
+@pytest.mark.parametrize("setup", WINDOWED_SETUPS)
+def test_a_windowed_match_that_expires_as_the_batch_deletes_another_of_its_edges_goes_once(
+        setup):
+    """Between the expiry's deletion and the batch's own the expired edge is out of the
+    graph but still timed: the batch's negative phase must not find the triangle through
+    it again (counted once, as expired), nor any match in a window through it."""
+    name, backend = setup
+    # Untimed edges to vertex 5 keep 0 and 1 triangle candidates once 0-1 has gone (the
+    # candidate bits follow the graph, and would prune the search there otherwise).
+    g = ref.RefGraph.build({v: 0 for v in range(6)}, [(0, 5, 0), (1, 5, 0)])
+    engine = Engine(to_labeled(g), backend=backend, config=WINDOWED_CONFIGS[name](),
+                    retention=10)
+    triangle = engine.add_query(to_query(ref.RefQuery.build([0, 0, 0], [(0, 1), (1, 2),
+                                                                        (0, 2)]), "tri"),
+                                window=10)
+    E, D = ref.INSERT_EDGE, ref.DELETE_EDGE
+    engine.apply(timed_stream([(E, 0, 1, 0, 0)]))
+    r = engine.apply(timed_stream([(E, 1, 2, 0, 5), (E, 0, 2, 0, 5)]), list_limit=BIG_LIMIT)
+    found = r.queries[triangle].positive
+    assert found == engine.count(triangle) > 0
+    # Watermark 10: edge 0-1 (time 0) expires; the batch deletes 1-2 itself.
+    r = engine.apply(timed_stream([(D, 1, 2, ref.NO_LABEL, None), (E, 3, 4, 0, 10)]),
+                     list_limit=BIG_LIMIT)
+    delta = r.queries[triangle]
+    assert (delta.positive, delta.negative, delta.expired) == (0, found, found)
+    assert delta.removed_expired.tolist() == [True] * found
+    assert engine.count(triangle) == 0
+    engine.check()
+
+
 def test_untimed_input_stays_as_it_was():
     g = ref.RefGraph.build({1: 0, 2: 0, 3: 0}, [])
     engine = Engine(to_labeled(g), backend="cpu")
