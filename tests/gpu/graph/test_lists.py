@@ -454,3 +454,20 @@ def test_a_scratch_graph_emptied_onto_another_is_a_fresh_one():
             graph.check()
         assert edge_dict(*reused.edges()) == edge_dict(*fresh.edges()) == \
             edge_dict(*source.edges())
+
+
+@pytest.mark.parametrize("span", [50, 2**20, 2**31 - 1], ids=["small", "large", "no-room"])
+def test_list_entries_come_in_lexicographic_order_packed_or_not(span):
+    """_entry_order packs (source, key, destination) into one int64 where their bits fit
+    and falls back to lexsort where not (ids and keys near 2^31 leave no room): the same
+    order as lexsort's either way, ties (repeated triples) kept in input order."""
+    from gpu.graph.lists import _entry_order
+    rng = np.random.default_rng(span % 997)
+    src = rng.integers(0, span, 3000).astype(np.int32)
+    keys = rng.integers(0, min(span, 7), 3000).astype(np.int32)
+    dst = rng.integers(0, span, 3000).astype(np.int32)
+    src[:300], keys[:300], dst[:300] = src[300:600], keys[300:600], dst[300:600]  # ties
+    expected = np.lexsort((dst, keys, src))
+    assert np.array_equal(_entry_order(src, keys, dst), expected)
+    keys[0] = -1            # a negative key: not packed
+    assert np.array_equal(_entry_order(src, keys, dst), np.lexsort((dst, keys, src)))
