@@ -372,15 +372,16 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     """Valid matches (module docstring) using at least one of the update edges us - vs
     (slots of the DynamicGraph `graph`, whose rank pool holds their ranks 1..k in this
     order: `graph.set_ranks`); `times`: the edges' times, a TimeTable keyed by
-    u << 32 | v with u < v (gpu/graph/times.py).  With `other` = (sorted keys, times) of the refreshed edges on the other side
-    of the batch and `structural` the sorted keys of this phase's deleted or inserted
-    edges, a match that uses no structural edge counts only if the other side's times put
-    it out of the window.  `cand`: the query's candidate bits per slot (the engine's
-    signatures: bit q set where a vertex may be query vertex q, a necessary condition),
-    None: every vertex may be any.  The first `limit` of the matches counted are listed
-    (slots, in query-vertex order; which ones when more are found is not specified).
-    Counting only (`limit` 0), `parallel_from` update edges or more are searched on every
-    core in chunks of `chunk` (EngineConfig.serial_below_tasks and task_chunk)."""
+    u << 32 | v with u < v (gpu/graph/times.py).  With `other` = (sorted keys, times) of
+    the refreshed edges on the other side of the batch and `structural` the sorted keys
+    of this phase's deleted or inserted edges, a match that uses no structural edge
+    counts only if the other side's times put it out of the window.  `cand`: the query's
+    candidate bits per slot (the engine's signatures: bit q set where a vertex may be
+    query vertex q, a necessary condition), None: every vertex may be any.  The first
+    `limit` of the matches counted are listed (slots, in query-vertex order; which ones
+    when more are found is not specified).  Counting only (`limit` 0), `parallel_from`
+    update edges or more are searched on every core in chunks of `chunk`
+    (EngineConfig.serial_below_tasks and task_chunk)."""
     if graph.directed:
         raise ValueError("windowed counting takes undirected graphs only (for now)")
     arrays = (graph.start, graph.deg, graph.nbr, graph.nlab, graph.elab, graph.rank,

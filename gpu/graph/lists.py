@@ -110,6 +110,36 @@ def _set_ranks(nbr, nlab, label, rank, start, deg, us, vs, ranks, directed):
 
 
 @nb.njit(cache=True)
+def _fill_empty(nbr, nlab, elab, rank, start, deg, cap, src, dst, keys, lab, min_cap):
+    """_insert_sorted into a pool that holds no list (every capacity 0): each source's
+    entries (sorted by src, then list order) become its list from the bottom up, with room
+    for max(their number, min_cap), as _insert_sorted would place them; no merge, no
+    relocation.  Returns the new pool top and the longest list."""
+    top = 0
+    longest = 0
+    i = 0
+    n = src.shape[0]
+    while i < n:
+        u = src[i]
+        j = i
+        while j < n and src[j] == u:
+            j += 1
+        k = j - i
+        start[u] = top
+        deg[u] = k
+        cap[u] = max(k, min_cap)
+        for x in range(k):
+            nbr[top + x] = dst[i + x]
+            nlab[top + x] = keys[i + x]
+            elab[top + x] = lab[i + x]
+            rank[top + x] = 0
+        top += cap[u]
+        longest = max(longest, k)
+        i = j
+    return top, longest
+
+
+@nb.njit(cache=True)
 def _insert_sorted(nbr, nlab, elab, rank, start, deg, cap, src, dst, keys, lab, top, min_cap):
     """Merge list entries (dst filed under keys in src's list; sorted by src, then list
     order) into their lists.
@@ -415,6 +445,15 @@ class DynamicGraph(VertexTable):
                 self._max_degree = max(self._max_degree, int(degree))
                 return
         src, dst, keys, lab = _list_entries(us, vs, labels, self.label, self.directed)
+        if self.top == 0:   # no list holds storage (a scratch graph just emptied): lay out
+            runs = 1 + int(np.count_nonzero(src[1:] != src[:-1]))
+            self._reserve_pool(lambda: len(src) + runs * self.config.min_list_capacity)
+            self.top, longest = _fill_empty(self.nbr, self.nlab, self.elab, self.rank,
+                                            self.start, self.deg, self.cap, src, dst, keys,
+                                            lab, self.config.min_list_capacity)
+            self.num_edges += len(us)
+            self._max_degree = max(self._max_degree, int(longest))
+            return
         if len(us) == 1:    # one edge: two lists, one entry each (scalar code is faster)
             touched = src.tolist()
 

@@ -9,6 +9,7 @@ vertex deletions make enough garbage for compaction.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import subprocess
@@ -454,6 +455,40 @@ def test_a_scratch_graph_emptied_onto_another_is_a_fresh_one():
             graph.check()
         assert edge_dict(*reused.edges()) == edge_dict(*fresh.edges()) == \
             edge_dict(*source.edges())
+
+
+@pytest.mark.parametrize("min_cap", [1, 4])
+def test_edges_laid_out_in_an_empty_pool_are_placed_as_a_merge_would_place_them(min_cap):
+    """_fill_empty (insert_edges into a graph whose pool holds no list: a fresh or emptied
+    one) writes what _insert_sorted writes into lists of capacity 0: the same starts,
+    degrees, capacities, entries and pool top; and such a graph checks out."""
+    from gpu.graph.lists import _fill_empty, _insert_sorted, _list_entries
+    rng = np.random.default_rng(min_cap)
+    labels = arr([v % 3 for v in range(50)])
+    pairs = sorted({(int(a), int(b)) for a, b in rng.integers(0, 50, (300, 2)) if a < b})
+    us, vs = (arr([p[k] for p in pairs]) for k in (0, 1))
+    elab = arr(rng.integers(0, 4, len(us)))
+    src, dst, keys, lab = _list_entries(us, vs, elab, labels, False)
+    room = len(src) + 50 * min_cap
+    laid = []
+    for fill in (True, False):
+        pool = [np.full(room, -7, dtype=np.int32) for _ in range(4)]
+        lists = [np.zeros(50, dtype=np.int32) for _ in range(3)]     # start, deg, cap
+        if fill:
+            top, longest = _fill_empty(*pool, *lists, src, dst, keys, lab, min_cap)
+            assert longest == int(lists[1].max())
+        else:
+            top, garbage = _insert_sorted(*pool, *lists, src, dst, keys, lab, 0, min_cap)
+            assert garbage == 0
+        laid.append((int(top), [a.tolist() for a in pool + lists]))
+    assert laid[0] == laid[1]
+    g = DynamicGraph(dataclasses.replace(EngineConfig.tiny(), min_list_capacity=min_cap))
+    g.add_vertices(arr(range(50), np.int64), labels)
+    assert g.top == 0
+    g.insert_edges(us, vs, elab)
+    g.check()
+    assert g.top == laid[0][0]
+    assert edge_dict(*g.edges()) == edge_dict(us, vs, elab)
 
 
 @pytest.mark.parametrize("span", [50, 2**20, 2**31 - 1], ids=["small", "large", "no-room"])
