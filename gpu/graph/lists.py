@@ -109,6 +109,15 @@ def _set_ranks(nbr, nlab, label, rank, start, deg, us, vs, ranks, directed):
         rank[q] = ranks[i]
 
 
+@nb.njit(cache=True, inline="always")
+def _run_end(src, i):
+    """The end of the run of list entries of one source that starts at i (src sorted)."""
+    j = i
+    while j < src.shape[0] and src[j] == src[i]:
+        j += 1
+    return j
+
+
 @nb.njit(cache=True)
 def _fill_empty(nbr, nlab, elab, rank, start, deg, cap, src, dst, keys, lab, min_cap):
     """_insert_sorted into a pool that holds no list (every capacity 0): each source's
@@ -118,12 +127,8 @@ def _fill_empty(nbr, nlab, elab, rank, start, deg, cap, src, dst, keys, lab, min
     top = 0
     longest = 0
     i = 0
-    n = src.shape[0]
-    while i < n:
-        u = src[i]
-        j = i
-        while j < n and src[j] == u:
-            j += 1
+    while i < src.shape[0]:
+        u, j = src[i], _run_end(src, i)
         k = j - i
         start[u] = top
         deg[u] = k
@@ -149,12 +154,8 @@ def _insert_sorted(nbr, nlab, elab, rank, start, deg, cap, src, dst, keys, lab, 
     """
     garbage = 0
     i = 0
-    n = src.shape[0]
-    while i < n:
-        u = src[i]
-        j = i
-        while j < n and src[j] == u:
-            j += 1
+    while i < src.shape[0]:
+        u, j = src[i], _run_end(src, i)
         k = j - i
         d = deg[u]
         old = start[u]
