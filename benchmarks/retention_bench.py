@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +49,12 @@ def timed_batches(graph: LabeledGraph, size: int, seed: int = 0) -> list[UpdateS
 
 
 def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStream],
-        retention: int | None, backend: str, window: int | None = None) -> dict:
+        retention: int | None, backend: str, window: int | None = None,
+        after_batch: Callable[[bool], None] | None = None) -> dict:
     """The stream on a fresh engine with this retention (the queries standing with this
-    window: benchmarks/window_bench.py); steady-state latency and counts."""
+    window: benchmarks/window_bench.py); steady-state latency and counts.  `after_batch`
+    is called after each batch with whether it is a steady-state one (window_bench's
+    split of the matching phase)."""
     empty = LabeledGraph(graph.vertex_ids, graph.vertex_labels, [], [], [])
     engine = Engine(empty, backend=backend, retention=retention)
     for q in queries:
@@ -71,9 +75,12 @@ def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStre
             totals["negative"] += delta.negative
             totals["expired"] += delta.expired or 0
         # The steady state: the window filled (every batch without retention).
-        if retention is None or (i + 1) * len(batches[0]) > retention:
+        steady_batch = retention is None or (i + 1) * len(batches[0]) > retention
+        if steady_batch:
             seconds.append(wall)
             matching.append(result.timings.get("match", 0.0))
+        if after_batch is not None:
+            after_batch(steady_batch)
     steady = sorted(seconds)
     expiring = expired_edges[-len(steady):] if steady else []
     return {"retention": retention, "batches": len(batches), "steady_batches": len(steady),

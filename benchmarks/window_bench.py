@@ -12,16 +12,65 @@ steady-state batches (after the first `--retention` edges), the median of their 
 phase alone (`timings["match"]`: the searches, the windowed phases with their subgraphs)
 and the matches, checked as positive - negative = the count at the end; the ratios are
 the unwindowed medians over the windowed ones, end to end and for the matching phase.
-`--backend cuda` runs both engines on the CUDA executor.
+`--backend cuda` runs both engines on the CUDA executor.  `--split` adds, for the
+windowed runs, two parts of their matching phase: the subgraphs the phases fill
+(gpu/event_time.py `_window_subgraph`) and the searches (`count_windowed`, every query of
+every phase), each as its median per steady batch.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
+from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.gh_table import run_header
 from benchmarks.retention_bench import add_stream_args, load_stream, run
+from gpu import event_time
+
+# The parts of a windowed batch's matching phase that --split times (gpu/event_time.py).
+SPLIT = {"subgraphs": "_window_subgraph", "searches": "count_windowed"}
+
+
+class PhaseSplit:
+    """Seconds spent in each of SPLIT's functions, summed per batch while `timing()`."""
+
+    def __init__(self) -> None:
+        self._batch: dict[str, float] = defaultdict(float)
+        self.steady: list[dict[str, float]] = []    # one per steady batch
+
+    def after_batch(self, steady: bool) -> None:
+        if steady:
+            self.steady.append({part: self._batch[part] for part in SPLIT})
+        self._batch.clear()
+
+    def medians_ms(self) -> dict[str, float | None]:
+        return {part: (round(statistics.median(b[part] for b in self.steady) * 1e3, 3)
+                       if self.steady else None) for part in SPLIT}
+
+    @contextmanager
+    def timing(self):
+        originals = {part: getattr(event_time, name) for part, name in SPLIT.items()}
+
+        def timed(part, fn):
+            def call(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self._batch[part] += time.perf_counter() - t0
+            return call
+
+        for part, name in SPLIT.items():
+            setattr(event_time, name, timed(part, originals[part]))
+        try:
+            yield self
+        finally:
+            for part, name in SPLIT.items():
+                setattr(event_time, name, originals[part])
 
 
 def main(argv=None) -> int:
@@ -33,6 +82,9 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="cpu", choices=("cpu", "cuda"),
                    help="the engines' executor (on cuda the windowed search runs on the "
                         "host's cores, over the window's edges read from the device)")
+    p.add_argument("--split", action="store_true",
+                   help="also time the windowed runs' subgraph fills and searches (median ms "
+                        "per steady batch, parts of the matching phase)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     header = run_header(args.backend, "benchmarks.window_bench")
@@ -44,8 +96,16 @@ def main(argv=None) -> int:
           "| negative | matches at the end | apply p50 ratio | matching p50 ratio |\n"
           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     base = base_match = None
+    splits = []
     for window in (None, *args.windows):
-        record = run(graph, queries, batches, args.retention, args.backend, window)
+        split = PhaseSplit()
+        if args.split and window is not None:
+            with split.timing():
+                record = run(graph, queries, batches, args.retention, args.backend, window,
+                             after_batch=split.after_batch)
+            record["split_ms"] = split.medians_ms()
+        else:
+            record = run(graph, queries, batches, args.retention, args.backend, window)
         assert record["positive"] - record["negative"] == record["final_matches"], record
         base = base or record["p50_ms"]
         base_match = base_match or record["match_p50_ms"]
@@ -56,11 +116,17 @@ def main(argv=None) -> int:
               f"{record['p50_ms']} | {record['p99_ms']} | {record['match_p50_ms']} | "
               f"{record['positive']:,} | {record['negative']:,} | "
               f"{record['final_matches']:,} | {ratio:.1f} | {match_ratio:.1f} |", flush=True)
+        if "split_ms" in record:
+            splits.append(f"W = {window}: " + ", ".join(
+                f"{part} {ms} ms" for part, ms in record["split_ms"].items()))
         if args.json:
             with args.json.open("a") as f:
                 f.write(json.dumps({**header, **record, "window": window, "ratio": ratio,
                                     "match_ratio": match_ratio,
                                     "batch": args.batch, "queries": len(queries)}) + "\n")
+    if splits:
+        print("\nParts of the windowed matching phase, median per steady batch: "
+              + "; ".join(splits))
     return 0
 
 

@@ -22,3 +22,27 @@ def test_a_window_wider_than_the_stream_counts_every_match_and_a_narrow_one_fewe
         for record in (plain, wide, narrow):
             assert record["positive"] - record["negative"] == record["final_matches"]
             assert record["match_p50_ms"] is not None
+
+
+def test_the_split_times_the_windowed_phases_subgraphs_and_searches_only_while_on():
+    """window_bench --split: per steady batch, the windowed phases' subgraph fills and
+    searches take time, an unwindowed run calls neither, and the functions are the
+    originals again afterwards."""
+    from benchmarks.window_bench import SPLIT, PhaseSplit
+    from gpu import event_time
+
+    graph = _graph()
+    triangle = QueryGraph.build("triangle", [0, 1, 2], [0, 0, 0], [(0, 1), (1, 2), (2, 0)])
+    batches = timed_batches(graph, 20)
+    originals = {name: getattr(event_time, name) for name in SPLIT.values()}
+    for window, timed in ((15, True), (None, False)):
+        split = PhaseSplit()
+        with split.timing():
+            record = run(graph, [triangle], batches, 120, "cpu", window=window,
+                         after_batch=split.after_batch)
+        assert len(split.steady) == record["steady_batches"] > 0
+        for part in SPLIT:
+            spent = [b[part] for b in split.steady]
+            assert all(s >= 0 for s in spent)
+            assert (sum(spent) > 0) == timed, (window, part)
+        assert {name: getattr(event_time, name) for name in SPLIT.values()} == originals
