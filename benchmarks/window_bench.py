@@ -24,7 +24,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from benchmarks.gh_table import run_header
@@ -98,14 +98,12 @@ def main(argv=None) -> int:
     base = base_match = None
     splits = []
     for window in (None, *args.windows):
-        split = PhaseSplit()
-        if args.split and window is not None:
-            with split.timing():
-                record = run(graph, queries, batches, args.retention, args.backend, window,
-                             after_batch=split.after_batch)
+        split = PhaseSplit() if args.split and window is not None else None
+        with split.timing() if split else nullcontext():
+            record = run(graph, queries, batches, args.retention, args.backend, window,
+                         after_batch=split.after_batch if split else None)
+        if split:
             record["split_ms"] = split.medians_ms()
-        else:
-            record = run(graph, queries, batches, args.retention, args.backend, window)
         assert record["positive"] - record["negative"] == record["final_matches"], record
         base = base or record["p50_ms"]
         base_match = base_match or record["match_p50_ms"]
