@@ -76,6 +76,19 @@ class EdgeChanges:
     on_device: EdgeArrays | None = None
 
 
+def first_rejection(found, n: int) -> Rejection | None:
+    """The Rejection the checks' values `found` (LOOP .. CONFLICT: each the first failing
+    record, MISSING twice it plus the end, or the bound n, 2n where none fails) name
+    first, in `normalize`'s order; None when every check passed."""
+    for check in (LOOP, MISSING, DYING_INSERT, NEGATIVE_LABEL, CONFLICT):
+        bound = 2 * n if check == MISSING else n
+        if found[check] < bound:
+            if check == MISSING:
+                return Rejection(check, found[check] // 2, found[check] % 2)
+            return Rejection(check, found[check])
+    return None
+
+
 def _stable_argsort(xp, keys):
     # CuPy's argsort is always stable and takes no other kind.
     return np.argsort(keys, kind="stable") if xp is np else xp.argsort(keys)
@@ -151,13 +164,9 @@ def edge_changes(xp, lookups: EdgeLookups, a, b, labels, inserting, add_ids, add
         xp.where(conflict < ins.shape[0], ins[xp.minimum(conflict, max(ins.shape[0] - 1, 0))]
                  if ins.shape[0] else 0, n),
     ]).astype(np.int64)
-    found = checks.tolist()     # on CuPy every check in one read-back
-    for check in (LOOP, MISSING, DYING_INSERT, NEGATIVE_LABEL, CONFLICT):
-        bound = 2 * n if check == MISSING else n
-        if found[check] < bound:
-            if check == MISSING:
-                return Rejection(check, found[check] // 2, found[check] % 2)
-            return Rejection(check, found[check])
+    rejection = first_rejection(checks.tolist(), n)     # on CuPy one read-back
+    if rejection is not None:
+        return rejection
 
     if inserts == n:
         dels = no_index

@@ -1,13 +1,19 @@
 """Batches settled on the device (gpu/cuda/batch_prep.py): the same effect, arrays and
-dtypes, or the same rejection, as normalize on the host, for every record mix; and the
-device's copy of the id map follows vertex adds and deletes."""
+dtypes, or the same rejection, as normalize on the host, for every record mix, through
+the generic CuPy path and through prep.cu's kernels (one-kind batches); and the device's
+copy of the id map follows vertex adds and deletes."""
 from __future__ import annotations
 
+import functools
 import random
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpu.batch_edges import Rejection
 from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.io.records import NO_LABEL, UpdateStream
@@ -18,6 +24,8 @@ pytestmark = pytest.mark.gpu
 
 
 def _engine() -> Engine:
+    """A CUDA engine on the fixture graph whose every batch of edge records is settled on
+    the device (EngineConfig.tiny: device_prep_records 1)."""
     graph = labeled()
     engine = Engine(graph, backend="cuda", config=EngineConfig.tiny())
     assert engine._prep is not None and engine._prep.min_records == 1
@@ -97,3 +105,96 @@ def test_the_device_id_map_follows_many_vertex_changes():
                          dtype=np.int64)
         got = engine._prep.id_map(engine.graph).lookup(cp.asarray(probe)).get()
         assert got.tolist() == engine.graph.ids.lookup(probe).tolist(), k
+
+
+@functools.cache
+def _shared_engine() -> Engine:
+    return _engine()     # only normalized against below: its graph never changes
+
+
+def _normalized_through_kernels(records, inserting: bool):
+    """normalize of one-kind edge records on the device, with the number of batches
+    prep.cu's path (DevicePrep.one_kind) settled, and on the host."""
+    from gpu.cuda.batch_prep import DevicePrep
+
+    engine = _shared_engine()
+    stream = UpdateStream.from_records([(E if inserting else DE, a, b, label)
+                                        for a, b, label in records], SOURCE)
+    calls = []
+    one_kind = DevicePrep.one_kind
+
+    def spy(self, *args):
+        calls.append(args)
+        return one_kind(self, *args)
+
+    with mock.patch.object(DevicePrep, "one_kind", spy):
+        device = _effect_or_error(stream, engine.graph, engine._prep)
+        copies_agree = _device_copy_is_the_hosts(stream, engine)
+    return device, _effect_or_error(stream, engine.graph, None), len(calls), copies_agree
+
+
+_ENDS = st.sampled_from(sorted(VERTICES) + [7])      # 7: no such vertex
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(st.tuples(_ENDS, _ENDS, st.sampled_from([NO_LABEL, 0, 1, 2])),
+                        min_size=2, max_size=12),
+       inserting=st.booleans())
+def test_one_kind_batches_settle_in_the_kernels_as_on_the_host(records, inserting):
+    """Inserts only or deletes only, no vertex record: duplicates, conflicting labels,
+    existing and missing edges, deletes naming the stored label, another or none,
+    self-loops, missing endpoints, negative insert labels; the effect (arrays, dtypes,
+    counts) or the rejection is the host's, and the device copies are its arrays."""
+    from gpu.batch import _HostLookups
+    from gpu.batch_edges import edge_changes
+
+    # The kernels themselves, on raw arrays (the parsers refuse negative insert labels).
+    engine = _shared_engine()
+    a, b, labels = (np.array(column, dtype=np.int64) for column in zip(*records))
+    flags = np.full(len(records), inserting)
+    none = np.empty(0, dtype=np.int64)
+    want = edge_changes(np, _HostLookups(engine.graph), a, b, labels.astype(np.int32), flags,
+                        none, none, none, inserts=len(records) if inserting else 0)
+    got = engine._prep.one_kind(engine.graph, a, b, labels, inserting)
+    assert type(got) is type(want)
+    if isinstance(want, Rejection):
+        assert got == want
+    else:
+        for name in ("delete_u", "delete_v", "delete_labels", "insert_u", "insert_v",
+                     "insert_labels"):
+            assert getattr(got, name).dtype == getattr(want, name).dtype == np.int32
+            assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
+        assert (got.ignored_inserts, got.ignored_deletes) == \
+            (want.ignored_inserts, want.ignored_deletes)
+    # And through normalize, as batches come.
+    if inserting:
+        records = [(a, b, max(label, 0)) for a, b, label in records]
+    device, host, calls, copies_agree = _normalized_through_kernels(records, inserting)
+    assert calls == 2       # the batch, then again for its device copies
+    assert device == host
+    assert copies_agree
+
+
+@pytest.mark.parametrize("inserting", [True, False])
+def test_long_runs_of_one_edge_over_many_blocks(inserting):
+    """Hundreds of records over the fixture's few vertices: runs of one edge dozens of
+    records long, spread over several thread blocks; the first conflicting insert (in
+    record order) is the one named."""
+    rng = random.Random(3)
+    ids = sorted(VERTICES)
+    pairs = [(a, b) for a in ids for b in ids if a != b]
+    for round_ in range(6):
+        labels = {frozenset(p): EDGES.get(p, EDGES.get(p[::-1], rng.randrange(3))) for p in pairs}
+        records = []
+        for _ in range(700):
+            a, b = rng.choice(pairs)
+            label = labels[frozenset((a, b))] if inserting else rng.choice(
+                [NO_LABEL, labels[frozenset((a, b))], 2])
+            records.append((a, b, label))
+        if round_ % 2 and inserting:        # one late conflicting insert
+            at = rng.randrange(350, 700)
+            a, b, label = records[at]
+            records[at] = (a, b, label + 1)
+        device, host, calls, copies_agree = _normalized_through_kernels(records, inserting)
+        assert calls == 2 and device == host and copies_agree, round_
+        assert isinstance(host, str) == bool(round_ % 2 and inserting)
