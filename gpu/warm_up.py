@@ -8,9 +8,10 @@ region (more tasks than that), the leaf counts and leaf groups of queries with d
 vertices, listing, vertex records, and the static count and listing behind a backfill.
 On CUDA the packed memory array takes a small batch in one launch and a larger one
 (over 1,024 directed updates) on its general path, whose CuPy kernels compile on first
-use too: one batch of each kind runs.  So do the CuPy kernels that settle a large batch's
-edge records on the device (gpu/cuda/batch_prep.py): the throw-away engine sends every
-batch there, one of them with an insert and a delete of one edge cancelling.
+use too: one batch of each kind runs.  So do the kernels that settle a large batch's edge
+records on the device (gpu/cuda/batch_prep.py: prep.cu's for edge records alone, CuPy's
+beside vertex records): the throw-away engine sends every batch there, with an insert
+and a delete of one edge cancelling both with and without vertex records.
 """
 from __future__ import annotations
 
@@ -81,6 +82,13 @@ def warm_up(backend: str, config: EngineConfig | None = None) -> None:
         (UpdateStream.from_records([(INSERT_EDGE, 0, 40, 0), (DELETE_EDGE, 0, 40, NO_LABEL),
                                     (DELETE_EDGE, 0, 1, NO_LABEL)]),
          _edges(INSERT_EDGE, [0], [1])),
+        # The same beside vertex records (on CUDA the generic path, not prep.cu's), then
+        # a vertex deleted in the batch that inserts an edge.
+        (UpdateStream.from_records([(ADD_VERTEX, 1001, 0, 0), (INSERT_EDGE, 1001, 0, 0),
+                                    (INSERT_EDGE, 0, 40, 0), (DELETE_EDGE, 0, 40, NO_LABEL),
+                                    (DELETE_EDGE, 0, 1, NO_LABEL)]),
+         UpdateStream.from_records([(DELETE_VERTEX, 1001, 0, NO_LABEL),
+                                    (INSERT_EDGE, 0, 1, 0)])),
     ]
     for list_limit in (0, listed):      # every query counted, then one of them listed
         for inserted, deleted in pairs:

@@ -4,11 +4,12 @@ the records copied once, their endpoints looked up in the device's copy of the i
 CuPy, the stored labels read from the packed memory array; the checks read back together,
 the effective changes in one copy (with the waits for sizes gpu/batch_edges.py lists).
 
-A batch with no vertex records whose edge records all insert, or all delete (a bulk
-load's, a stream's), is settled by gpu/cuda/kernels/prep.cu instead: four kernels
-around a stable sort and the array's key lookup, the checks kept on the device and read
-back with the changes, one wait in all (the generic path above is ~130 CuPy launches and
-five waits for a GH 10% batch, ~4 ms of host time for 0.3 ms of GPU work).
+A batch with no vertex records (edges inserted, deleted, or both: a bulk load's, a
+stream's) is settled by gpu/cuda/kernels/prep.cu instead: four kernels around a stable
+sort and the array's key lookup, the checks kept on the device and read back with the
+changes, one wait in all (the generic path above is ~130 CuPy launches and five waits
+for a GH 10% batch, ~4 ms of host time for 0.3 ms of GPU work); the generic path stays
+for batches that add or delete vertices.
 
 `normalize` (gpu/batch.py) hands a batch here when it has at least
 `EngineConfig.device_prep_records` edge records (a batch that only inserts, or only
@@ -63,56 +64,52 @@ class DevicePrep:
         inserting, add_ids, add_slots, del_slots; `inserts` records insert), copied in one
         upload.  On the array's stream (gpu/cuda/array_stream.py): the lookups read the
         array, and the read-backs wait for this work only."""
-        n = len(host[0])
-        if inserts in (0, n) and not len(host[4]) and not len(host[6]):
-            return self.one_kind(graph, host[0], host[1], host[2], inserts == n)
+        if not len(host[4]) and not len(host[6]):       # no vertex records
+            return self.edge_records(graph, *host[:4])
         with self.pma_graph.streams.changing():
             x = upload_together(*(np.asarray(p, dtype=np.int64) for p in host))
             return edge_changes(cp, _DeviceLookups(self, graph), x[0], x[1],
                                 x[2].astype(np.int32), x[3] == 1, x[4], x[5], x[6],
                                 inserts=inserts)
 
-    def one_kind(self, graph, a, b, labels, inserting: bool) -> EdgeChanges | Rejection:
-        """edge_changes of edge records (external ids a, b and labels, host arrays) that all
-        insert (`inserting`) or all delete edges between vertices that exist before the
-        batch, settled by gpu/cuda/kernels/prep.cu (module docstring)."""
+    def edge_records(self, graph, a, b, labels, inserting) -> EdgeChanges | Rejection:
+        """edge_changes of edge records (external ids a, b, labels and the inserting flags,
+        host arrays) between vertices that exist before the batch, settled by
+        gpu/cuda/kernels/prep.cu (module docstring)."""
         n = len(a)
         bounds = np.full(prep_launchers.CHECKS, n, dtype=np.int64)
         bounds[MISSING] = 2 * n
         with self.pma_graph.streams.changing():
-            d_a, d_b, checks, d_labels = upload_together(
+            d_a, d_b, checks, d_labels, d_ins = upload_together(
                 np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64), bounds,
-                np.asarray(labels, dtype=np.int32))
+                np.asarray(labels, dtype=np.int32), np.asarray(inserting, dtype=np.int32))
             ids = self.id_map(graph)
             key = cp.empty(n, dtype=np.uint64)
             prep_launchers.record_keys(d_a, d_b, ids.lookup(d_a), ids.lookup(d_b), d_labels,
-                                       inserting, key, checks)
-            order = cp.argsort(key)         # stable: a run's first record is its earliest
+                                       d_ins, key, checks)
+            order = cp.argsort(key)         # stable: a run's records in record order
             sorted_keys = key[order]
             array_key = cp.empty(n, dtype=np.uint64)
             pma = self.pma_graph
-            prep_launchers.settle_runs(sorted_keys, order, d_labels, inserting,
-                                       pma.slot_labels, pma.vertex_bits, array_key, checks)
+            prep_launchers.settle_runs(sorted_keys, order, d_labels, d_ins, pma.slot_labels,
+                                       pma.vertex_bits, array_key, checks)
             stored = pma.pma.lookup(array_key, values=True)[1]
-            keep = cp.empty(n, dtype=np.int32)
-            prep_launchers.keep_changes(sorted_keys, order, d_labels, array_key, stored,
-                                        inserting, keep)
-            place = cp.cumsum(keep, dtype=np.int32)
-            out = cp.empty(3 * n + 1 + prep_launchers.CHECKS, dtype=np.int32)
-            prep_launchers.write_changes(sorted_keys, order, d_labels, stored, keep, place,
-                                         inserting, checks, out)
+            keep_ins, keep_del = cp.empty(n, dtype=np.int32), cp.empty(n, dtype=np.int32)
+            prep_launchers.keep_changes(sorted_keys, order, d_labels, d_ins, array_key, stored,
+                                        keep_ins, keep_del)
+            out = cp.empty(6 * n + 2 + prep_launchers.CHECKS, dtype=np.int32)
+            prep_launchers.write_changes(sorted_keys, order, d_labels, stored, keep_ins,
+                                         keep_del, cp.cumsum(keep_ins, dtype=np.int32),
+                                         cp.cumsum(keep_del, dtype=np.int32), checks, out)
             host = out.get()                # the batch's one wait
-        rejection = first_rejection(host[3 * n + 1:].tolist(), n)
+        rejection = first_rejection(host[6 * n + 2:].tolist(), n)
         if rejection is not None:
             return rejection
-        m = int(host[3 * n])
-        parts = [host[i * n:i * n + m] for i in range(3)]
-        on_device = [out[i * n:i * n + m] for i in range(3)]
-        none, none_on_device = [np.empty(0, dtype=np.int32)] * 3, [cp.empty(0, dtype=np.int32)] * 3
-        if inserting:
-            deletes, inserts, d_deletes, d_inserts = none, parts, none_on_device, on_device
-        else:
-            deletes, inserts, d_deletes, d_inserts = parts, none, on_device, none_on_device
-        return EdgeChanges(*deletes, *inserts, ignored_inserts=n - m if inserting else 0,
-                           ignored_deletes=0 if inserting else n - m,
-                           on_device=EdgeArrays(*d_deletes, *d_inserts))
+        kept = [int(host[6 * n]), int(host[6 * n + 1])]
+        # Parts: inserted u, v, label at 0, n, 2n; deleted at 3n, 4n, 5n.
+        on_host = [host[i * n:i * n + kept[i // 3]] for i in range(6)]
+        on_device = [out[i * n:i * n + kept[i // 3]] for i in range(6)]
+        inserts = int(np.count_nonzero(inserting))
+        return EdgeChanges(*on_host[3:], *on_host[:3], ignored_inserts=inserts - kept[0],
+                           ignored_deletes=n - inserts - kept[1],
+                           on_device=EdgeArrays(*on_device[3:], *on_device[:3]))

@@ -112,22 +112,21 @@ def _shared_engine() -> Engine:
     return _engine()     # only normalized against below: its graph never changes
 
 
-def _normalized_through_kernels(records, inserting: bool):
-    """normalize of one-kind edge records on the device, with the number of batches
-    prep.cu's path (DevicePrep.one_kind) settled, and on the host."""
+def _normalized_through_kernels(records):
+    """normalize of edge records (kind, a, b, label) on the device, with the number of
+    batches prep.cu's path (DevicePrep.edge_records) settled, and on the host."""
     from gpu.cuda.batch_prep import DevicePrep
 
     engine = _shared_engine()
-    stream = UpdateStream.from_records([(E if inserting else DE, a, b, label)
-                                        for a, b, label in records], SOURCE)
+    stream = UpdateStream.from_records(records, SOURCE)
     calls = []
-    one_kind = DevicePrep.one_kind
+    edge_records = DevicePrep.edge_records
 
     def spy(self, *args):
         calls.append(args)
-        return one_kind(self, *args)
+        return edge_records(self, *args)
 
-    with mock.patch.object(DevicePrep, "one_kind", spy):
+    with mock.patch.object(DevicePrep, "edge_records", spy):
         device = _effect_or_error(stream, engine.graph, engine._prep)
         copies_agree = _device_copy_is_the_hosts(stream, engine)
     return device, _effect_or_error(stream, engine.graph, None), len(calls), copies_agree
@@ -136,26 +135,30 @@ def _normalized_through_kernels(records, inserting: bool):
 _ENDS = st.sampled_from(sorted(VERTICES) + [7])      # 7: no such vertex
 
 
-@settings(max_examples=200, deadline=None)
-@given(records=st.lists(st.tuples(_ENDS, _ENDS, st.sampled_from([NO_LABEL, 0, 1, 2])),
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(st.tuples(st.booleans(), _ENDS, _ENDS,
+                                  st.sampled_from([NO_LABEL, 0, 1, 2])),
                         min_size=2, max_size=12),
-       inserting=st.booleans())
-def test_one_kind_batches_settle_in_the_kernels_as_on_the_host(records, inserting):
-    """Inserts only or deletes only, no vertex record: duplicates, conflicting labels,
-    existing and missing edges, deletes naming the stored label, another or none,
-    self-loops, missing endpoints, negative insert labels; the effect (arrays, dtypes,
-    counts) or the rejection is the host's, and the device copies are its arrays."""
+       kinds=st.sampled_from(["inserts", "deletes", "both"]))
+def test_edge_records_settle_in_the_kernels_as_on_the_host(records, kinds):
+    """Edge records alone (inserts only, deletes only, or both): duplicates, conflicting
+    labels, inserts and deletes of one edge cancelling, existing and missing edges,
+    deletes naming the stored label, another or none, self-loops, missing endpoints,
+    negative insert labels; the effect (arrays, dtypes, counts) or the rejection is the
+    host's, and the device copies are its arrays."""
     from gpu.batch import _HostLookups
     from gpu.batch_edges import edge_changes
 
+    if kinds != "both":
+        records = [(kinds == "inserts", a, b, label) for _, a, b, label in records]
     # The kernels themselves, on raw arrays (the parsers refuse negative insert labels).
     engine = _shared_engine()
-    a, b, labels = (np.array(column, dtype=np.int64) for column in zip(*records))
-    flags = np.full(len(records), inserting)
+    flags = np.array([r[0] for r in records])
+    a, b, labels = (np.array(column, dtype=np.int64) for column in zip(*(r[1:] for r in records)))
     none = np.empty(0, dtype=np.int64)
     want = edge_changes(np, _HostLookups(engine.graph), a, b, labels.astype(np.int32), flags,
-                        none, none, none, inserts=len(records) if inserting else 0)
-    got = engine._prep.one_kind(engine.graph, a, b, labels, inserting)
+                        none, none, none, inserts=int(flags.sum()))
+    got = engine._prep.edge_records(engine.graph, a, b, labels, flags)
     assert type(got) is type(want)
     if isinstance(want, Rejection):
         assert got == want
@@ -166,35 +169,38 @@ def test_one_kind_batches_settle_in_the_kernels_as_on_the_host(records, insertin
             assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
         assert (got.ignored_inserts, got.ignored_deletes) == \
             (want.ignored_inserts, want.ignored_deletes)
-    # And through normalize, as batches come.
-    if inserting:
-        records = [(a, b, max(label, 0)) for a, b, label in records]
-    device, host, calls, copies_agree = _normalized_through_kernels(records, inserting)
+    # And through normalize, as batches come (inserts with labels the parsers take).
+    stream = [(E, a, b, max(label, 0)) if inserting else (DE, a, b, label)
+              for inserting, a, b, label in records]
+    device, host, calls, copies_agree = _normalized_through_kernels(stream)
     assert calls == 2       # the batch, then again for its device copies
     assert device == host
     assert copies_agree
 
 
-@pytest.mark.parametrize("inserting", [True, False])
-def test_long_runs_of_one_edge_over_many_blocks(inserting):
+@pytest.mark.parametrize("kinds", ["inserts", "deletes", "both"])
+def test_long_runs_of_one_edge_over_many_blocks(kinds):
     """Hundreds of records over the fixture's few vertices: runs of one edge dozens of
     records long, spread over several thread blocks; the first conflicting insert (in
-    record order) is the one named."""
+    record order) is the one named; with both kinds most runs cancel."""
     rng = random.Random(3)
     ids = sorted(VERTICES)
     pairs = [(a, b) for a in ids for b in ids if a != b]
     for round_ in range(6):
-        labels = {frozenset(p): EDGES.get(p, EDGES.get(p[::-1], rng.randrange(3))) for p in pairs}
+        labels = {frozenset(p): EDGES.get(p, EDGES.get(p[::-1], rng.randrange(3)))
+                  for p in pairs}
         records = []
         for _ in range(700):
             a, b = rng.choice(pairs)
+            inserting = kinds == "inserts" or (kinds == "both" and rng.random() < 0.5)
             label = labels[frozenset((a, b))] if inserting else rng.choice(
                 [NO_LABEL, labels[frozenset((a, b))], 2])
-            records.append((a, b, label))
-        if round_ % 2 and inserting:        # one late conflicting insert
-            at = rng.randrange(350, 700)
-            a, b, label = records[at]
-            records[at] = (a, b, label + 1)
-        device, host, calls, copies_agree = _normalized_through_kernels(records, inserting)
+            records.append((E if inserting else DE, a, b, label))
+        conflict = round_ % 2 and kinds != "deletes"
+        if conflict:                # one late conflicting insert
+            at = next(i for i in range(rng.randrange(350, 700), 700) if records[i][0] == E)
+            kind, a, b, label = records[at]
+            records[at] = (kind, a, b, label + 1)
+        device, host, calls, copies_agree = _normalized_through_kernels(records)
         assert calls == 2 and device == host and copies_agree, round_
-        assert isinstance(host, str) == bool(round_ % 2 and inserting)
+        assert isinstance(host, str) == bool(conflict)
