@@ -8,7 +8,10 @@ only.  Two events keep the order: the engine's stream waits for the array's last
 before it reads the array (the view's refresh, every edge, static reads), and the array's
 stream waits for the engine's last read of the array before it changes it.  The view
 itself (and everything else the kernels read) changes only on the engine's stream, after
-the kernels queued before.
+the kernels queued before.  Memory made on the array's stream goes back to that stream's
+free list (CuPy's pool) when it is freed: a kernel on the engine's stream that reads such
+memory after the batch's last wait (the ranks' clearing reads a batch's device edge
+arrays) runs inside `reading()`, so that the array's stream waits for it before reusing it.
 """
 from __future__ import annotations
 

@@ -373,7 +373,11 @@ class PmaGraph:
     def clear_ranks(self) -> None:
         if self._ranked is not None:
             if self.view is not None:
-                self._view_ranks(clear=True)
+                # Recorded as a read: the ranked edges may be a batch's device arrays,
+                # made on the array's stream, and freed once the batch is done; the
+                # array's stream must not reuse their memory before this kernel ran.
+                with self.streams.reading():
+                    self._view_ranks(clear=True)
             else:
                 _, saved, pos = self._ranked
                 self.pma.vals[pos] = saved
