@@ -187,6 +187,8 @@ def main(argv=None) -> int:
     p.add_argument("--rmat-edges", type=int, default=25_000_000)
     p.add_argument("--repeat", type=int, default=5, help="batches traced (default 5)")
     p.add_argument("--device-graph", default="pma")
+    p.add_argument("--no-leaf-counts", action="store_true",
+                   help="ablation: enumerate counted leaf tails instead of counting them")
     p.add_argument("--trace-out", type=Path, help="write the Chrome trace here")
     p.add_argument("--json", type=Path, help="append the summary as one JSON line")
     args = p.parse_args(argv)
@@ -201,7 +203,9 @@ def main(argv=None) -> int:
     header = run_header("cuda", "benchmarks.batch_timeline")
     print(json.dumps(header), flush=True)
     initial, batch, undo, queries = (_rmat_setup if args.rmat_scale else _gh_setup)(args)
-    engine = Engine(initial, backend="cuda", config=EngineConfig(device_graph=args.device_graph))
+    engine = Engine(initial, backend="cuda",
+                    config=EngineConfig(device_graph=args.device_graph,
+                                        leaf_counts=not args.no_leaf_counts))
     for q in queries:
         engine.add_query(q)
     counts = set()

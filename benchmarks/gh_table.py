@@ -86,6 +86,8 @@ def _parse_args(argv):
                    help="cuda tuning: advance steps between looks at idle warps")
     p.add_argument("--no-leaf-groups", action="store_true",
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
+    p.add_argument("--no-leaf-counts", action="store_true",
+                   help="ablation (cuda): enumerate counted leaf tails instead of counting them")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
     p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
@@ -331,7 +333,8 @@ def run(args, backend: str, header: dict | None = None) -> list[dict]:
                                         device_graph=args.device_graph,
                                         pma_view=not args.pma_direct,
                                         share_every=args.share_every,
-                                        leaf_groups=not args.no_leaf_groups),
+                                        leaf_groups=not args.no_leaf_groups,
+                                        leaf_counts=not args.no_leaf_counts),
                     coalesce=not args.no_coalesce)
     log(f"engine built ({time.perf_counter() - t0:.1f} s)")
     records = []
@@ -355,6 +358,7 @@ def run(args, backend: str, header: dict | None = None) -> list[dict]:
                     "share_every": args.share_every,
                     "coalesce": not args.no_coalesce,
                     "leaf_groups": not args.no_leaf_groups,
+                    "leaf_counts": not args.no_leaf_counts,
                     "batch": len(batch),
                     "positive": int(result.positive),
                     "negative": int(result.negative),

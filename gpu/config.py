@@ -27,6 +27,13 @@ class EngineConfig:
     leaf_groups: bool = True
     # CPU executor: smallest group searched together; smaller ones go one by one.
     leaf_group_min: int = 2
+    # CUDA executor: a plan's trailing run of query leaves is counted from per-vertex leaf
+    # counts made for the phase (gpu/cuda/kernels/leaves.cu), not enumerated (off:
+    # ablation).  On the lists' layout (the read view) and in counting launches only.
+    leaf_counts: bool = True
+    # ... for tails whose first leaf's parent has at least this many neighbours: a short
+    # list is scanned faster than the counts are looked up (GH's trees, docs/benchmarks.md).
+    leaf_count_degree: int = 64
     # CPU executor: a query's tasks run on the calling thread alone when fewer than this
     # (a parallel region costs more than a few tasks, and stalls on a busy host).
     serial_below_tasks: int = 64
@@ -112,7 +119,7 @@ class EngineConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
         for name in ("shared_region_threads", "batch_group_edges", "device_batch_group_edges",
-                     "small_phase_edges"):
+                     "small_phase_edges", "leaf_count_degree"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"EngineConfig.{name} must be a non-negative integer, got "
@@ -131,12 +138,12 @@ class EngineConfig:
         search of every leaf-rooted pair of tasks, deep window trees in the PMA, one
         update edge per CUDA launch, batch groups that fill after three edges, every
         batch's edge records settled on the device, the packed memory array's own
-        checks of every batch, and prepared launches for phases of one or two edges
-        only (the general launches take the others)."""
+        checks of every batch, prepared launches for phases of one or two edges only
+        (the general launches take the others), and every counted leaf tail counted."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, small_share_every=1,
                    serial_below_tasks=1,
                    pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
                    batch_group_edges=3, device_batch_group_edges=3, pma_checks=True,
-                   device_prep_records=1, small_phase_edges=2)
+                   device_prep_records=1, small_phase_edges=2, leaf_count_degree=0)

@@ -39,7 +39,8 @@ class DeviceMirror:
     and candidate bits (gpu/cuda/signatures.py), and the device copies of the plans."""
 
     def __init__(self, config: EngineConfig | None = None) -> None:
-        self.graph = make_device_graph(config or EngineConfig())
+        self.config = config or EngineConfig()
+        self.graph = make_device_graph(self.config)
         self.signatures = DeviceSignatures()
         self._plans: dict[int, dict[int, tuple[TaskTypes, match_launchers.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
@@ -150,7 +151,7 @@ class DeviceMirror:
         host = (labels, np.zeros(types.count, dtype=np.int32), types.orders, level_of,
                 types.bw_count, types.bw_level, types.bw_label,
                 types.tail_free.astype(np.uint8), types.perms, types.multiplicity,
-                types.roots, types.root_labels)
+                types.roots, types.root_labels, *_leaf_columns(types))
         dev = match_launchers.DevicePlan(*(cp.asarray(np.ascontiguousarray(
             a, dtype=match_launchers.PLAN_DTYPES[name]))
             for name, a in zip(match_launchers.DevicePlan._fields, host, strict=True)))
@@ -175,9 +176,12 @@ class DeviceMirror:
             if name == "perms":     # [T, members, n], padded to the widest orbit
                 column = [cp.pad(c, ((0, 0), (0, members - c.shape[1]), (0, 0)))
                           for c in column]
-            if name == "cand_row":
+            if name in ("cand_row", "col_row"):
                 column = [cp.full(c.shape[0], row, dtype=np.int32)
                           for row, c in enumerate(column)]
+            if name == "leaf_col":      # columns numbered across the stacked queries
+                first = np.cumsum([0] + [part.col_q.shape[0] for part in parts])
+                column = [cp.where(c >= 0, c + np.int32(at), c) for c, at in zip(column, first)]
             columns[name] = cp.concatenate(column)
         plan = match_launchers.DevicePlan(**columns)
         if len(self._stacked) >= 8:     # sets of counted queries come and go: keep a few
@@ -283,6 +287,26 @@ class PendingMatches:
         self._results = results
         self._parts = []        # the rows' device memory goes back to the pool
         return results
+
+
+def _leaf_columns(types: TaskTypes) -> tuple[np.ndarray, ...]:
+    """A plan's counted leaf tails for match.cu (DevicePlan's leaf fields): each type's first
+    counted leaf level (past a head level: the kernel enumerates heads), the column of each
+    leaf query vertex, and per column its vertex and edge label (its one edge's) and row
+    0 (stacked_plans sets the rows)."""
+    count, n = types.orders.shape
+    first = np.where(types.leaf_from < n, types.leaf_from + types.tail_head, n
+                     ).astype(np.int32)
+    elab: dict[int, int] = {}
+    for t in range(count):
+        for level in range(int(first[t]), n):
+            elab[int(types.orders[t, level])] = int(types.bw_label[t, level, 0])
+    cols = sorted(elab)
+    leaf_col = np.full((count, n), -1, dtype=np.int32)
+    leaf_col[:, cols] = np.arange(len(cols), dtype=np.int32)
+    return (first, leaf_col, np.array(cols, dtype=np.int32),
+            np.array([elab[q] for q in cols], dtype=np.int32),
+            np.zeros(len(cols), dtype=np.int32))
 
 
 def _by_size(jobs) -> dict[int, list[int]]:

@@ -1,6 +1,7 @@
 """Typed launchers of the matching kernels: gpu/cuda/kernels/match.cu (match_tasks),
-tasks.cu (make_tasks) and ranks.cu (set_edge_ranks), with the argument types a launch
-takes (the graph layouts, the plan, the update edges).
+tasks.cu (make_tasks), ranks.cu (set_edge_ranks) and leaves.cu (count_leaves), with the
+argument types a launch takes (the graph layouts, the plan, the update edges, the leaf
+counts of a phase).
 
 Sources come from the one loader (gpu/cuda/loader.py); each launcher checks its arrays
 and casts its scalars there.  Only import this module where
@@ -94,12 +95,22 @@ class DevicePlan(NamedTuple):
     multiplicity: cp.ndarray  # int64 [T]
     roots: cp.ndarray         # int32 [T, 2]  (make_tasks only)
     root_labels: cp.ndarray   # int32 [T]     (make_tasks only)
+    # The counted leaf tails (match.cu Leaves; PhaseLeaves): the level of each type's first
+    # counted leaf (n: none), each leaf's column in the leaf counts, and per column its
+    # query vertex, edge label and candidate-table row.
+    leaf_from: cp.ndarray     # int32 [T]
+    leaf_col: cp.ndarray      # int32 [T, n]  (-1: not a counted leaf)
+    col_q: cp.ndarray         # int32 [C]
+    col_elab: cp.ndarray      # int32 [C]
+    col_row: cp.ndarray       # int32 [C]
 
 
 PLAN_DTYPES = {"q_label": np.int32, "cand_row": np.int32, "orders": np.int32,
                "level_of": np.int32, "bw_count": np.int32, "bw_level": np.int32,
                "bw_label": np.int32, "tail_free": np.uint8, "perms": np.int32,
-               "multiplicity": np.int64, "roots": np.int32, "root_labels": np.int32}
+               "multiplicity": np.int64, "roots": np.int32, "root_labels": np.int32,
+               "leaf_from": np.int32, "leaf_col": np.int32, "col_q": np.int32,
+               "col_elab": np.int32, "col_row": np.int32}
 # The fields match_tasks reads, in its parameter order.
 MATCH_PLAN_FIELDS = DevicePlan._fields[:10]
 
@@ -187,9 +198,12 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
                 counts: cp.ndarray, by_task: bool, offsets: cp.ndarray, out: cp.ndarray,
                 row_end: cp.ndarray, listing: bool, sharing: bool = True,
                 share_capacity: int = SHARE_CAPACITY, share_every: int = SHARE_EVERY,
-                prepare: bool = False) -> Prepared | None:
+                prepare: bool = False, leaves: PhaseLeaves | None = None
+                ) -> Prepared | None:
     """Launch gpu/cuda/kernels/match.cu:match_tasks (or match_tasks_pma, by the graph's layout)
     over `warps` persistent warps, on the tasks make_tasks wrote (their number in ctl).
+    `leaves` (the lists' layout only): the phase's leaf counts, read when counting; None
+    enumerates every level.
 
     cand_ptrs holds the address of each query's candidate bits (the plan's cand_row
     indexes it).  Counts must start at zero: with `by_task`, one per (edge, type) pair,
@@ -247,6 +261,10 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
     if not prepare:
         ctl[:TASKS_WORD] = 0        # the task count stays: make_tasks wrote it
         ready[:capacity] = 0
+    if leaves is not None:
+        if not isinstance(graph, ListGraphArrays):
+            raise TypeError("leaves: leaf counts are read on the lists' layout only")
+        kernel_name = LEAF_KERNEL
     search = kernel("match", kernel_name)
     args = (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
             *(getattr(plan, name) for name in MATCH_PLAN_FIELDS),
@@ -254,7 +272,8 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
             bufs, np.int64(width), ctl, records, ready,
             np.int64(capacity), np.int32(1 if sharing else 0), np.int32(share_every), counts,
             np.int32(1 if by_task else 0), np.int32(queries),
-            offsets, out, row_end, np.int32(1 if listing else 0))
+            offsets, out, row_end, np.int32(1 if listing else 0),
+            (leaves.record if leaves is not None else _no_leaves()))
     shared_mem = WARPS_PER_BLOCK * WARP_STATE_BYTES
     if prepare:
         return Prepared(search, match_tasks_args(type(graph)), args, shared_mem)
@@ -269,7 +288,83 @@ def match_tasks_args(layout: type) -> tuple[str, ...]:
     return (*layout._fields, "cand_ptrs", "n", "members", *MATCH_PLAN_FIELDS, "tasks",
             "types", "us", "vs", "ranks", "bufs", "width", "ctl", "records", "ready",
             "capacity", "sharing", "share_every", "counts", "by_task", "queries", "offsets",
-            "out", "row_end", "listing")
+            "out", "row_end", "listing", "leaves")
+
+
+# Words of match.cu's Leaves record, and the kernel that reads it (match_tasks' search with
+# the counted tails; the others are compiled without them).
+LEAF_ARGS = 22
+LEAF_KERNEL = "match_tasks_leaves"
+
+
+@functools.cache
+def _no_leaves() -> cp.ndarray:
+    """The Leaves record of a launch without leaf counts (`on` is 0)."""
+    return cp.zeros(LEAF_ARGS, dtype=np.int64)
+
+
+class PhaseLeaves:
+    """A launch's leaf counts (gpu/cuda/kernels/leaves.cu) and the phase's update edges by
+    end vertex, with the Leaves record match.cu reads (the arrays are kept here, alive as
+    long as the record may be read).
+
+    Made after the phase's ranks are set: the counts leave out the edges ranked in the
+    graph's lists (the phase's update edges), and the record lists those edges whose rank
+    is not zero by end vertex, for the tasks to add back the ones they may use.  A static
+    count (ranks all zero) leaves out nothing and adds nothing back.  `min_degree`: a tail
+    whose first leaf's parent has fewer neighbours is enumerated (EngineConfig)."""
+
+    def __init__(self, graph: ListGraphArrays, plan: DevicePlan, cand_ptrs: cp.ndarray,
+                 edges: UpdateEdges, min_degree: int) -> None:
+        for name, value in zip(graph._fields, graph, strict=True):
+            check_array(name, value, GRAPH_LAYOUTS[ListGraphArrays][1][name], 1)
+        slots, cols = graph.deg.shape[0], plan.col_q.shape[0]
+        self.nc = cp.empty(slots * max(cols, 1), dtype=np.int32)
+        count_leaves(graph, cand_ptrs, plan.col_row, plan.col_q, plan.col_elab, self.nc)
+        # Unranked edges (a static count's) are no update edges: a label that no query
+        # edge has keeps them from being added back (a mask would wait for its size).
+        us, vs, ranks = edges.us, edges.vs, edges.ranks
+        labels = cp.where(ranks != 0, edges.labels, np.int32(-1))
+        src = cp.concatenate((us, vs))
+        order = cp.argsort(src)
+        self.upd_nbr = cp.concatenate((vs, us))[order]
+        self.upd_rank = cp.concatenate((ranks, ranks))[order]
+        self.upd_elab = cp.concatenate((labels, labels))[order]
+        self.upd_start = cp.searchsorted(src[order], cp.arange(slots + 1, dtype=np.int32)
+                                         ).astype(np.int64)
+        self.plan, self.graph, self.cand_ptrs = plan, graph, cand_ptrs
+        words = [1, plan.leaf_from.data.ptr, plan.leaf_col.data.ptr, self.nc.data.ptr, cols,
+                 self.upd_nbr.data.ptr, self.upd_rank.data.ptr, self.upd_elab.data.ptr,
+                 self.upd_start.data.ptr, min_degree, *(a.data.ptr for a in graph),
+                 plan.orders.data.ptr, plan.bw_level.data.ptr, plan.bw_label.data.ptr,
+                 plan.q_label.data.ptr, cand_ptrs.data.ptr, plan.cand_row.data.ptr]
+        assert len(words) == LEAF_ARGS
+        self.record = cp.asarray(np.array(words, dtype=np.uint64).view(np.int64))
+
+
+COUNT_LEAVES_ARGS = ("start", "deg", "nbr", "elab", "rank", "slots", "cand_ptrs", "col_row",
+                     "col_q", "col_elab", "cols", "nc")
+
+
+def count_leaves(graph: ListGraphArrays, cand_ptrs: cp.ndarray, col_row: cp.ndarray,
+                 col_q: cp.ndarray, col_elab: cp.ndarray, nc: cp.ndarray) -> None:
+    """Launch gpu/cuda/kernels/leaves.cu:count_leaves: nc[y * C + c] for every vertex slot y of
+    the lists and column c (C = len(col_q)), a warp per slot."""
+    check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
+    for name, array in (("col_row", col_row), ("col_q", col_q), ("col_elab", col_elab),
+                        ("nc", nc)):
+        check_array(name, array, np.int32, 1)
+    cols, slots = col_q.shape[0], graph.deg.shape[0]
+    if col_row.shape[0] != cols or col_elab.shape[0] != cols:
+        raise ValueError(f"col_row, col_q and col_elab differ in length: {col_row.shape[0]}, "
+                         f"{cols}, {col_elab.shape[0]}")
+    if nc.shape[0] < slots * cols:
+        raise ValueError(f"nc holds {nc.shape[0]} counts, {slots} slots x {cols} columns")
+    if cols == 0 or slots == 0:
+        return
+    args = (graph.start, graph.deg, graph.nbr, graph.elab, graph.rank, np.int32(slots),
+            cand_ptrs, col_row, col_q, col_elab, np.int32(cols), nc)
+    kernel("leaves", "count_leaves")((-(-slots * 32 // 256),), (256,), args)
 
 
 SET_EDGE_RANKS_ARGS = ("start", "deg", "nbr", "nlab", "label", "rank", "us", "vs", "ranks",

@@ -131,9 +131,18 @@ class SharedLaunch:
         if self.pairs == 0:
             return
         self.graph = mirror.graph.arrays()
-        self.kernel = match_launchers.GRAPH_LAYOUTS[type(self.graph)][0]
         self.cand_ptrs = mirror.cand_table([qid for qid, _ in jobs])
+        # Leaf counts for the plans' counted tails, on the lists' layout (the read view),
+        # unless no vertex has the neighbours a counted tail needs.
+        counted = isinstance(self.graph, match_launchers.ListGraphArrays) and \
+            self.plan.col_q.shape[0] > 0 and mirror.config.leaf_counts and \
+            mirror.max_degree >= mirror.config.leaf_count_degree
+        self.kernel = (match_launchers.LEAF_KERNEL if counted else
+                       match_launchers.GRAPH_LAYOUTS[type(self.graph)][0])
         self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel)
+        self.leaves = match_launchers.PhaseLeaves(
+            self.graph, self.plan, self.cand_ptrs, edges, mirror.config.leaf_count_degree
+        ) if counted else None
         self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
         # Zeros: a listing reads the task type of every pair's slot, made or not (an
         # unmade slot's count is zero, its type only has to be a valid index).
@@ -154,7 +163,8 @@ class SharedLaunch:
         KERNEL_CLOCK.launch(match_launchers.match_tasks, self.graph, self.cand_ptrs, self.plan,
                             self.n, self.members, self.tasks, edges, self.ctl, self.bufs,
                             self.width, self.warps, counts, by_task, offsets, out, row_end,
-                            listing, sharing, share_capacity, share_every)
+                            listing, sharing, share_capacity, share_every,
+                            leaves=self.leaves)
 
     def totals(self, sharing: bool, share_capacity: int, share_every: int) -> cp.ndarray:
         """Each query's number of matches (int64 [queries], on the device, queued)."""

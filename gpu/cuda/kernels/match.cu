@@ -8,7 +8,10 @@
 // sorted by id.  Injectivity is checked when a candidate is used, so a buffer stays
 // valid (and is reused) while the level's backward vertices do not change.  The last
 // level is counted (popc), never stored; the last two levels are counted together as
-// |A||B| - |A & B| when they are not adjacent (the plan's tail_free).
+// |A||B| - |A & B| when they are not adjacent (the plan's tail_free).  When counting, a
+// plan's trailing run of query leaves (its leaf_from, maybe after a head level) is counted
+// as a product of per-vertex leaf counts (gpu/cuda/kernels/leaves.cu; RapidFlow's leaves,
+// as gpu/cpu/search.py counts them), not enumerated.
 //
 // Tasks are made on the device (gpu/cuda/kernels/tasks.cu) from the update edges and the
 // candidate bits there.  Warps are persistent and take tasks from a global counter, so
@@ -154,6 +157,43 @@ struct Tasks {
     const int* rank;          // [E] their ranks (0: unranked)
     __device__ __forceinline__ int type(long long task) const { return pair[task] % types; }
 };
+
+// A launch's leaf counts (read only when counting and `on`, on the lists' layout), one int64
+// record in device memory (LEAF_ARGS words, gpu/cuda/match_launchers.py) read when a tail
+// is counted: as kernel arguments they cost the search registers, which it then spills.
+// nc[y * cols + col[t, q]] is the number of y's neighbours w through edges labelled as
+// leaf q's edge that are not update edges of the phase (view rank 0) and whose candidate
+// bits hold q; the phase's update edges at y (upd_start) are added back where the
+// total-order rule lets a task use them.  A tail whose first leaf's parent has fewer than
+// min_degree neighbours is enumerated: a short list is scanned faster than the counts'
+// lookups are made.
+struct Leaves {
+    long long on;
+    const int* from;                  // [T] level of the first leaf counted (n: none)
+    const int* col;                   // [T, n] leaf q's column in nc (-1: not a leaf)
+    const int* nc;                    // [slots, cols]
+    long long cols;
+    const int* upd_nbr;               // the phase's update edges by end vertex y:
+    const int* upd_rank;              //   entries upd_start[y] .. upd_start[y + 1]
+    const int* upd_elab;
+    const long long* upd_start;       // [slots + 1]
+    long long min_degree;             // parents of fewer neighbours: leaves enumerated
+    // The lists (the read view) and the plan's arrays again, so that leaf_product takes
+    // a handful of arguments (see there).
+    const long long* start;
+    const int* deg;
+    const int* nbr;
+    const int* nlab;
+    const int* elab;
+    const int* rank;
+    const int* orders;
+    const int* bw_level;
+    const int* bw_label;
+    const int* q_label;
+    const unsigned long long* cand_ptrs;
+    const int* cand_row;
+};
+static_assert(sizeof(Leaves) == 22 * 8, "gpu/cuda/match_launchers.py LEAF_ARGS must match");
 
 __device__ __forceinline__ bool blocked(int r, int cur) { return r != 0 && r < cur; }
 
@@ -352,6 +392,60 @@ struct Share {
     int enabled;
     int every;                // advance steps between looks at the waiting warps
 };
+// Matches of the trailing leaves from level `first` of type t, given m[:used] (every lane
+// returns it): per leaf, its candidates among its parent's neighbours (nc, the update
+// edges the task may use added, the used vertices among them taken out), less one for
+// each earlier leaf of the run with the same parent, label and edge label (they share one
+// set: a falling factorial); leaves with another parent or label have disjoint sets
+// (gpu/plan/planner.py _leaf_run_start).
+// Not inlined, with everything it reads in the Leaves record: inlined, or given the graph
+// and the plan, it made the search spill registers on every path.
+__device__ __noinline__ long long leaf_product(const Leaves* lv, int n, int t, int first,
+                                               int used, int cur, const int* m, int lane) {
+    const ListGraph g{lv->start, lv->deg, lv->nbr, lv->nlab, lv->elab, lv->rank};
+    const unsigned* cand = (const unsigned*)lv->cand_ptrs[lv->cand_row[t]];
+    long long product = 1;
+    for (int level = first; level < n; ++level) {
+        const long long at = ((long long)t * n + level) * n;
+        const int q = lv->orders[t * n + level];
+        const int el = lv->bw_label[at];
+        const int want = lv->q_label[t * n + q];
+        const int y = m[lv->bw_level[at]];
+        const long long hi = lv->upd_start[y + 1];
+        int add = 0;
+        for (long long i = lv->upd_start[y] + lane; i < hi; i += 32)
+            add += lv->upd_elab[i] == el && (cand[lv->upd_nbr[i]] >> q & 1u)
+                   && !blocked(lv->upd_rank[i], cur);
+        if (lane < used) {
+            const int w = m[lane];
+            if (w >= 0 && (cand[w] >> q & 1u)) {
+                // Is the edge y-w there (and usable)?  Looked up in the shorter list: y is
+                // often a hub, w seldom.
+                int a = y, b = w, b_label = want;
+                if (lv->deg[w] < lv->deg[y]) {
+                    a = w;
+                    b = y;
+                    b_label = lv->q_label[t * n + lv->orders[t * n + lv->bw_level[at]]];
+                }
+                long long slo, shi;
+                g.range(a, b_label, slo, shi);
+                const long long pos = g.find(slo, shi, a, b, b_label);
+                if (pos >= 0 && g.elab(pos) == el && !blocked(g.rank(pos, a, b), cur)) --add;
+            }
+        }
+        long long size = (long long)lv->nc[(long long)y * lv->cols + lv->col[t * n + q]]
+                         + __reduce_add_sync(FULL_MASK, add);
+        for (int earlier = first; earlier < level; ++earlier) {
+            const long long ea = ((long long)t * n + earlier) * n;
+            if (lv->bw_level[ea] == lv->bw_level[at] && lv->bw_label[ea] == el &&
+                lv->q_label[t * n + lv->orders[t * n + earlier]] == want) --size;
+        }
+        if (size <= 0) return 0;
+        product *= size;
+    }
+    return product;
+}
+
 enum { NEXT_TASK = 0, HEAD = 1, TAIL = 2, ACTIVE = 3, WAITING = 4, TASKS = 5 };
 #define RECORD_INTS (4 + MAX_QUERY)
 #define FEW_TASKS 64
@@ -389,9 +483,10 @@ __device__ void share_work(const Share& sh, WarpState& s, long long task, int fl
 // Matches of one task, or of the part of it a share record names (`record` non-null):
 // the search starts at the record's level with its candidate range and ends when it
 // backtracks above that level.  In listing mode rows go to out from `pos`.
-template <class G>
-__device__ long long search(const G& g, const Plan& p, const Tasks& tk, long long task,
-                            const volatile int* record, const Share& sh, WarpState& s,
+template <class G, bool LEAVES>
+__device__ long long search(const G& g, const Plan& p, const Tasks& tk,
+                            const Leaves* lv, long long task, const volatile int* record, const Share& sh,
+                            WarpState& s,
                             int* bufs,
                             long long width, int* out, long long pos, long long limit,
                             bool listing, int lane) {
@@ -431,6 +526,15 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, long lon
         int* buf = bufs + level * width;
         if (descend) {
             descend = false;
+            // Only in match_tasks_leaves (the others keep their registers: this path
+            // makes the search spill some); read here, not kept in a register.
+            if constexpr (LEAVES) if (!listing && lv->on && level == lv->from[t] &&
+                                         lv->deg[s.m[p.bw_level[((long long)t * n + level)
+                                                                * n]]] >= lv->min_degree) {
+                total += leaf_product(lv, n, t, level, level, cur, s.m, lane);
+                if (--level < floor) return total;
+                continue;
+            }
             if (level == last) {
                 if (listing) {
                     long long c = list_last(g, p, t, cur, s, buf, out, pos, limit, lane);
@@ -521,11 +625,12 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, long lon
         int* bufs, long long width, unsigned long long* ctl, int* records, int* ready, \
         long long capacity, int sharing, int share_every, unsigned long long* counts, \
         int by_task, int queries, const long long* offsets, int* out, \
-        const long long* row_end, int listing
+        const long long* row_end, int listing, \
+        const Leaves* leaves
 #define MATCH_ARGS cand_ptrs, n, width_members, q_label, cand_row, orders, level_of, \
         bw_count, bw_level, bw_label, tail_free, perms, multiplicity, task_pair, types, \
         edge_u, edge_v, edge_rank, bufs, width, ctl, records, ready, capacity, sharing, \
-        share_every, counts, by_task, queries, offsets, out, row_end, listing
+        share_every, counts, by_task, queries, offsets, out, row_end, listing, leaves
 
 // Matches found by a warp for a task (or a shared part of one): with `by_task`,
 // counts[pair] += c, indexed by the task's (edge, type) pair rather than by where
@@ -567,7 +672,7 @@ __device__ __noinline__ void flush_counts(unsigned long long* counts, int by_tas
 // row_end[cand_row[t]] (tasks starting there or past it are skipped): the queries of a
 // launch list into one buffer, each into its own range of it.  Work sharing is off, so a
 // task's rows keep their order.
-template <class G>
+template <class G, bool LEAVES>
 __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     const Plan p{n, width_members, q_label, cand_ptrs, cand_row, orders, level_of, bw_count,
                  bw_level, bw_label, tail_free, perms, multiplicity};
@@ -610,8 +715,9 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
             end = row_end[p.cand_row[tk.type(task)]];
         }
         if (!listing || pos < end) {
-            long long c = search(g, p, tk, (long long)task, nullptr, sh, s, my_bufs, width,
-                                 out, pos, end, listing != 0, lane);
+            long long c = search<G, LEAVES>(g, p, tk, leaves, (long long)task, nullptr, sh,
+                                            s, my_bufs, width, out, pos, end, listing != 0,
+                                            lane);
             if (lane == 0) add_count(p, tk, counts, by_task, queries, task, c);
         }
         if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
@@ -658,8 +764,8 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
         __syncwarp();
         __threadfence();
         const long long task = *(volatile int*)r;   // volatile: never a stale L1 line
-        long long c = search(g, p, tk, task, r, sh, s, my_bufs, width, out, 0, 0, false,
-                             lane);
+        long long c = search<G, LEAVES>(g, p, tk, leaves, task, r, sh, s, my_bufs, width,
+                                        out, 0, 0, false, lane);
         if (lane == 0) {
             add_count(p, tk, counts, by_task, queries, task, c);
             atomicAdd(ctl + ACTIVE, ~0ULL);
@@ -677,12 +783,20 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
 extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
         const long long* start, const int* deg, const int* nbr, const int* nlab,
         const int* elab, const int* rank, MATCH_PARAMS) {
-    match_all(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
+    match_all<ListGraph, false>(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
+}
+
+// match_tasks with counted leaf tails (`leaves`, on the lists' layout).
+extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_leaves(
+        const long long* start, const int* deg, const int* nbr, const int* nlab,
+        const int* elab, const int* rank, MATCH_PARAMS) {
+    match_all<ListGraph, true>(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
 }
 
 extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_pma(
         const unsigned long long* keys, const int* vals, const int* cnt, const long long* row,
         int seg_shift, int label_shift, const int* ranked, const int* saved, MATCH_PARAMS) {
-    match_all(PmaGraph{keys, vals, cnt, row, seg_shift, label_shift, ranked, saved},
+    match_all<PmaGraph, false>(PmaGraph{keys, vals, cnt, row, seg_shift, label_shift,
+                                        ranked, saved},
               MATCH_ARGS);
 }
