@@ -189,6 +189,9 @@ def main(argv=None) -> int:
     p.add_argument("--device-graph", default="pma")
     p.add_argument("--no-leaf-counts", action="store_true",
                    help="ablation: enumerate counted leaf tails instead of counting them")
+    p.add_argument("--leaf-count-degree", type=int,
+                   help="count leaf tails whose parent has at least this many neighbours "
+                   "(default: EngineConfig's)")
     p.add_argument("--trace-out", type=Path, help="write the Chrome trace here")
     p.add_argument("--json", type=Path, help="append the summary as one JSON line")
     args = p.parse_args(argv)
@@ -205,7 +208,11 @@ def main(argv=None) -> int:
     initial, batch, undo, queries = (_rmat_setup if args.rmat_scale else _gh_setup)(args)
     engine = Engine(initial, backend="cuda",
                     config=EngineConfig(device_graph=args.device_graph,
-                                        leaf_counts=not args.no_leaf_counts))
+                                        leaf_counts=not args.no_leaf_counts,
+                                        leaf_count_degree=(
+                                            EngineConfig.leaf_count_degree
+                                            if args.leaf_count_degree is None
+                                            else args.leaf_count_degree)))
     for q in queries:
         engine.add_query(q)
     counts = set()

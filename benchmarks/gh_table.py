@@ -88,6 +88,9 @@ def _parse_args(argv):
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-leaf-counts", action="store_true",
                    help="ablation (cuda): enumerate counted leaf tails instead of counting them")
+    p.add_argument("--leaf-count-degree", type=int, default=EngineConfig.leaf_count_degree,
+                   help="cuda tuning: count leaf tails whose parent has at least this many "
+                   "neighbours (default %(default)s)")
     p.add_argument("--no-coalesce", action="store_true",
                    help="ablation: search every directed query edge (no coalesced search)")
     p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
@@ -334,7 +337,8 @@ def run(args, backend: str, header: dict | None = None) -> list[dict]:
                                         pma_view=not args.pma_direct,
                                         share_every=args.share_every,
                                         leaf_groups=not args.no_leaf_groups,
-                                        leaf_counts=not args.no_leaf_counts),
+                                        leaf_counts=not args.no_leaf_counts,
+                                        leaf_count_degree=args.leaf_count_degree),
                     coalesce=not args.no_coalesce)
     log(f"engine built ({time.perf_counter() - t0:.1f} s)")
     records = []
@@ -359,6 +363,7 @@ def run(args, backend: str, header: dict | None = None) -> list[dict]:
                     "coalesce": not args.no_coalesce,
                     "leaf_groups": not args.no_leaf_groups,
                     "leaf_counts": not args.no_leaf_counts,
+                    "leaf_count_degree": args.leaf_count_degree,
                     "batch": len(batch),
                     "positive": int(result.positive),
                     "negative": int(result.negative),

@@ -27,13 +27,15 @@ class EngineConfig:
     leaf_groups: bool = True
     # CPU executor: smallest group searched together; smaller ones go one by one.
     leaf_group_min: int = 2
-    # CUDA executor: a plan's trailing run of query leaves is counted from per-vertex leaf
-    # counts made for the phase (gpu/cuda/kernels/leaves.cu), not enumerated (off:
-    # ablation).  On the lists' layout (the read view) and in counting launches only.
+    # CUDA executor: a plan's trailing run of query leaves is counted from its parents'
+    # leaf totals (match.cu leaf_product), not enumerated (off: ablation).  On the lists'
+    # layout (the read view) and in counting launches only.
     leaf_counts: bool = True
-    # ... for tails whose first leaf's parent has at least this many neighbours: a short
-    # list is scanned faster than the counts are looked up (GH's trees, docs/benchmarks.md).
-    leaf_count_degree: int = 64
+    # ... for tails whose first leaf's parent has at least this many neighbours: a shorter
+    # list is scanned faster than a count's lookups are made.  1,024 (H200, 2026-11-28,
+    # docs/benchmarks.md): R-MAT 2^22's tree batch 1.5x faster, GH's sets ~5% slower on
+    # average; 64 made GH's trees 26% slower, 4,096 gave up most of R-MAT's gain.
+    leaf_count_degree: int = 1024
     # CPU executor: a query's tasks run on the calling thread alone when fewer than this
     # (a parallel region costs more than a few tasks, and stalls on a busy host).
     serial_below_tasks: int = 64

@@ -51,6 +51,21 @@ class DeviceMirror:
         self._uploaded = None                   # the last batch's (PmaGraph.sync)
         # External id per vertex slot (int64), kept only once a listing needed it.
         self._ext: cp.ndarray | None = None
+        # Per-vertex leaf totals that launches count as they need them (PhaseLeaves): each
+        # launch its epoch, so none clears them.
+        self._leaf_cache: cp.ndarray | None = None
+        self._leaf_epoch = 0
+
+    def leaf_cache(self, entries: int) -> tuple[cp.ndarray, int]:
+        """The leaf totals' cache (uint64, at least `entries`) and a new launch's epoch; it
+        grows by doubling, and is cleared only when it grows or the epochs run out."""
+        self._leaf_epoch += 1
+        cache = self._leaf_cache
+        if cache is None or cache.shape[0] < entries or self._leaf_epoch >= 1 << 31:
+            size = max(entries, 2 * (cache.shape[0] if cache is not None else 0), 1024)
+            self._leaf_cache = cp.zeros(size, dtype=np.uint64)
+            self._leaf_epoch = 1
+        return self._leaf_cache, self._leaf_epoch
 
     # ---- graph ---------------------------------------------------------
     @staticmethod

@@ -1,5 +1,5 @@
 """Typed launchers of the matching kernels: gpu/cuda/kernels/match.cu (match_tasks),
-tasks.cu (make_tasks), ranks.cu (set_edge_ranks) and leaves.cu (count_leaves), with the
+tasks.cu (make_tasks), ranks.cu (set_edge_ranks) and leaves.cu (mark_update_leaves), with the
 argument types a launch takes (the graph layouts, the plan, the update edges, the leaf
 counts of a phase).
 
@@ -304,67 +304,74 @@ def _no_leaves() -> cp.ndarray:
 
 
 class PhaseLeaves:
-    """A launch's leaf counts (gpu/cuda/kernels/leaves.cu) and the phase's update edges by
-    end vertex, with the Leaves record match.cu reads (the arrays are kept here, alive as
-    long as the record may be read).
+    """A launch's leaf counts: the Leaves record match.cu reads, and the arrays it points to
+    (kept here, alive as long as the record may be read).
 
-    Made after the phase's ranks are set: the counts leave out the edges ranked in the
-    graph's lists (the phase's update edges), and the record lists those edges whose rank
-    is not zero by end vertex, for the tasks to add back the ones they may use.  A static
-    count (ranks all zero) leaves out nothing and adds nothing back.  `min_degree`: a tail
-    whose first leaf's parent has fewer neighbours is enumerated (EngineConfig)."""
+    Made after the phase's ranks are set.  The per-vertex totals are counted by the search
+    when it first needs them and kept in `cache` (the mirror's, reused across launches:
+    a new `epoch` makes older entries stale, so nothing of the graph's size is written
+    here); the phase's update edges are listed by end vertex and rank with prefix counts
+    of the ones each column could use (gpu/cuda/kernels/leaves.cu), for a task to take out
+    those the total-order rule blocks.  A static count (ranks all zero) blocks nothing.
+    `min_degree`: a tail whose first leaf's parent has fewer neighbours is enumerated
+    (EngineConfig)."""
 
     def __init__(self, graph: ListGraphArrays, plan: DevicePlan, cand_ptrs: cp.ndarray,
-                 edges: UpdateEdges, min_degree: int) -> None:
+                 edges: UpdateEdges, cache: cp.ndarray, epoch: int, min_degree: int) -> None:
         for name, value in zip(graph._fields, graph, strict=True):
             check_array(name, value, GRAPH_LAYOUTS[ListGraphArrays][1][name], 1)
+        check_array("cache", cache, np.uint64, 1)
         slots, cols = graph.deg.shape[0], plan.col_q.shape[0]
-        self.nc = cp.empty(slots * max(cols, 1), dtype=np.int32)
-        count_leaves(graph, cand_ptrs, plan.col_row, plan.col_q, plan.col_elab, self.nc)
-        # Unranked edges (a static count's) are no update edges: a label that no query
-        # edge has keeps them from being added back (a mask would wait for its size).
-        us, vs, ranks = edges.us, edges.vs, edges.ranks
-        labels = cp.where(ranks != 0, edges.labels, np.int32(-1))
-        src = cp.concatenate((us, vs))
-        order = cp.argsort(src)
-        self.upd_nbr = cp.concatenate((vs, us))[order]
-        self.upd_rank = cp.concatenate((ranks, ranks))[order]
-        self.upd_elab = cp.concatenate((labels, labels))[order]
-        self.upd_start = cp.searchsorted(src[order], cp.arange(slots + 1, dtype=np.int32)
-                                         ).astype(np.int64)
-        self.plan, self.graph, self.cand_ptrs = plan, graph, cand_ptrs
-        words = [1, plan.leaf_from.data.ptr, plan.leaf_col.data.ptr, self.nc.data.ptr, cols,
-                 self.upd_nbr.data.ptr, self.upd_rank.data.ptr, self.upd_elab.data.ptr,
-                 self.upd_start.data.ptr, min_degree, *(a.data.ptr for a in graph),
+        if cache.shape[0] < slots * cols:
+            raise ValueError(f"cache holds {cache.shape[0]} entries, {slots} slots x {cols} "
+                             "columns")
+        if not 0 < epoch < 1 << 31:
+            raise ValueError(f"epoch must be in [1, 2**31), got {epoch}")
+        us, vs = edges.us.astype(np.int64), edges.vs.astype(np.int64)
+        ranks = edges.ranks.astype(np.int64)
+        key = cp.concatenate(((us << 32) | ranks, (vs << 32) | ranks))
+        order = cp.argsort(key)
+        self.upd_key = key[order]
+        self.upd_nbr = cp.concatenate((edges.vs, edges.us))[order]
+        self.upd_elab = cp.concatenate((edges.labels, edges.labels))[order]
+        self.upd_hits = mark_update_leaves(self.upd_nbr, self.upd_elab, self.upd_key,
+                                           cand_ptrs, plan.col_row, plan.col_q, plan.col_elab)
+        self.plan, self.graph, self.cand_ptrs, self.cache = plan, graph, cand_ptrs, cache
+        words = [1, plan.leaf_from.data.ptr, plan.leaf_col.data.ptr, cache.data.ptr, cols,
+                 epoch, self.upd_key.data.ptr, self.upd_hits.data.ptr, self.upd_key.shape[0],
+                 min_degree, *(a.data.ptr for a in graph),
                  plan.orders.data.ptr, plan.bw_level.data.ptr, plan.bw_label.data.ptr,
                  plan.q_label.data.ptr, cand_ptrs.data.ptr, plan.cand_row.data.ptr]
         assert len(words) == LEAF_ARGS
         self.record = cp.asarray(np.array(words, dtype=np.uint64).view(np.int64))
 
 
-COUNT_LEAVES_ARGS = ("start", "deg", "nbr", "elab", "rank", "slots", "cand_ptrs", "col_row",
-                     "col_q", "col_elab", "cols", "nc")
-
-
-def count_leaves(graph: ListGraphArrays, cand_ptrs: cp.ndarray, col_row: cp.ndarray,
-                 col_q: cp.ndarray, col_elab: cp.ndarray, nc: cp.ndarray) -> None:
-    """Launch gpu/cuda/kernels/leaves.cu:count_leaves: nc[y * C + c] for every vertex slot y of
-    the lists and column c (C = len(col_q)), a warp per slot."""
-    check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
-    for name, array in (("col_row", col_row), ("col_q", col_q), ("col_elab", col_elab),
-                        ("nc", nc)):
+def mark_update_leaves(nbr: cp.ndarray, elab: cp.ndarray, key: cp.ndarray,
+                       cand_ptrs: cp.ndarray, col_row: cp.ndarray, col_q: cp.ndarray,
+                       col_elab: cp.ndarray) -> cp.ndarray:
+    """Launch gpu/cuda/kernels/leaves.cu:mark_update_leaves over the m update-edge entries
+    (neighbour, edge label, key y << 32 | rank; sorted by key) and the C columns, and
+    return its prefix counts: int32 [C, m + 1], row c's entry i counting the entries
+    before i that are ranked and would be candidates of column c."""
+    for name, array in (("nbr", nbr), ("elab", elab), ("col_row", col_row),
+                        ("col_q", col_q), ("col_elab", col_elab)):
         check_array(name, array, np.int32, 1)
-    cols, slots = col_q.shape[0], graph.deg.shape[0]
+    check_array("key", key, np.int64, 1)
+    check_array("cand_ptrs", cand_ptrs, np.uint64, 1)
+    m, cols = key.shape[0], col_q.shape[0]
+    if nbr.shape[0] != m or elab.shape[0] != m:
+        raise ValueError(f"nbr, elab and key differ in length: {nbr.shape[0]}, "
+                         f"{elab.shape[0]}, {m}")
     if col_row.shape[0] != cols or col_elab.shape[0] != cols:
         raise ValueError(f"col_row, col_q and col_elab differ in length: {col_row.shape[0]}, "
                          f"{cols}, {col_elab.shape[0]}")
-    if nc.shape[0] < slots * cols:
-        raise ValueError(f"nc holds {nc.shape[0]} counts, {slots} slots x {cols} columns")
-    if cols == 0 or slots == 0:
-        return
-    args = (graph.start, graph.deg, graph.nbr, graph.elab, graph.rank, np.int32(slots),
-            cand_ptrs, col_row, col_q, col_elab, np.int32(cols), nc)
-    kernel("leaves", "count_leaves")((-(-slots * 32 // 256),), (256,), args)
+    hits = cp.zeros((cols, m + 1), dtype=np.int32)
+    if m == 0 or cols == 0:
+        return hits
+    args = (nbr, elab, key, np.int64(m), cand_ptrs, col_row, col_q, col_elab, np.int32(cols),
+            hits)
+    kernel("leaves", "mark_update_leaves")((-(-m * cols // 256),), (256,), args)
+    return cp.cumsum(hits, axis=1, dtype=np.int32)
 
 
 SET_EDGE_RANKS_ARGS = ("start", "deg", "nbr", "nlab", "label", "rank", "us", "vs", "ranks",

@@ -140,9 +140,12 @@ class SharedLaunch:
         self.kernel = (match_launchers.LEAF_KERNEL if counted else
                        match_launchers.GRAPH_LAYOUTS[type(self.graph)][0])
         self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel)
-        self.leaves = match_launchers.PhaseLeaves(
-            self.graph, self.plan, self.cand_ptrs, edges, mirror.config.leaf_count_degree
-        ) if counted else None
+        self.leaves = None
+        if counted:
+            cache, epoch = mirror.leaf_cache(self.graph.deg.shape[0] * self.plan.col_q.shape[0])
+            self.leaves = match_launchers.PhaseLeaves(
+                self.graph, self.plan, self.cand_ptrs, edges, cache, epoch,
+                mirror.config.leaf_count_degree)
         self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
         # Zeros: a listing reads the task type of every pair's slot, made or not (an
         # unmade slot's count is zero, its type only has to be a valid index).

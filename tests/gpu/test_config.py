@@ -19,3 +19,12 @@ def test_small_phases_share_more_often_than_the_general_launches_by_default():
 def test_tiny_shares_at_every_step_in_both_kinds_of_phase():
     tiny = EngineConfig.tiny()
     assert tiny.share_every == tiny.small_share_every == 1
+
+
+@pytest.mark.parametrize("name", ["small_phase_edges", "leaf_count_degree"])
+@pytest.mark.parametrize("value", [-1, 2.5])
+def test_a_setting_that_must_not_be_negative_is_refused_by_name(name, value):
+    with pytest.raises(ValueError,
+                       match=f"EngineConfig.{name} must be a non-negative integer"):
+        EngineConfig(**{name: value})
+    assert getattr(EngineConfig(**{name: 0}), name) == 0

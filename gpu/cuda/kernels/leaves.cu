@@ -1,33 +1,30 @@
-// A phase's leaf counts for the matching kernel's counted tails (match.cu, Leaves).
+// The update edges' part of a launch's leaf counts (match.cu, Leaves): which of the
+// phase's update edges a counted leaf could use, as prefix counts that a task looks up.
 //
-// nc[y * cols + c] = the neighbours w of vertex y through edges labelled col_elab[c] that
-// are not update edges of the phase (rank 0 in the read view: the phase's ranks are set)
-// and whose candidate bits (the table of query col_row[c]) hold query vertex col_q[c].
-// One warp per vertex, its lanes over the vertex's list, one pass per column; every entry
-// of nc is written.  The layout is the lists' (gpu/graph/lists.py), as the read view's.
+// The launch's update edges are listed once per end vertex y, sorted by key = y << 32 |
+// rank (gpu/cuda/match_launchers.py PhaseLeaves).  mark_update_leaves writes
+// hits[c * (m + 1) + i + 1] = 1 when entry i (neighbour nbr[i] through an edge labelled
+// elab[i]) is ranked (an update edge of the phase: rank != 0) and would be a candidate of
+// column c (edge label col_elab[c], the candidate bit col_q[c] in the table of query
+// col_row[c]); a cumulative sum along each row then counts, for any vertex y and rank
+// cur, the update edges at y that a task of rank cur may not use (blocked: 0 < rank <
+// cur) by two lookups of the keys.  Per-vertex totals over all of y's edges are counted
+// by the search itself when it first needs them (match.cu leaf_total): nothing here is
+// the size of the graph.
 
-#define FULL_MASK 0xffffffffu
-
-extern "C" __global__ void count_leaves(
-    const long long* __restrict__ start, const int* __restrict__ deg,
+extern "C" __global__ void mark_update_leaves(
     const int* __restrict__ nbr, const int* __restrict__ elab,
-    const int* __restrict__ rank, int slots,
+    const long long* __restrict__ key, long long m,
     const unsigned long long* __restrict__ cand_ptrs, const int* __restrict__ col_row,
     const int* __restrict__ col_q, const int* __restrict__ col_elab, int cols,
-    int* __restrict__ nc)
+    int* __restrict__ hits)
 {
-    const long long y = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (y >= slots) return;      // the whole warp: y is the same on every lane
-    const long long s = start[y], e = s + deg[y];
-    for (int c = 0; c < cols; ++c) {
-        const unsigned* cand = (const unsigned*)cand_ptrs[col_row[c]];
-        const unsigned bit = 1u << col_q[c];
-        const int el = col_elab[c];
-        int found = 0;
-        for (long long k = s + lane; k < e; k += 32)
-            found += rank[k] == 0 && elab[k] == el && (cand[nbr[k]] & bit) != 0;
-        found = __reduce_add_sync(FULL_MASK, found);
-        if (lane == 0) nc[y * cols + c] = found;
-    }
+    const long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (at >= m * cols) return;
+    const int c = (int)(at / m);
+    const long long i = at - (long long)c * m;
+    const unsigned* cand = (const unsigned*)cand_ptrs[col_row[c]];
+    const int ranked = (int)(key[i] & 0xffffffffLL) != 0;
+    hits[c * (m + 1) + i + 1] =
+        ranked && elab[i] == col_elab[c] && ((cand[nbr[i]] >> col_q[c]) & 1u);
 }

@@ -161,22 +161,24 @@ struct Tasks {
 // A launch's leaf counts (read only when counting and `on`, on the lists' layout), one int64
 // record in device memory (LEAF_ARGS words, gpu/cuda/match_launchers.py) read when a tail
 // is counted: as kernel arguments they cost the search registers, which it then spills.
-// nc[y * cols + col[t, q]] is the number of y's neighbours w through edges labelled as
-// leaf q's edge that are not update edges of the phase (view rank 0) and whose candidate
-// bits hold q; the phase's update edges at y (upd_start) are added back where the
-// total-order rule lets a task use them.  A tail whose first leaf's parent has fewer than
+// A counted leaf q of parent y has as candidates the neighbours w of y through edges
+// labelled as q's edge whose candidate bits hold q (leaf_total: all of y's edges, counted
+// by the first task that needs them in this launch and kept in `cache` under the launch's
+// `epoch`), less the phase's update edges at y that the task may not use (blocked by the
+// total-order rule: prefix counts over the update edges sorted by y and rank, leaves.cu),
+// less the used vertices among them.  A tail whose first leaf's parent has fewer than
 // min_degree neighbours is enumerated: a short list is scanned faster than the counts'
 // lookups are made.
 struct Leaves {
     long long on;
     const int* from;                  // [T] level of the first leaf counted (n: none)
-    const int* col;                   // [T, n] leaf q's column in nc (-1: not a leaf)
-    const int* nc;                    // [slots, cols]
+    const int* col;                   // [T, n] leaf q's column (-1: not a leaf)
+    unsigned long long* cache;        // [slots, cols] epoch << 32 | y's total for column
     long long cols;
-    const int* upd_nbr;               // the phase's update edges by end vertex y:
-    const int* upd_rank;              //   entries upd_start[y] .. upd_start[y + 1]
-    const int* upd_elab;
-    const long long* upd_start;       // [slots + 1]
+    long long epoch;                  // this launch's (> 0; older entries are stale)
+    const long long* upd_key;         // [m] the update edges by end vertex: y << 32 | rank
+    const int* upd_hits;              // [cols, m + 1] prefix counts (leaves.cu)
+    long long upd_count;              // m
     long long min_degree;             // parents of fewer neighbours: leaves enumerated
     // The lists (the read view) and the plan's arrays again, so that leaf_product takes
     // a handful of arguments (see there).
@@ -392,49 +394,114 @@ struct Share {
     int enabled;
     int every;                // advance steps between looks at the waiting warps
 };
+// The first position in a[lo, hi) (sorted) holding key or more (UPPER: more than key):
+// the warp probes 32 points a round, so a search takes a few dependent loads, not one a
+// halving (every lane returns it).
+template <class T, bool UPPER>
+__device__ __forceinline__ long long warp_bound(const T* a, long long lo, long long hi, T key,
+                                                int lane) {
+    while (hi - lo > 32) {
+        const long long step = (hi - lo + 31) / 32;
+        const long long at = lo + lane * step;
+        const int below = __popc(__ballot_sync(
+            FULL_MASK, at < hi && (UPPER ? a[at] <= key : a[at] < key)));
+        if (below == 0) return lo;
+        const long long top = lo + below * step;
+        lo = lo + (below - 1) * step + 1;
+        hi = top < hi ? top : hi;
+    }
+    const long long at = lo + lane;
+    return lo + __popc(__ballot_sync(FULL_MASK,
+                                     at < hi && (UPPER ? a[at] <= key : a[at] < key)));
+}
+
+// x's neighbours with label `want` in the lists: [lo, hi) (ListGraph::range, by the warp).
+__device__ __forceinline__ void warp_range(const Leaves* lv, int x, int want, long long& lo,
+                                           long long& hi, int lane) {
+    const long long s = lv->start[x], e = s + lv->deg[x];
+    lo = warp_bound<int, false>(lv->nlab, s, e, want, lane);
+    hi = warp_bound<int, true>(lv->nlab, lo, e, want, lane);
+}
+
+// y's neighbours through edges labelled el that have label `want` and candidate bit q
+// (all of y's edges, ranked or not): from the cache when this launch counted them
+// already, else counted and kept (every lane returns it).  Warps may count one entry at
+// once: they write the same value, in one 64-bit store that no reader sees half of.
+__device__ __forceinline__ long long leaf_total(const Leaves* lv, const unsigned* cand, int y,
+                                             int c, int want, int el, int q, int lane) {
+    unsigned long long* slot = lv->cache + (long long)y * lv->cols + c;
+    unsigned long long seen = 0;
+    if (lane == 0) seen = *(volatile unsigned long long*)slot;
+    seen = __shfl_sync(FULL_MASK, seen, 0);
+    if ((long long)(seen >> 32) == lv->epoch) return (long long)(seen & 0xffffffffull);
+    long long lo, hi;
+    warp_range(lv, y, want, lo, hi, lane);
+    int found = 0;
+    for (long long k = lo + lane; k < hi; k += 32)
+        found += lv->elab[k] == el && (cand[lv->nbr[k]] >> q & 1u);
+    found = __reduce_add_sync(FULL_MASK, found);
+    if (lane == 0)
+        *(volatile unsigned long long*)slot =
+            (unsigned long long)lv->epoch << 32 | (unsigned)found;
+    return found;
+}
+
 // Matches of the trailing leaves from level `first` of type t, given m[:used] (every lane
-// returns it): per leaf, its candidates among its parent's neighbours (nc, the update
-// edges the task may use added, the used vertices among them taken out), less one for
+// returns it): per leaf, its candidates among its parent's neighbours (leaf_total, less
+// the update edges the task may not use and the used vertices among them), less one for
 // each earlier leaf of the run with the same parent, label and edge label (they share one
 // set: a falling factorial); leaves with another parent or label have disjoint sets
 // (gpu/plan/planner.py _leaf_run_start).
-// Not inlined, with everything it reads in the Leaves record: inlined, or given the graph
-// and the plan, it made the search spill registers on every path.
-__device__ __noinline__ long long leaf_product(const Leaves* lv, int n, int t, int first,
-                                               int used, int cur, const int* m, int lane) {
-    const ListGraph g{lv->start, lv->deg, lv->nbr, lv->nlab, lv->elab, lv->rank};
+// Everything it reads comes from the Leaves record, not from registers the search holds
+// (given the graph and the plan, it made the search spill on every path); inlined, it
+// spills less than called (a call saves the search's live registers: GH trees 0.28 s
+// inlined, 0.36 s called, H200, 2026-11-28).
+__device__ __forceinline__ long long leaf_product(const Leaves* lv, int n, int t, int first,
+                                                  int used, int cur, const int* m, int lane) {
     const unsigned* cand = (const unsigned*)lv->cand_ptrs[lv->cand_row[t]];
     long long product = 1;
+    int seg_y = -1;                 // the parent whose blocked update edges are [from, to)
+    long long from = 0, to = 0;
     for (int level = first; level < n; ++level) {
         const long long at = ((long long)t * n + level) * n;
         const int q = lv->orders[t * n + level];
+        const int c = lv->col[t * n + q];
         const int el = lv->bw_label[at];
         const int want = lv->q_label[t * n + q];
         const int y = m[lv->bw_level[at]];
-        const long long hi = lv->upd_start[y + 1];
-        int add = 0;
-        for (long long i = lv->upd_start[y] + lane; i < hi; i += 32)
-            add += lv->upd_elab[i] == el && (cand[lv->upd_nbr[i]] >> q & 1u)
-                   && !blocked(lv->upd_rank[i], cur);
-        if (lane < used) {
-            const int w = m[lane];
-            if (w >= 0 && (cand[w] >> q & 1u)) {
-                // Is the edge y-w there (and usable)?  Looked up in the shorter list: y is
-                // often a hub, w seldom.
-                int a = y, b = w, b_label = want;
-                if (lv->deg[w] < lv->deg[y]) {
-                    a = w;
-                    b = y;
-                    b_label = lv->q_label[t * n + lv->orders[t * n + lv->bw_level[at]]];
-                }
-                long long slo, shi;
-                g.range(a, b_label, slo, shi);
-                const long long pos = g.find(slo, shi, a, b, b_label);
-                if (pos >= 0 && g.elab(pos) == el && !blocked(g.rank(pos, a, b), cur)) --add;
+        long long size = leaf_total(lv, cand, y, c, want, el, q, lane);
+        if (cur > 1 && lv->upd_count > 0) {     // blocked update edges: 0 < rank < cur
+            if (y != seg_y) {                   // leaves of one parent: searched once
+                const long long base = (long long)y << 32;
+                seg_y = y;
+                from = warp_bound<long long, false>(lv->upd_key, 0, lv->upd_count, base | 1,
+                                                    lane);
+                to = warp_bound<long long, false>(lv->upd_key, from, lv->upd_count,
+                                                  base | cur, lane);
             }
+            const int* hits = lv->upd_hits + c * (lv->upd_count + 1);
+            size -= hits[to] - hits[from];
         }
-        long long size = (long long)lv->nc[(long long)y * lv->cols + lv->col[t * n + q]]
-                         + __reduce_add_sync(FULL_MASK, add);
+        // The used vertices among y's candidates for q: each edge y-w looked up by the
+        // whole warp in the shorter list (y is often a hub, w seldom).
+        int w = -1;
+        if (lane < used) w = m[lane];
+        unsigned pending = __ballot_sync(FULL_MASK, w >= 0 && (cand[w] >> q & 1u));
+        while (pending) {
+            const int l = __ffs(pending) - 1;
+            pending &= pending - 1;
+            int a = y, b = __shfl_sync(FULL_MASK, w, l), b_label = want;
+            if (lv->deg[b] < lv->deg[y]) {
+                a = b;
+                b = y;
+                b_label = lv->q_label[t * n + lv->orders[t * n + lv->bw_level[at]]];
+            }
+            long long lo, hi;
+            warp_range(lv, a, b_label, lo, hi, lane);
+            const long long pos = warp_bound<int, false>(lv->nbr, lo, hi, b, lane);
+            if (pos < hi && lv->nbr[pos] == b && lv->elab[pos] == el &&
+                !blocked(lv->rank[pos], cur)) --size;
+        }
         for (int earlier = first; earlier < level; ++earlier) {
             const long long ea = ((long long)t * n + earlier) * n;
             if (lv->bw_level[ea] == lv->bw_level[at] && lv->bw_label[ea] == el &&
