@@ -10,8 +10,8 @@
 // level is counted (popc), never stored; the last two levels are counted together as
 // |A||B| - |A & B| when they are not adjacent (the plan's tail_free).  When counting, a
 // plan's trailing run of query leaves (its leaf_from, maybe after a head level) is counted
-// as a product of per-vertex leaf counts (gpu/cuda/kernels/leaves.cu; RapidFlow's leaves,
-// as gpu/cpu/search.py counts them), not enumerated.
+// as a product of its parents' candidate counts (leaf_product, match_tasks_leaves only;
+// RapidFlow's leaves, as gpu/cpu/search.py counts them), not enumerated.
 //
 // Tasks are made on the device (gpu/cuda/kernels/tasks.cu) from the update edges and the
 // candidate bits there.  Warps are persistent and take tasks from a global counter, so
@@ -551,8 +551,8 @@ __device__ void share_work(const Share& sh, WarpState& s, long long task, int fl
 // the search starts at the record's level with its candidate range and ends when it
 // backtracks above that level.  In listing mode rows go to out from `pos`.
 template <class G, bool LEAVES>
-__device__ long long search(const G& g, const Plan& p, const Tasks& tk,
-                            const Leaves* lv, long long task, const volatile int* record, const Share& sh,
+__device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Leaves* lv,
+                            long long task, const volatile int* record, const Share& sh,
                             WarpState& s,
                             int* bufs,
                             long long width, int* out, long long pos, long long limit,
