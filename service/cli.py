@@ -12,22 +12,40 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
 import time
 from importlib import metadata, resources
 
-from gpu import clock, compile_ahead
-from gpu.config import DEVICE_GRAPHS, EngineConfig
-from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
-from gpu.engine import BatchRejected, Engine
-from gpu.io.graphs import load_graph, read_query
-from gpu.io.records import FormatError, LabeledGraph
-from gpu.io.streams import read_updates
-from gpu.plan.query import QueryGraph
-from gpu.warm_up import warm_up
-from service.progress import Progress
+
+@contextlib.contextmanager
+def paused_gc():
+    """The cycle collector off inside, as it was after.  For start-up: importing NumPy,
+    Numba, FastAPI and the engine makes ~190,000 objects that stay alive, and the
+    collector's ~290 passes over them found nothing to free (0.17 s of these imports and
+    service.main's on the 2-vCPU VM, docs/benchmarks.md)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+with paused_gc():
+    from gpu import clock, compile_ahead
+    from gpu.config import DEVICE_GRAPHS, EngineConfig
+    from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
+    from gpu.engine import BatchRejected, Engine
+    from gpu.io.graphs import load_graph, read_query
+    from gpu.io.records import FormatError, LabeledGraph
+    from gpu.io.streams import read_updates
+    from gpu.plan.query import QueryGraph
+    from gpu.warm_up import warm_up
+    from service.progress import Progress
 
 PROG = "motifstream"
 DEFAULT_LIST_LIMIT = 1_000_000
@@ -388,24 +406,27 @@ _SERVE_FLAGS = ("data_dir", "host", "port", "backend", "directed", "retention",
 
 
 def _serve(args, progress: Progress) -> int:
-    import logging
+    # Paused through the service's imports and its start-up too: the server turns it back
+    # on when recovery begins, having frozen what was made until then (service/main.py).
+    with paused_gc():
+        import logging
 
-    from pydantic import ValidationError
+        from pydantic import ValidationError
 
-    from service.main import serve
-    from service.settings import Settings
+        from service.main import serve
+        from service.settings import Settings
 
-    given = {name: getattr(args, name) for name in _SERVE_FLAGS
-             if getattr(args, name) is not None}
-    try:
-        settings = Settings(**given)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
-                             for e in exc.errors())
-        raise ValueError(f"bad settings: {problems}") from None
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(settings)
+        given = {name: getattr(args, name) for name in _SERVE_FLAGS
+                 if getattr(args, name) is not None}
+        try:
+            settings = Settings(**given)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
+                                 for e in exc.errors())
+            raise ValueError(f"bad settings: {problems}") from None
+        logging.basicConfig(level=settings.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        serve(settings)
     return 0
 
 
