@@ -21,21 +21,26 @@ from importlib import metadata, resources
 
 
 @contextlib.contextmanager
-def paused_gc():
+def paused_gc(freeze: bool = False):
     """The cycle collector off inside, as it was after.  For start-up: importing NumPy,
     Numba, FastAPI and the engine makes ~190,000 objects that stay alive, and the
     collector's ~290 passes over them found nothing to free (0.17 s of these imports and
-    service.main's on the 2-vCPU VM, docs/benchmarks.md)."""
+    service.main's on the 2-vCPU VM, docs/benchmarks.md).  With `freeze`, what is alive
+    at the end is frozen (gc.freeze) before the collector is on again: turned on with
+    that much new, it would scan it all at once (0.1-0.2 s)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if enabled:
             gc.enable()
 
 
-with paused_gc():
+# The modules imported here live as long as the process: frozen, no collection scans them.
+with paused_gc(freeze=True):
     from gpu import clock, compile_ahead
     from gpu.config import DEVICE_GRAPHS, EngineConfig
     from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
