@@ -44,6 +44,7 @@ from service.settings import Settings
 from service.state import ServiceState
 from service.webhooks import Deliverer
 from storage import Store
+from storage.writer_process import Launched
 
 log = logging.getLogger("motifstream.service")
 
@@ -62,7 +63,9 @@ async def lifespan(app: FastAPI):
                        idempotency_retention=settings.idempotency_retention,
                        prune_every=settings.prune_every,
                        writer_process=settings.store_writer == "process",
-                       on_writer_lost=_writer_lost)
+                       on_writer_lost=_writer_lost,
+                       launched_writer=getattr(app.state, "launched_writer", None))
+    app.state.launched_writer = None    # the store's now
     hub = Hub(store, settings.subscriber_buffer)
     metrics: Metrics = app.state.metrics
     engine = EngineService(settings, store, hub, metrics)
@@ -417,8 +420,9 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets=sockets)
 
 
-def serve(settings: Settings) -> None:
-    """Run the app under uvicorn until SIGINT/SIGTERM."""
+def serve(settings: Settings, launched_writer: Launched | None = None) -> None:
+    """Run the app under uvicorn until SIGINT/SIGTERM; its store takes over
+    `launched_writer` (Store.launch_writer), started beforehand for it."""
     # OpenMP workers (Numba's parallel layer) spin after each parallel region by default;
     # on a small machine they would spin on the cores the event loop and the store writer
     # need.  On one with enough cores for the CPU executor's shared parallel region
@@ -441,7 +445,9 @@ def serve(settings: Settings) -> None:
     # start make ~190,000 objects that stay alive, and the collector's passes over them
     # found next to nothing to free (docs/benchmarks.md).
     gc.disable()
-    config = uvicorn.Config(create_app(settings, freeze_gc_when_ready=True),
+    app = create_app(settings, freeze_gc_when_ready=True)
+    app.state.launched_writer = launched_writer
+    config = uvicorn.Config(app,
                             host=settings.host, port=settings.port,
                             log_level=settings.log_level, access_log=settings.access_log,
                             log_config=log_config(settings.log_format, settings.log_level,
