@@ -12,22 +12,45 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
 import time
 from importlib import metadata, resources
 
-from gpu import clock, compile_ahead
-from gpu.config import DEVICE_GRAPHS, EngineConfig
-from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
-from gpu.engine import BatchRejected, Engine
-from gpu.io.graphs import load_graph, read_query
-from gpu.io.records import FormatError, LabeledGraph
-from gpu.io.streams import read_updates
-from gpu.plan.query import QueryGraph
-from gpu.warm_up import warm_up
-from service.progress import Progress
+
+@contextlib.contextmanager
+def paused_gc(freeze: bool = False):
+    """The cycle collector off inside, as it was after.  For start-up: importing NumPy,
+    Numba, FastAPI and the engine makes ~190,000 objects that stay alive, and the
+    collector's ~290 passes over them found nothing to free (0.17 s of these imports and
+    service.main's on the 2-vCPU VM, docs/benchmarks.md).  With `freeze`, what is alive
+    at the end is frozen (gc.freeze) before the collector is on again: turned on with
+    that much new, it would scan it all at once (0.1-0.2 s)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+# The modules imported here live as long as the process: frozen, no collection scans them.
+with paused_gc(freeze=True):
+    from gpu import clock, compile_ahead
+    from gpu.config import DEVICE_GRAPHS, EngineConfig
+    from gpu.cuda.device import BACKENDS, NoCudaDevice, resolve_backend
+    from gpu.engine import BatchRejected, Engine
+    from gpu.io.graphs import load_graph, read_query
+    from gpu.io.records import FormatError, LabeledGraph
+    from gpu.io.streams import read_updates
+    from gpu.plan.query import QueryGraph
+    from gpu.warm_up import warm_up
+    from service.progress import Progress
 
 PROG = "motifstream"
 DEFAULT_LIST_LIMIT = 1_000_000
@@ -388,24 +411,37 @@ _SERVE_FLAGS = ("data_dir", "host", "port", "backend", "directed", "retention",
 
 
 def _serve(args, progress: Progress) -> int:
-    import logging
+    # Paused through the service's imports and its start-up too: the server turns it back
+    # on when recovery begins, having frozen what was made until then (service/main.py).
+    with paused_gc():
+        import logging
 
-    from pydantic import ValidationError
+        from pydantic import ValidationError
 
-    from service.main import serve
-    from service.settings import Settings
+        from service.settings import Settings
+        from storage import Store
 
-    given = {name: getattr(args, name) for name in _SERVE_FLAGS
-             if getattr(args, name) is not None}
-    try:
-        settings = Settings(**given)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
-                             for e in exc.errors())
-        raise ValueError(f"bad settings: {problems}") from None
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(settings)
+        given = {name: getattr(args, name) for name in _SERVE_FLAGS
+                 if getattr(args, name) is not None}
+        try:
+            settings = Settings(**given)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
+                                 for e in exc.errors())
+            raise ValueError(f"bad settings: {problems}") from None
+        # The store's writer process starts before the server's imports: its interpreter and
+        # the database's opening (~0.1 s, which the server's start waited for) run beside
+        # them, on the other core.
+        writer = Store.launch_writer(settings.data_dir, settings.synchronous) \
+            if settings.store_writer == "process" else None
+        try:
+            from service.main import serve
+            logging.basicConfig(level=settings.log_level.upper(),
+                                format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+            serve(settings, launched_writer=writer)
+        finally:
+            if writer is not None:
+                writer.discard()        # unless the store took it over
     return 0
 
 

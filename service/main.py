@@ -44,6 +44,7 @@ from service.settings import Settings
 from service.state import ServiceState
 from service.webhooks import Deliverer
 from storage import Store
+from storage.writer_process import Launched
 
 log = logging.getLogger("motifstream.service")
 
@@ -62,7 +63,9 @@ async def lifespan(app: FastAPI):
                        idempotency_retention=settings.idempotency_retention,
                        prune_every=settings.prune_every,
                        writer_process=settings.store_writer == "process",
-                       on_writer_lost=_writer_lost)
+                       on_writer_lost=_writer_lost,
+                       launched_writer=getattr(app.state, "launched_writer", None))
+    app.state.launched_writer = None    # the store's now
     hub = Hub(store, settings.subscriber_buffer)
     metrics: Metrics = app.state.metrics
     engine = EngineService(settings, store, hub, metrics)
@@ -126,8 +129,19 @@ def _loopback(host: str) -> bool:
 
 
 async def _start(state: ServiceState, freeze_gc: bool) -> None:
+    """Recovery and the warm-up on the engine thread, then ready.  With `freeze_gc` (the
+    server process), the cycle collector, which serve() paused, runs again from recovery
+    on: the imports, the app and the store's opening are frozen out of its reach first
+    (_freeze_gc at ready freezes the rest)."""
     before = time.process_time()      # imports, the app, uvicorn, the store's opening
     engine = state.engine
+    if freeze_gc:
+        # What the paused collector would have found so far: ~800 objects the imports
+        # dropped, frozen with the rest (collecting them cost 0.13 s).  Recovery runs with
+        # it on: replaying the batch log leaves cycles (its batch groups) in proportion to
+        # the batches, which must not pile up while it is off.
+        gc.freeze()
+        gc.enable()
     try:
         await engine.call(engine.start)
     except Exception as exc:
@@ -156,8 +170,9 @@ def _freeze_gc(collect: bool) -> None:
     t0 = time.perf_counter()
     found = gc.collect() if collect else 0
     gc.freeze()
-    log.debug("start-up's garbage: %d objects collected, %d frozen, in %.2f s", found,
-              gc.get_freeze_count(), time.perf_counter() - t0)
+    if log.isEnabledFor(logging.DEBUG):     # counting the frozen walks them: 20 ms
+        log.debug("start-up's garbage: %d objects collected, %d frozen, in %.2f s", found,
+                  gc.get_freeze_count(), time.perf_counter() - t0)
 
 
 # RFC 9457 media type of every error answer.
@@ -405,8 +420,9 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets=sockets)
 
 
-def serve(settings: Settings) -> None:
-    """Run the app under uvicorn until SIGINT/SIGTERM."""
+def serve(settings: Settings, launched_writer: Launched | None = None) -> None:
+    """Run the app under uvicorn until SIGINT/SIGTERM; its store takes over
+    `launched_writer` (Store.launch_writer), started beforehand for it."""
     # OpenMP workers (Numba's parallel layer) spin after each parallel region by default;
     # on a small machine they would spin on the cores the event loop and the store writer
     # need.  On one with enough cores for the CPU executor's shared parallel region
@@ -425,7 +441,13 @@ def serve(settings: Settings) -> None:
     # often, it frees the same garbage with fewer passes over what survives, and every
     # pass holds the GIL.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    config = uvicorn.Config(create_app(settings, freeze_gc_when_ready=True),
+    # Off until recovery begins (_start turns it on): the imports, the app and uvicorn's
+    # start make ~190,000 objects that stay alive, and the collector's passes over them
+    # found next to nothing to free (docs/benchmarks.md).
+    gc.disable()
+    app = create_app(settings, freeze_gc_when_ready=True)
+    app.state.launched_writer = launched_writer
+    config = uvicorn.Config(app,
                             host=settings.host, port=settings.port,
                             log_level=settings.log_level, access_log=settings.access_log,
                             log_config=log_config(settings.log_format, settings.log_level,

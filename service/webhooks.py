@@ -34,13 +34,17 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-
-import httpx2
+from typing import TYPE_CHECKING
 
 from service.hub import Hub, SubscriptionGone
 from service.query_tasks import QueryTasks
 from service.settings import Settings
 from storage import EventRecord, Store
+
+if TYPE_CHECKING:
+    # Imported with the client, at the first delivery (Deliverer._http): a restart that
+    # delivers nothing before it is ready does not pay for importing the HTTP stack.
+    import httpx2
 
 log = logging.getLogger("motifstream.webhooks")
 
@@ -108,9 +112,11 @@ class Deliverer(QueryTasks):
         self.attempts = settings.webhook_attempts
         self.backoff = settings.webhook_backoff_seconds
         self.backoff_max = settings.webhook_backoff_max_seconds
-        # Redirects are not followed: a signed POST re-sent elsewhere is not what was set up.
-        self._client = httpx2.AsyncClient(timeout=settings.webhook_timeout_seconds,
-                                          transport=transport, follow_redirects=False)
+        self._timeout = settings.webhook_timeout_seconds
+        self._transport = transport
+        # Made by the first delivery (_http), not at start-up: most starts deliver nothing
+        # before they are ready, and building it (with httpx2's import) delayed /readyz.
+        self._client: httpx2.AsyncClient | None = None
         super().__init__()
         # Held while a webhook is replaced or removed, so that two requests at once cannot
         # leave two tasks delivering one query's events.
@@ -149,7 +155,19 @@ class Deliverer(QueryTasks):
     async def close(self) -> None:
         """Stop every delivery (what is in flight is delivered again after a restart)."""
         await self._stop_all()
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _http(self) -> httpx2.AsyncClient:
+        """The client every delivery shares, made on the first one."""
+        if self._client is None:
+            import httpx2
+            # Redirects are not followed: a signed POST re-sent elsewhere is not what was
+            # set up.
+            self._client = httpx2.AsyncClient(timeout=self._timeout, transport=self._transport,
+                                              follow_redirects=False)
+        return self._client
 
     async def _run(self, webhook: Webhook) -> None:
         """Deliver the query's events after the cursor until the query is deleted or the
@@ -178,6 +196,8 @@ class Deliverer(QueryTasks):
         headers = {"Content-Type": "application/json",
                    SIGNATURE_HEADER: signature(webhook.secret, body),
                    BATCH_HEADER: str(event.seq), QUERY_HEADER: str(webhook.query_id)}
+        client = self._http()
+        import httpx2       # loaded by _http
         error = ""
         attempt = 0
         delay = min(self.backoff, self.backoff_max)
@@ -190,7 +210,7 @@ class Deliverer(QueryTasks):
             attempt += 1
             asked = None
             try:
-                response = await self._client.post(
+                response = await client.post(
                     webhook.url, content=body, headers={**headers, ATTEMPT_HEADER: str(attempt)})
             except httpx2.RequestError as exc:  # connection refused, timeout, protocol error
                 error = f"{type(exc).__name__}: {exc}"

@@ -34,7 +34,7 @@ from storage.transactions import (
     connect_writer,
 )
 from storage.writer import Writer, take_writer_lock
-from storage.writer_process import ProcessWriter
+from storage.writer_process import Launched, ProcessWriter, launch
 
 DB_NAME = "store.db"
 SNAPSHOT_DIR = "snapshots"
@@ -81,6 +81,7 @@ class Store:
         prune_every: int = 1000,
         writer_process: bool = False,
         on_writer_lost: Callable[[], None] | None = None,
+        launched_writer: Launched | None = None,
     ) -> Store:
         """Open (creating if needed) the store in ``data_dir`` and start its writer.
 
@@ -89,9 +90,12 @@ class Store:
         child process (storage.writer_process) instead of a thread; ``on_writer_lost``
         is called if that process dies while this one lives (see there), or when a
         commit's outcome is unknown (storage.errors.CommitUncertain), either writer.
+        ``launched_writer`` (with ``writer_process``) is that child started beforehand by
+        :meth:`launch_writer`.
         """
         if synchronous not in SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, got {synchronous!r}")
+            raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, "
+                             f"got {synchronous!r}")
         for name, value in (
             ("result_retention", result_retention),
             ("idempotency_retention", idempotency_retention),
@@ -102,8 +106,12 @@ class Store:
         data_dir = Path(data_dir)
         (data_dir / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
         writer: Writer | ProcessWriter
+        if launched_writer is not None and not writer_process:
+            launched_writer.discard()
+            raise ValueError("launched_writer is for writer_process=True")
         if writer_process:
-            writer = ProcessWriter(data_dir / DB_NAME, synchronous, on_lost=on_writer_lost)
+            writer = ProcessWriter(data_dir / DB_NAME, synchronous, on_lost=on_writer_lost,
+                                   launched=launched_writer)
         else:
             lock = take_writer_lock(data_dir / DB_NAME)
             try:
@@ -130,6 +138,16 @@ class Store:
             store.close()
             raise
         return store
+
+    @staticmethod
+    def launch_writer(data_dir: str | Path, synchronous: str = "full") -> Launched:
+        """Start the writer process of the store in ``data_dir`` now, for a later
+        ``open(data_dir, writer_process=True, launched_writer=...)`` with the same
+        ``synchronous``: its start runs meanwhile instead of inside ``open``."""
+        if synchronous not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, "
+                             f"got {synchronous!r}")
+        return launch(Path(data_dir) / DB_NAME, synchronous)
 
     def close(self) -> None:
         """Finish queued writes and close every connection; safe to call twice."""

@@ -10,11 +10,12 @@ a pipe, and a thread reads the outcomes from another and settles the futures.
 
 Crashes: the child holds the writer lock (``<database>.writer-lock``) while it lives, and
 every writer, thread or process, takes it before it opens the database, so a restarted
-server never writes beside the child of the process it replaces.  When the parent dies (``kill -9``), the
-child reads end-of-file, finishes what it had received, and exits; what it commits then
-was never acknowledged, as with a crash between commit and reply.  The child exits by
-itself, answering nothing, when a commit's outcome is unknown (an fsync failed after the
-transaction was written: storage.errors.CommitUncertain), which the parent sees as below.
+server never writes beside the child of the process it replaces.  When the parent dies
+(``kill -9``), the child reads end-of-file, finishes what it had received, and exits; what
+it commits then was never acknowledged, as with a crash between commit and reply.  The
+child exits by itself, answering nothing, when a commit's outcome is unknown (an fsync
+failed after the transaction was written: storage.errors.CommitUncertain), which the
+parent sees as below.
 When the child dies while the parent lives, the outcome of the work in flight is unknown:
 ``on_lost`` runs (the service ends its process there, as a crash would), then every pending
 future gets :class:`WriterLost`.
@@ -36,6 +37,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,40 +70,90 @@ class WriterLost(StorageError):
     """The writer process exited; whether the writes in flight were committed is unknown."""
 
 
+@dataclass
+class Launched:
+    """A writer child started ahead of its :class:`ProcessWriter` (:func:`launch`), which
+    takes it over: the child's interpreter start and the database's opening run beside
+    what the parent does meanwhile (the server: its imports) instead of being waited for.
+    One never taken over is ended by :meth:`discard`, or reads end-of-file and exits when
+    the parent does."""
+
+    db_path: Path
+    synchronous: str
+    max_group: int
+    child: subprocess.Popen
+    requests: int       # the pipe end the parent writes requests to
+    replies: int        # the one it reads replies from
+    taken: bool = False
+
+    def discard(self) -> None:
+        """End the child, unless a ProcessWriter took it over."""
+        if self.taken:
+            return
+        self.taken = True
+        for fd in (self.requests, self.replies):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.child.wait()
+
+
+def launch(db_path: str | Path, synchronous: str, max_group: int = MAX_GROUP) -> Launched:
+    """Start a writer child for ``db_path`` (its folder made if missing) without waiting
+    for it; the :class:`ProcessWriter` given it waits until it is ready."""
+    if max_group < 1:
+        raise ValueError(f"max_group must be >= 1, got {max_group}")
+    db_path = Path(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    requests_r, requests_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    env = dict(os.environ)
+    # The child imports this very `storage` package, wherever it was imported from.
+    package_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_root, env.get("PYTHONPATH")) if p)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "storage.writer_process", str(db_path), synchronous,
+             str(requests_r), str(replies_w), str(max_group)],
+            pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL, env=env)
+    except BaseException:
+        for fd in (requests_r, requests_w, replies_r, replies_w):
+            os.close(fd)
+        raise
+    os.close(requests_r)
+    os.close(replies_w)
+    return Launched(db_path, synchronous, max_group, child, requests_w, replies_r)
+
+
 class ProcessWriter:
     """Runs submitted ``storage.transactions`` functions in a child process, one transaction
     each, in order; grouped submissions waiting together share one transaction.
 
-    Starts the child and waits until it holds the writer lock and has migrated the schema
-    (errors there, such as SchemaTooNew, are raised here).
+    Starts the child (or takes over the `launched` one) and waits until it holds the writer
+    lock and has migrated the schema (errors there, such as SchemaTooNew, are raised here).
     """
 
     def __init__(self, db_path: str | Path, synchronous: str, *, max_group: int = MAX_GROUP,
                  on_lost: Callable[[], None] | None = None,
-                 start_timeout: float = START_TIMEOUT_S):
-        if max_group < 1:
-            raise ValueError(f"max_group must be >= 1, got {max_group}")
+                 start_timeout: float = START_TIMEOUT_S, launched: Launched | None = None):
         db_path = Path(db_path)
-        requests_r, requests_w = os.pipe()
-        replies_r, replies_w = os.pipe()
-        env = dict(os.environ)
-        # The child imports this very `storage` package, wherever it was imported from.
-        package_root = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_root, env.get("PYTHONPATH")) if p)
-        try:
-            self._child = subprocess.Popen(
-                [sys.executable, "-m", "storage.writer_process", str(db_path), synchronous,
-                 str(requests_r), str(replies_w), str(max_group)],
-                pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL, env=env)
-        except BaseException:
-            for fd in (requests_r, requests_w, replies_r, replies_w):
-                os.close(fd)
-            raise
-        os.close(requests_r)
-        os.close(replies_w)
-        self._requests = requests_w
-        self._replies = _Receiver(replies_r)
+        if launched is None:
+            launched = launch(db_path, synchronous, max_group)
+        elif launched.taken:
+            raise ValueError("that writer process was taken over or discarded already")
+        elif (launched.db_path, launched.synchronous, launched.max_group) != \
+                (db_path, synchronous, max_group):
+            launched.discard()
+            raise ValueError(f"the writer process launched for {launched.db_path} "
+                             f"({launched.synchronous}, groups of {launched.max_group}) is "
+                             f"not the one wanted for {db_path} ({synchronous}, groups of "
+                             f"{max_group})")
+        launched.taken = True
+        self._child = launched.child
+        self._requests = launched.requests
+        self._replies = _Receiver(launched.replies)
         self._on_lost = on_lost
         # _send_lock orders the requests (it is held while a full pipe blocks); _lock guards
         # the rest and is never held across I/O, so replies can always be read meanwhile.

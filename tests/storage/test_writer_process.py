@@ -139,3 +139,36 @@ def test_a_store_with_a_writer_process_serves_everything(tmp_path):
         assert store.queries() == []
     finally:
         store.close()
+
+
+def test_a_writer_launched_beforehand_is_taken_over_by_open(tmp_path):
+    launched = Store.launch_writer(tmp_path / "data", "normal")     # makes the folder
+    store = Store.open(tmp_path / "data", synchronous="normal", writer_process=True,
+                       launched_writer=launched)
+    try:
+        assert launched.taken and store._writer.pid == launched.child.pid
+        store.register_query(query(1), {"red": 7}, None)
+        store.append_batch(batch(1, (1,)))
+        assert store.last_seq() == 1 and store.labels() == {"red": 7}
+        launched.discard()          # taken over: leaves the child alone
+        assert launched.child.poll() is None
+    finally:
+        store.close()
+    assert launched.child.poll() == 0
+
+
+def test_a_launched_writer_for_other_settings_is_ended_and_refused(tmp_path):
+    launched = Store.launch_writer(tmp_path / "data", "full")
+    with pytest.raises(ValueError, match="not the one wanted"):
+        Store.open(tmp_path / "data", synchronous="normal", writer_process=True,
+                   launched_writer=launched)
+    assert launched.child.poll() is not None
+    # Discarded: the writer lock is free for the next one.
+    Store.open(tmp_path / "data", synchronous="normal", writer_process=True).close()
+
+
+def test_a_launched_writer_never_taken_over_is_ended_by_discard(tmp_path):
+    launched = Store.launch_writer(tmp_path / "data", "normal")
+    launched.discard()
+    assert launched.child.poll() is not None
+    Store.open(tmp_path / "data", synchronous="normal", writer_process=True).close()
