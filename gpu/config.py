@@ -36,6 +36,9 @@ class EngineConfig:
     # docs/benchmarks.md): R-MAT 2^22's tree batch 1.5x faster, GH's sets ~5% slower on
     # average; 64 made GH's trees 26% slower, 4,096 gave up most of R-MAT's gain.
     leaf_count_degree: int = 1024
+    # ... while the leaf totals' cache (vertex slots x a launch's leaf columns x 8 bytes)
+    # fits in this many bytes; a launch that would need more enumerates its tails.
+    leaf_cache_bytes: int = 1 << 30
     # CPU executor: a query's tasks run on the calling thread alone when fewer than this
     # (a parallel region costs more than a few tasks, and stalls on a busy host).
     serial_below_tasks: int = 64
@@ -121,7 +124,7 @@ class EngineConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
         for name in ("shared_region_threads", "batch_group_edges", "device_batch_group_edges",
-                     "small_phase_edges", "leaf_count_degree"):
+                     "small_phase_edges", "leaf_count_degree", "leaf_cache_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"EngineConfig.{name} must be a non-negative integer, got "

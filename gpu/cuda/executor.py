@@ -56,14 +56,18 @@ class DeviceMirror:
         self._leaf_cache: cp.ndarray | None = None
         self._leaf_epoch = 0
 
-    def leaf_cache(self, entries: int) -> tuple[cp.ndarray, int]:
-        """The leaf totals' cache (uint64, at least `entries`) and a new launch's epoch; it
-        grows by doubling, and is cleared only when it grows or the epochs run out."""
+    def leaf_cache(self, entries: int, most: int) -> tuple[cp.ndarray, int]:
+        """The leaf totals' cache (uint64, at least `entries`, which is at most `most`) and a
+        new launch's epoch; it grows by doubling up to `most`, and is cleared only when it
+        grows or the epochs run out."""
+        if entries > most:
+            raise ValueError(f"a leaf cache of {entries} entries asked, at most {most}")
         self._leaf_epoch += 1
         cache = self._leaf_cache
         if cache is None or cache.shape[0] < entries or self._leaf_epoch >= 1 << 31:
             size = max(entries, 2 * (cache.shape[0] if cache is not None else 0), 1024)
-            self._leaf_cache = cp.zeros(size, dtype=np.uint64)
+            self._leaf_cache = None     # its memory back to the pool before the next
+            self._leaf_cache = cp.zeros(max(entries, min(size, most)), dtype=np.uint64)
             self._leaf_epoch = 1
         return self._leaf_cache, self._leaf_epoch
 

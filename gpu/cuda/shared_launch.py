@@ -133,19 +133,23 @@ class SharedLaunch:
         self.graph = mirror.graph.arrays()
         self.cand_ptrs = mirror.cand_table([qid for qid, _ in jobs])
         # Leaf counts for the plans' counted tails, on the lists' layout (the read view),
-        # unless no vertex has the neighbours a counted tail needs.
+        # unless no vertex has the neighbours a counted tail needs or their cache would
+        # outgrow its bound.
+        config = mirror.config
+        cache_entries = self.graph.deg.shape[0] * self.plan.col_q.shape[0]
         counted = isinstance(self.graph, match_launchers.ListGraphArrays) and \
-            self.plan.col_q.shape[0] > 0 and mirror.config.leaf_counts and \
-            mirror.max_degree >= mirror.config.leaf_count_degree
+            cache_entries > 0 and config.leaf_counts and \
+            mirror.max_degree >= config.leaf_count_degree and \
+            cache_entries * 8 <= config.leaf_cache_bytes
         self.kernel = (match_launchers.LEAF_KERNEL if counted else
                        match_launchers.GRAPH_LAYOUTS[type(self.graph)][0])
         self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel)
         self.leaves = None
         if counted:
-            cache, epoch = mirror.leaf_cache(self.graph.deg.shape[0] * self.plan.col_q.shape[0])
+            cache, epoch = mirror.leaf_cache(cache_entries, config.leaf_cache_bytes // 8)
             self.leaves = match_launchers.PhaseLeaves(
                 self.graph, self.plan, self.cand_ptrs, edges, cache, epoch,
-                mirror.config.leaf_count_degree)
+                config.leaf_count_degree)
         self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
         # Zeros: a listing reads the task type of every pair's slot, made or not (an
         # unmade slot's count is zero, its type only has to be a valid index).

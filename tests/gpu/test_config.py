@@ -21,7 +21,7 @@ def test_tiny_shares_at_every_step_in_both_kinds_of_phase():
     assert tiny.share_every == tiny.small_share_every == 1
 
 
-@pytest.mark.parametrize("name", ["small_phase_edges", "leaf_count_degree"])
+@pytest.mark.parametrize("name", ["small_phase_edges", "leaf_count_degree", "leaf_cache_bytes"])
 @pytest.mark.parametrize("value", [-1, 2.5])
 def test_a_setting_that_must_not_be_negative_is_refused_by_name(name, value):
     with pytest.raises(ValueError,

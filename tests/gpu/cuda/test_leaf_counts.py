@@ -98,3 +98,30 @@ def test_counted_leaves_equal_enumerated_and_cpu(config):
         assert engines[1].count(qid) == engines[0].count(qid) == engines[2].count(qid)
     for e in engines:
         e.check()
+
+
+@pytest.mark.parametrize("cache_bytes, counted", [(0, False), (1 << 30, True)])
+def test_a_launch_counts_leaves_only_while_their_cache_fits_its_bound(monkeypatch, cache_bytes,
+                                                                      counted):
+    """EngineConfig.leaf_cache_bytes: a launch whose leaf totals would not fit enumerates
+    its tails (no PhaseLeaves made), with the same counts."""
+    from gpu.cuda import match_launchers
+    made = []
+    real = match_launchers.PhaseLeaves
+
+    def spy(*args, **kwargs):
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(match_launchers, "PhaseLeaves", spy)
+    full = labelled_graph(6)
+    initial, stream = split_stream(full, 0.25, 6)
+    config = EngineConfig(leaf_count_degree=0, small_phase_edges=0,
+                          leaf_cache_bytes=cache_bytes)
+    engines = [Engine(initial, backend="cpu"), Engine(initial, backend="cuda", config=config)]
+    for q in tree_queries():
+        assert len({e.add_query(q) for e in engines}) == 1
+    got = [deltas(e.apply(stream)) for e in engines]
+    assert got[1] == got[0]
+    assert bool(made) == counted
+    engines[1].check()
