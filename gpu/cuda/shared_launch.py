@@ -136,9 +136,9 @@ class SharedLaunch:
         # unless no vertex has the neighbours a counted tail needs or their cache would
         # outgrow its bound.
         config = mirror.config
-        cache_entries = self.graph.deg.shape[0] * self.plan.col_q.shape[0]
-        counted = isinstance(self.graph, match_launchers.ListGraphArrays) and \
-            cache_entries > 0 and config.leaf_counts and \
+        lists = isinstance(self.graph, match_launchers.ListGraphArrays)
+        cache_entries = self.graph.deg.shape[0] * self.plan.col_q.shape[0] if lists else 0
+        counted = cache_entries > 0 and config.leaf_counts and \
             mirror.max_degree >= config.leaf_count_degree and \
             cache_entries * 8 <= config.leaf_cache_bytes
         self.kernel = (match_launchers.LEAF_KERNEL if counted else
