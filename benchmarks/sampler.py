@@ -7,8 +7,10 @@ many samples had each function on its stack (inclusive) and on top (own).
 For where py-spy cannot attach (the device host refuses ptrace): `benchmarks.service_bench
 --profile FILE` runs the server under it.  The report is written when the module returns,
 raises, or the process gets SIGTERM (turned into a normal exit, so a server's own shutdown
-runs first).  Sampling holds the GIL for the few microseconds a read of the stacks takes;
-at the default 5 ms that is well under 1% of one core.
+runs first).  SIGUSR1 starts the counts afresh (`service_bench --profile` sends it when
+its load begins, so that a server's start-up is not in the report).  Sampling holds the
+GIL for the few microseconds a read of the stacks takes; at the default 5 ms that is well
+under 1% of one core.
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ class Sampler:
         self.own: dict[str, Counter] = defaultdict(Counter)
         self.samples: Counter = Counter()
         self._stop = threading.Event()
+        self._reset = threading.Event()
+        self.started = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
     def start(self) -> None:
@@ -47,12 +51,23 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
+    def reset(self) -> None:
+        """Start the counts afresh (safe from a signal handler: the sampling thread
+        clears them before its next sample)."""
+        self._reset.set()
+
     def _run(self) -> None:
         # Kept short: it holds the GIL while it reads (code objects only, no strings).
         me = threading.get_ident()
         names: dict[int, str] = {}
         ticks = 0
         while not self._stop.wait(self.interval):
+            if self._reset.is_set():
+                self._reset.clear()
+                self.inclusive.clear()
+                self.own.clear()
+                self.samples.clear()
+                self.started = time.perf_counter()
             frames = sys._current_frames()
             # Names are read when a thread appears (a short-lived one is still named) and
             # now and then besides, since a new thread may reuse a dead one's ident.
@@ -99,8 +114,8 @@ def main(argv=None) -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     sampler = Sampler(args.interval)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: sampler.reset())
     sys.argv = [args.module, *args.args]
-    started = time.perf_counter()
     sampler.start()
     try:
         runpy.run_module(args.module, run_name="__main__", alter_sys=True)
@@ -108,7 +123,8 @@ def main(argv=None) -> None:
         sampler.stop()
         report = sampler.report(args.top)
         args.out.write_text(f"# {args.module} {' '.join(args.args)}: "
-                            f"{time.perf_counter() - started:.1f} s\n" + report)
+                            f"{time.perf_counter() - sampler.started:.1f} s counted\n"
+                            + report)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import socket
 import statistics
 import subprocess
@@ -71,7 +72,7 @@ def _parse_args(argv):
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
     p.add_argument("--profile", type=Path,
                    help="run the server under benchmarks.sampler and write its per-thread "
-                        "profile here when it stops")
+                        "profile of the load (start-up left out) here when it stops")
     p.add_argument("--plot", action="store_true", help=PLOT_HELP)
     p.add_argument("--log", type=Path, default=REPO / "bench-out" / "service-bench-server.log",
                    help="the server's log")
@@ -222,9 +223,10 @@ def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
     # With --profile the server runs under the ptrace-free sampler (benchmarks/sampler.py),
     # which writes its report when the server stops.
     profile = ([] if args.profile is None else
-               ["-m", "benchmarks.sampler", "--out", str(args.profile)])
+               ["-m", "benchmarks.sampler", "--top", "150", "--out", str(args.profile)])
     command = [sys.executable, *profile, "-m", "service.cli", "serve",
-               "--data-dir", str(data_dir), "--port", str(args.port), "--backend", args.backend, "--graph", str(graph_file),
+               "--data-dir", str(data_dir), "--port", str(args.port), "--backend", args.backend,
+               "--graph", str(graph_file),
                "--synchronous", args.synchronous, "--log-level", "warning"]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     print(f"server log: {log.name}")
@@ -338,6 +340,8 @@ def main(argv=None) -> int:
                 subscribers = [SseSubscriber(args.port, qid) for qid in ids[: args.subscribers]]
                 for s in subscribers:
                     s.start()
+                if args.profile is not None:
+                    proc.send_signal(signal.SIGUSR1)    # the report counts the load only
                 for size in args.sizes:
                     encode = _json_body if size <= 1000 else _npy_body
                     row = _run_size(args, cycle, size, encode)

@@ -3,6 +3,7 @@ spends its time in, per thread, and writes its report on a normal end and on SIG
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -77,3 +78,38 @@ def test_sigterm_ends_the_module_and_writes_the_report(tmp_path):
     proc.terminate()
     assert proc.wait(timeout=60) != 0
     assert "wait_forever (sleeper.py:" in _section(out.read_text(), "MainThread")
+
+
+def test_sigusr1_starts_the_counts_afresh(tmp_path):
+    source = '''
+import signal, threading, time
+
+def before():
+    end = time.perf_counter() + 0.6
+    while time.perf_counter() < end:
+        pass
+
+def after():
+    while True:
+        time.sleep(0.01)
+
+if __name__ == "__main__":
+    before()
+    print("ready", flush=True)
+    after()
+'''
+    out = tmp_path / "profile.txt"
+    (tmp_path / "phases.py").write_text(source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.sampler", "--out", str(out),
+                             "--interval", "0.002", "-m", "phases"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    proc.terminate()
+    assert proc.wait(timeout=60) != 0
+    proc.stdout.close()
+    main = _section(out.read_text(), "MainThread")
+    assert "after (phases.py:" in main
+    assert "before (phases.py:" not in main
