@@ -109,8 +109,11 @@ def instrument(sections: Sections) -> None:
         wrap(cuda_executor, "launch_cuda_counts", "launch_cuda_counts")
         wrap(cuda_executor.PendingMatches, "resolve", "PendingMatches.resolve (waits)")
         wrap(device_graph.DeviceEdgeGraph, "find_edge", "DeviceEdgeGraph.find_edge")
-        from gpu.cuda import batch_prep
+        from gpu.cuda import batch_prep, small_phase
         wrap(batch_prep.DevicePrep, "edge_changes", "DevicePrep.edge_changes (device)")
+        wrap(small_phase.SmallPhase, "launch", "SmallPhase.launch")
+        wrap(small_phase.PendingSmall, "per_edge", "PendingSmall.per_edge (waits)")
+        wrap(small_phase.SmallLookup, "values", "SmallLookup.values (waits)")
     wrap(engine_module, "normalize", "batch.normalize")
     for name in ("_start", "_leaf_edges", "_query_arrays", "_incremental", "_count_shared",
                  "_mutate"):

@@ -158,8 +158,9 @@ class DeviceMirror:
                              if qid not in key}
 
     # ---- plans ---------------------------------------------------------
-    def plan_arrays(self, qid: int, types: TaskTypes) -> match_launchers.DevicePlan:
-        """Device copies of a plan's task types (made once per plan)."""
+    def _host_plan(self, qid: int, types: TaskTypes) -> match_launchers.DevicePlan:
+        """A plan's task types as DevicePlan's fields on the host (NumPy, the kernels'
+        dtypes), made once per plan."""
         per_query = self._plans.setdefault(qid, {})
         cached = per_query.get(id(types))
         if cached is not None and cached[0] is types:
@@ -171,37 +172,44 @@ class DeviceMirror:
                 types.bw_count, types.bw_level, types.bw_label,
                 types.tail_free.astype(np.uint8), types.perms, types.multiplicity,
                 types.roots, types.root_labels, *_leaf_columns(types))
-        dev = match_launchers.DevicePlan(*(cp.asarray(np.ascontiguousarray(
-            a, dtype=match_launchers.PLAN_DTYPES[name]))
+        plan = match_launchers.DevicePlan(*(np.ascontiguousarray(
+            a, dtype=match_launchers.PLAN_DTYPES[name])
             for name, a in zip(match_launchers.DevicePlan._fields, host, strict=True)))
-        per_query[id(types)] = (types, dev)
-        return dev
+        per_query[id(types)] = (types, plan)
+        return plan
 
     def stacked_plans(self, plans: list[tuple[int, TaskTypes]]
                       ) -> tuple[match_launchers.DevicePlan, int]:
-        """The task types of several queries as one plan (types renumbered in order, each
-        type's candidate-table row set) and its orbit width; kept while the same queries
-        stand with the same plans, so a batch does not stack them again."""
+        """The task types of several queries as one plan on the device (types renumbered
+        in order, each type's candidate-table row set) and its orbit width; kept while the
+        same queries stand with the same plans, so a batch does not stack them again.
+
+        Stacked on the host and copied up: CuPy's pad, where and full would each compile
+        a kernel the first time they meet a dtype, inside the first batch after the
+        queries changed (0.7 s of NVRTC on a fresh device, the service's profile of
+        2026-11-28)."""
         key = tuple((qid, id(types)) for qid, types in plans)
         cached = self._stacked.get(key)
         if cached is not None and all(a is b for a, (_, b) in zip(cached[0], plans,
                                                                   strict=True)):
             return cached[1], cached[2]
-        parts = [self.plan_arrays(qid, types) for qid, types in plans]
+        parts = [self._host_plan(qid, types) for qid, types in plans]
         members = max(part.perms.shape[1] for part in parts)
         columns = {}
         for name in match_launchers.DevicePlan._fields:
             column = [getattr(part, name) for part in parts]
             if name == "perms":     # [T, members, n], padded to the widest orbit
-                column = [cp.pad(c, ((0, 0), (0, members - c.shape[1]), (0, 0)))
+                column = [np.pad(c, ((0, 0), (0, members - c.shape[1]), (0, 0)))
                           for c in column]
             if name in ("cand_row", "col_row"):
-                column = [cp.full(c.shape[0], row, dtype=np.int32)
+                column = [np.full(c.shape[0], row, dtype=np.int32)
                           for row, c in enumerate(column)]
             if name == "leaf_col":      # columns numbered across the stacked queries
                 first = np.cumsum([0] + [part.col_q.shape[0] for part in parts])
-                column = [cp.where(c >= 0, c + np.int32(at), c) for c, at in zip(column, first)]
-            columns[name] = cp.concatenate(column)
+                column = [np.where(c >= 0, c + np.int32(at), c).astype(np.int32)
+                          for c, at in zip(column, first)]
+            columns[name] = cp.asarray(np.ascontiguousarray(
+                np.concatenate(column), dtype=match_launchers.PLAN_DTYPES[name]))
         plan = match_launchers.DevicePlan(**columns)
         if len(self._stacked) >= 8:     # sets of counted queries come and go: keep a few
             self._stacked.clear()
