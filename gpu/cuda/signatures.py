@@ -146,7 +146,12 @@ class DeviceSignatures:
             slots = cp.asarray(batch.add_slots.astype(np.int32))
             self.label[slots] = cp.asarray(batch.add_labels.astype(np.int32))
             self.slot_of[slots] = cp.asarray(label_slots(self.labels, batch.add_labels))
-            self.counts[slots] = 0
+            # The rows zeroed through a flat index: a 2-D scatter is compiled per shape
+            # (one label's table collapses to 1-D), so a service's first vertex record
+            # met a kernel the warm-up's one-label graph had not built.
+            width = self.counts.shape[1]
+            flat = (batch.add_slots.astype(np.int64)[:, None] * width + np.arange(width))
+            self.counts.reshape(-1)[cp.asarray(flat.reshape(-1))] = 0
             self.deg[slots] = 0
             self.alive[slots] = True
         dev = batch.device
