@@ -13,13 +13,13 @@ loads the snapshot and replays the batches after it.  Cold starts use a fresh
 `NUMBA_CACHE_DIR` and an empty store.  One JSON line per start, then a summary.
 
 /readyz is polled every POLL_SECONDS, each poll on a new connection (as an orchestrator's
-probe), through one client: `httpx.get`, used before 2026-11-28 19:20 UTC, made a client
-(and its TLS context) per poll, 37 ms of this process's CPU each time, ~80% of a core for
-the whole start, on a 2-vCPU VM half of what the server, its store's writer process and
-this harness share, and all of it when another tenant holds the other core.  The interval
-keeps the polls about as frequent as they were then (10 ms of sleep + 37 ms), so the server
-answers as many: each answer, before ready, costs it ~1.7 ms of CPU (docs/benchmarks.md,
-"Restart, a third time").
+probe), through one client.  `httpx.get`, used until 2026-11-28, made a client (and its TLS
+context) per poll: 37 ms of this process's CPU each time, ~80% of a core for the whole
+start, on the 2-vCPU VM half of what the server, its store's writer process and this harness
+share, and all of it when another tenant holds the other core.  The interval keeps the polls
+about as frequent as they were then (10 ms of sleep + 37 ms), so the server answers as many:
+each answer before ready costs it ~1.7 ms of CPU (docs/benchmarks.md, "Restart, a third
+time").
 """
 from __future__ import annotations
 
@@ -79,12 +79,19 @@ def start(data_dir: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str, 
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
             stdout=out, stderr=subprocess.STDOUT)
     proc.t0 = t0
+    wait_ready(proc, url, log)
+    return proc, url, time.perf_counter() - t0
+
+
+def wait_ready(proc: subprocess.Popen, url: str, log: Path) -> None:
+    """Poll `url`/readyz until it answers 200 (refused connections and 503s are polled
+    again); SystemExit if the server exits first."""
     while True:
         if proc.poll() is not None:
             raise SystemExit(f"the server exited: see {log}")
         try:
             if _PROBE.get(url + "/readyz", timeout=1).status_code == 200:
-                return proc, url, time.perf_counter() - t0
+                return
         except httpx.TransportError:
             pass
         time.sleep(POLL_SECONDS)
