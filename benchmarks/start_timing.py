@@ -18,8 +18,8 @@ context) per poll: 37 ms of this process's CPU each time, ~80% of a core for the
 start, on the 2-vCPU VM half of what the server, its store's writer process and this harness
 share, and all of it when another tenant holds the other core.  The interval keeps the polls
 about as frequent as they were then (10 ms of sleep + 37 ms), so the server answers as many:
-each answer before ready costs it ~1.7 ms of CPU (docs/benchmarks.md, "Restart, a third
-time").
+each answer costs it ~1.7 ms of CPU, its connection included (docs/benchmarks.md, "Restart,
+a third time").
 """
 from __future__ import annotations
 
