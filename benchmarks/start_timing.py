@@ -11,6 +11,15 @@ The store: a random graph (`--vertices`, `--edges`, 5 labels) bulk-loaded, the d
 triangle, square and house queries, then `--batches` one-edge batches, so that a restart
 loads the snapshot and replays the batches after it.  Cold starts use a fresh
 `NUMBA_CACHE_DIR` and an empty store.  One JSON line per start, then a summary.
+
+/readyz is polled every POLL_SECONDS, each poll on a new connection (as an orchestrator's
+probe), through one client.  `httpx.get`, used until 2026-11-28, made a client (and its TLS
+context) per poll: 37 ms of this process's CPU each time, ~80% of a core for the whole
+start, on the 2-vCPU VM half of what the server, its store's writer process and this harness
+share, and all of it when another tenant holds the other core.  The interval keeps the polls
+about as frequent as they were then (10 ms of sleep + 37 ms), so the server answers as many:
+each answer costs it ~1.7 ms of CPU, its connection included (docs/benchmarks.md, "Restart,
+a third time").
 """
 from __future__ import annotations
 
@@ -52,6 +61,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+POLL_SECONDS = 0.05
+# The probe's client: made once, no connection kept between polls.
+_PROBE = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def start(data_dir: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str, float]:
     """Start the server; (process, url, seconds from launch to /readyz 200).  `t0` is kept
     on the process (proc.t0)."""
@@ -65,20 +79,27 @@ def start(data_dir: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str, 
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
             stdout=out, stderr=subprocess.STDOUT)
     proc.t0 = t0
+    wait_ready(proc, url, log)
+    return proc, url, time.perf_counter() - t0
+
+
+def wait_ready(proc: subprocess.Popen, url: str, log: Path) -> None:
+    """Poll `url`/readyz until it answers 200 (refused connections and 503s are polled
+    again); SystemExit if the server exits first."""
     while True:
         if proc.poll() is not None:
             raise SystemExit(f"the server exited: see {log}")
         try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return proc, url, time.perf_counter() - t0
+            if _PROBE.get(url + "/readyz", timeout=1).status_code == 200:
+                return
         except httpx.TransportError:
             pass
-        time.sleep(0.01)
+        time.sleep(POLL_SECONDS)
 
 
 def compiled(proc: subprocess.Popen, url: str) -> float:
     """Seconds from launch until /readyz says the kernels run compiled."""
-    while httpx.get(url + "/readyz", timeout=5).json()["kernels"] != "compiled":
+    while _PROBE.get(url + "/readyz", timeout=5).json()["kernels"] != "compiled":
         if proc.poll() is not None:
             raise SystemExit("the server exited")
         time.sleep(0.05)
