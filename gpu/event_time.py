@@ -35,6 +35,7 @@ from gpu import clock
 from gpu.batch import EffectiveBatch, normalize, stored_labels
 from gpu.cpu.windowed import count_windowed
 from gpu.graph.lists import DynamicGraph
+from gpu.graph.sets import sorted_union, sorted_unique
 from gpu.graph.times import NO_KEYS, edge_keys
 from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, NO_TIME, UpdateStream
 from gpu.pipeline import PendingBatch
@@ -138,11 +139,11 @@ def timed_effect(engine: Engine, stream: UpdateStream, batch: EffectiveBatch) ->
         return effect
     horizon = watermark - engine.retention
     taken, at = engine.times.index.take_until(horizon)
-    live = np.unique(taken[engine.times.current(taken, at)])
+    live = sorted_unique(taken[engine.times.current(taken, at)])
     effect.taken = live
     # Refreshed edges go by their new time, the batch's deletions by the batch.
     live = live[~np.isin(live, effect.refreshed_keys) & ~np.isin(live, deleted)]
-    effect.expired = np.union1d(live, effect.refreshed_keys[effect.refreshed_times <= horizon])
+    effect.expired = sorted_union(live, effect.refreshed_keys[effect.refreshed_times <= horizon])
     effect.expired_new = effect.new_keys[effect.new_times <= horizon]
     return effect
 
@@ -232,7 +233,7 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
     if len(keys) == 0:
         return found
     widest = max(engine._windowed[qid].window for qid in qids)
-    graph = _window_subgraph(engine, np.union1d(keys, taken), int(at.min()) - widest,
+    graph = _window_subgraph(engine, sorted_union(keys, taken), int(at.min()) - widest,
                              int(at.max()) + widest, absent)
     us, vs = _split(keys)
     graph.set_ranks(us, vs, np.arange(1, len(keys) + 1, dtype=np.int32))
@@ -261,7 +262,7 @@ def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int,
     for `absent` (sorted): the expired edges between the expiry's deletion and the
     batch's own, still timed then."""
     g, table = engine.graph, engine.times.table
-    keys = np.union1d(engine.times.index.between(lo, hi), updates)
+    keys = sorted_union(engine.times.index.between(lo, hi), updates)
     at, labels = table.get_labeled(keys)
     keep = (at >= lo) & (at <= hi)          # the index's stale entries out
     if len(absent):
@@ -305,7 +306,7 @@ class _WindowedPhases:
             found = windowed_phase(self.engine, structural, None, None, taken=self.taken,
                                    list_limit=list_limit, absent=self.absent)
         else:
-            found = windowed_phase(self.engine, np.union1d(structural, self.refreshed),
+            found = windowed_phase(self.engine, sorted_union(structural, self.refreshed),
                                    (self.refreshed, other_times), structural,
                                    taken=self.taken, list_limit=list_limit,
                                    absent=self.absent)

@@ -36,6 +36,7 @@ from gpu.graph.pma import device_update
 from gpu.graph.pma.array import PackedMemoryArray
 from gpu.graph.pma.layout import PMAConfig
 from gpu.graph.pma.view import ListView
+from gpu.graph.sets import sorted_unique
 from gpu.graph.vertices import VertexTable
 
 
@@ -222,7 +223,7 @@ class PmaGraph:
             order = np.argsort(inserted)
             inserted, vals, deleted = inserted[order], vals[order], np.sort(deleted)
         if touched is None:
-            touched = np.unique(np.concatenate([iu, du]))
+            touched = sorted_unique(np.concatenate([iu, du]))
         # One upload: the keys, the touched vertices (the view's int64, the signatures'
         # int32), the values and the edge ends.
         on_device = upload_together(
@@ -259,8 +260,8 @@ class PmaGraph:
         if self.view is None:
             return
         if touched is None:
-            touched = np.unique(np.concatenate([batch.insert_u, batch.insert_v,
-                                                batch.delete_u, batch.delete_v]))
+            touched = sorted_unique(np.concatenate([batch.insert_u, batch.insert_v,
+                                                    batch.delete_u, batch.delete_v]))
             touched_on_device = None
         self.view.refresh(self.pma, graph.deg[:graph.num_slots], touched, touched_on_device)
 
@@ -333,7 +334,7 @@ class PmaGraph:
 
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every edge touching `slots`, once, as (u, v, label) with u < v (host arrays)."""
-        vertices = np.unique(np.asarray(slots, dtype=np.int64))
+        vertices = sorted_unique(np.asarray(slots, dtype=np.int64))
         with self.streams.reading():
             src, keys, vals = self.pma.out_edges(cp.asarray(vertices))
         dst = (keys & self.pma.vertex_mask).astype(np.int64)

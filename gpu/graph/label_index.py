@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpu.graph.sets import sorted_unique
+
 
 # Labels `LabelIndex.of` looks up one by one rather than by array operations.
 FEW_LABELS = 16
@@ -37,7 +39,7 @@ class LabelIndex:
         known = (pos < len(self._sorted)) & (self._sorted[inside] == labels) \
             if len(self._sorted) else np.zeros(len(labels), dtype=bool)
         if not known.all():
-            new = np.unique(labels[~known])
+            new = sorted_unique(labels[~known])
             merged = np.concatenate([self._sorted, new])
             index = np.concatenate([self._index, np.arange(self.count, self.count + len(new))])
             order = np.argsort(merged, kind="stable")
@@ -53,7 +55,7 @@ class LabelIndex:
 
     def count_with(self, labels) -> int:
         """How many labels there would be with these registered too (nothing changes)."""
-        labels = np.unique(np.asarray(labels, dtype=np.int64).ravel())
+        labels = sorted_unique(np.asarray(labels, dtype=np.int64))
         if len(labels) == 0:
             return self.count
         return self.count + int((~np.isin(labels, self._sorted)).sum())

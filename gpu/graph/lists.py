@@ -23,6 +23,7 @@ from gpu import kernel_cache  # noqa: F401 -- stamps this module's kernels (see 
 from gpu.config import EngineConfig
 from gpu.graph.idmap import find_slot
 from gpu.plan.signatures import candidate_edge_counts
+from gpu.graph.sets import sorted_unique
 from gpu.graph.vertices import VertexTable
 
 
@@ -393,7 +394,7 @@ class DynamicGraph(VertexTable):
         """All edges touching `slots`, each once, as (u, v, label) with u < v (directed:
         the arcs u -> v into and out of them)."""
         parts_u, parts_v, parts_l, parts_k = [], [], [], []
-        for u in np.unique(slots).tolist():
+        for u in sorted_unique(slots).tolist():
             s, d = self.start[u], self.deg[u]
             parts_u.append(np.full(d, u, dtype=np.int32))
             parts_v.append(self.nbr[s: s + d].copy())

@@ -1,8 +1,10 @@
-"""Sorted unique values of an integer array, by sorting.
+"""Sorted unique values of integer arrays, and unions of them, by sorting.
 
 NumPy 2.4's `np.unique` without return arrays hashes: 2.3 s for four million int32
 values, against 0.17 s for a sort and a mask (the engine's touched vertices of a
-million-edge batch, a bulk load's vertex ids).  Results equal `np.unique`'s.
+million-edge batch, a bulk load's vertex ids).  `np.union1d` goes through it too: 2.3 ms
+for the ~30,000 edge keys of a windowed phase's subgraph (gpu/event_time.py), against
+0.5 ms here.  Results equal `np.unique`'s and `np.union1d`'s.
 """
 from __future__ import annotations
 
@@ -18,3 +20,8 @@ def sorted_unique(values) -> np.ndarray:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def sorted_union(a, b) -> np.ndarray:
+    """np.union1d(a, b) for integer arrays: the values in either, distinct, ascending."""
+    return sorted_unique(np.concatenate((np.asarray(a).ravel(), np.asarray(b).ravel())))
