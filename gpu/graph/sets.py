@@ -2,9 +2,9 @@
 
 NumPy 2.4's `np.unique` without return arrays hashes: 2.3 s for four million int32
 values, against 0.17 s for a sort and a mask (the engine's touched vertices of a
-million-edge batch, a bulk load's vertex ids).  `np.union1d` goes through it too: 2.3 ms
-for the ~30,000 edge keys of a windowed phase's subgraph (gpu/event_time.py), against
-0.5 ms here.  Results equal `np.unique`'s and `np.union1d`'s.
+million-edge batch, a bulk load's vertex ids).  `np.union1d` goes through it too: 3.95 ms
+for 30,000 uint64 keys and 1,000 more (a windowed phase's subgraph, gpu/event_time.py),
+against 0.99 ms here (2-vCPU VM).  Results equal `np.unique`'s and `np.union1d`'s.
 """
 from __future__ import annotations
 
