@@ -84,6 +84,10 @@ def _parse_args(argv):
                    help="ablation: cuda warps do not hand work to idle warps")
     p.add_argument("--share-every", type=int, default=EngineConfig.share_every,
                    help="cuda tuning: advance steps between looks at idle warps")
+    p.add_argument("--intersecting-blocks-per-sm", type=int,
+                   default=EngineConfig.intersecting_blocks_per_sm,
+                   help="cuda tuning: search blocks per multiprocessor for intersecting "
+                        "queries (0: as many as fit)")
     p.add_argument("--no-leaf-groups", action="store_true",
                    help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-leaf-counts", action="store_true",
@@ -338,7 +342,9 @@ def run(args, backend: str, header: dict | None = None) -> list[dict]:
                                         share_every=args.share_every,
                                         leaf_groups=not args.no_leaf_groups,
                                         leaf_counts=not args.no_leaf_counts,
-                                        leaf_count_degree=args.leaf_count_degree),
+                                        leaf_count_degree=args.leaf_count_degree,
+                                        intersecting_blocks_per_sm=(
+                                            args.intersecting_blocks_per_sm)),
                     coalesce=not args.no_coalesce)
     log(f"engine built ({time.perf_counter() - t0:.1f} s)")
     records = []
@@ -360,6 +366,7 @@ def run(args, backend: str, header: dict | None = None) -> list[dict]:
                     "backend": backend,
                     "work_sharing": not args.no_work_sharing,
                     "share_every": args.share_every,
+                    "intersecting_blocks_per_sm": args.intersecting_blocks_per_sm,
                     "coalesce": not args.no_coalesce,
                     "leaf_groups": not args.no_leaf_groups,
                     "leaf_counts": not args.no_leaf_counts,

@@ -105,6 +105,9 @@ def _parse_args(argv):
     g.add_argument("--device-batch-group-edges", type=int,
                    default=EngineConfig.device_batch_group_edges,
                    help="EngineConfig.device_batch_group_edges (0: no batch groups on CUDA)")
+    g.add_argument("--intersecting-blocks-per-sm", type=int,
+                   default=EngineConfig.intersecting_blocks_per_sm,
+                   help="EngineConfig.intersecting_blocks_per_sm (0: as many as fit)")
     g.add_argument("--list-limit", type=int, default=0,
                    help="list up to this many matches per query and sign (0: count only)")
     args = p.parse_args(argv)
@@ -227,7 +230,8 @@ class _StandingSet:
 def _engine(args, initial, backend: str) -> Engine:
     return Engine(initial, backend=backend, config=EngineConfig(
         device_graph=args.device_graph, batch_group_edges=args.batch_group_edges,
-        device_batch_group_edges=args.device_batch_group_edges))
+        device_batch_group_edges=args.device_batch_group_edges,
+        intersecting_blocks_per_sm=args.intersecting_blocks_per_sm))
 
 
 def run_rate(args, backend, graph, sets, emit, log) -> list[dict]:

@@ -112,6 +112,14 @@ class EngineConfig:
     # against 128, where the general launches of a 10% GH batch were 1.2-3x slower with
     # 16 than with 128 (docs/benchmarks.md, 2026-11-27).
     small_share_every: int = 16
+    # CUDA executor: resident blocks of the search per multiprocessor (0: as many as its
+    # registers allow, 7 on Hopper) for searches whose levels mostly intersect: more than
+    # half the levels past the root edge have two or more backward neighbours, each
+    # candidate looked up by binary search in the others' lists.  Those scattered probes
+    # thrash the L1 cache as warps are added (GH dense queries 27.6 -> 15.2 ms, 19.4 ->
+    # 12.2 ms with 5 blocks instead of 7), where scans (trees) hide their latency with
+    # every warp there is (3 tree queries 7-18% slower with 5; docs/benchmarks.md).
+    intersecting_blocks_per_sm: int = 5
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",
@@ -124,7 +132,8 @@ class EngineConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
         for name in ("shared_region_threads", "batch_group_edges", "device_batch_group_edges",
-                     "small_phase_edges", "leaf_count_degree", "leaf_cache_bytes"):
+                     "small_phase_edges", "leaf_count_degree", "leaf_cache_bytes",
+                     "intersecting_blocks_per_sm"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"EngineConfig.{name} must be a non-negative integer, got "
@@ -144,11 +153,13 @@ class EngineConfig:
         update edge per CUDA launch, batch groups that fill after three edges, every
         batch's edge records settled on the device, the packed memory array's own
         checks of every batch, prepared launches for phases of one or two edges only
-        (the general launches take the others), and every counted leaf tail counted."""
+        (the general launches take the others), every counted leaf tail counted, and
+        one search block per multiprocessor for intersecting queries."""
         return cls(initial_vertex_capacity=2, initial_edge_capacity=4,
                    min_list_capacity=1, task_chunk=1, initial_idmap_capacity=2,
                    share_capacity=2, share_every=1, small_share_every=1,
                    serial_below_tasks=1,
                    pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
                    batch_group_edges=3, device_batch_group_edges=3, pma_checks=True,
-                   device_prep_records=1, small_phase_edges=2, leaf_count_degree=0)
+                   device_prep_records=1, small_phase_edges=2, leaf_count_degree=0,
+                   intersecting_blocks_per_sm=1)

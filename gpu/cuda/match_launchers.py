@@ -181,13 +181,16 @@ def make_tasks_blocks(types: int, count: int) -> int:
 
 
 @functools.cache
-def resident_warps(name: str = "match_tasks") -> int:
-    """Warps that fit on the device at once with the matching kernel's register use."""
+def resident_warps(name: str = "match_tasks", blocks_per_sm: int = 0) -> int:
+    """Warps that fit on the device at once with the matching kernel's register use, at
+    most `blocks_per_sm` blocks per multiprocessor (0: no bound)."""
     search = kernel("match", name)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     regs_per_warp = max(1, search.num_regs) * 32
     per_sm = min(props["maxThreadsPerMultiProcessor"] // 32,
                  props["regsPerMultiprocessor"] // regs_per_warp)
+    if blocks_per_sm:
+        per_sm = min(per_sm, blocks_per_sm * WARPS_PER_BLOCK)
     per_sm -= per_sm % WARPS_PER_BLOCK
     return max(WARPS_PER_BLOCK, per_sm * props["multiProcessorCount"])
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from gpu.config import EngineConfig
 from gpu.cuda import match_launchers
-from gpu.plan.planner import TaskTypes
+from gpu.plan.planner import TaskTypes, mostly_intersecting
 
 if TYPE_CHECKING:
     from gpu.cuda.executor import DeviceMirror
@@ -72,12 +72,25 @@ class KernelClock:
 KERNEL_CLOCK = KernelClock()
 
 
+def blocks_per_sm(config: EngineConfig, jobs) -> int:
+    """The search's resident blocks per multiprocessor for `jobs` ((query id, TaskTypes)
+    pairs): config.intersecting_blocks_per_sm when their levels mostly intersect, else 0,
+    as many as fit (EngineConfig says why)."""
+    if config.intersecting_blocks_per_sm and mostly_intersecting([t for _, t in jobs]):
+        return config.intersecting_blocks_per_sm
+    return 0
+
+
 def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
-                     kernel: str) -> tuple[int, int]:
+                     kernel: str, blocks: int = 0) -> tuple[int, int]:
+    """Warps for a launch of `num_tasks` tasks (at most `blocks` blocks per multiprocessor
+    when non-zero; no more than the candidate buffers' memory allows) and the buffers'
+    width."""
     width = mirror.max_degree + 1
     per_warp = n * width * 4
     step = match_launchers.WARPS_PER_BLOCK
-    warps = min(match_launchers.resident_warps(kernel), -(-num_tasks // step) * step)
+    warps = min(match_launchers.resident_warps(kernel, blocks),
+                -(-num_tasks // step) * step)
     free = None
     if warps * per_warp > SMALL_BUFFERS:
         # Only large buffers ask the driver for the free memory (a call per launch).
@@ -143,7 +156,8 @@ class SharedLaunch:
             cache_entries * 8 <= config.leaf_cache_bytes
         self.kernel = (match_launchers.LEAF_KERNEL if counted else
                        match_launchers.GRAPH_LAYOUTS[type(self.graph)][0])
-        self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel)
+        self.warps, self.width = _warps_and_width(mirror, self.n, self.pairs, self.kernel,
+                                                  blocks_per_sm(config, jobs))
         self.leaves = None
         if counted:
             cache, epoch = mirror.leaf_cache(cache_entries, config.leaf_cache_bytes // 8)

@@ -27,7 +27,8 @@ import numpy as np
 
 from gpu.cuda import match_launchers as ml
 from gpu.cuda import pma_launchers
-from gpu.cuda.shared_launch import KERNEL_CLOCK, _warps_and_width, query_sums, run_sums
+from gpu.cuda.shared_launch import (KERNEL_CLOCK, _warps_and_width, blocks_per_sm,
+                                     query_sums, run_sums)
 from gpu.results import MatchSet
 
 if TYPE_CHECKING:
@@ -77,7 +78,9 @@ class _SizeLaunch:
         self.make = ml.make_tasks(cand, plan, edges, self.tasks, self.ctl, prepare=True)
         graph = mirror.graph.arrays()
         self.kernel_name = ml.GRAPH_LAYOUTS[type(graph)][0]
-        warps, width = _warps_and_width(mirror, self.n, self.types, self.kernel_name)
+        self.blocks = blocks_per_sm(mirror.config, jobs)
+        warps, width = _warps_and_width(mirror, self.n, self.types, self.kernel_name,
+                                        self.blocks)
         bufs = _candidate_buffers(warps * self.n * width)
         none = cp.zeros(0, dtype=np.int64)
         self.search = ml.match_tasks(graph, cand, plan, self.n, members, self.tasks, edges,
@@ -99,7 +102,7 @@ class _SizeLaunch:
         self.make.set("cand_ptrs", cand)
         search.set("cand_ptrs", cand)
         pairs = count * self.types
-        warps, width = _warps_and_width(mirror, self.n, pairs, self.kernel_name)
+        warps, width = _warps_and_width(mirror, self.n, pairs, self.kernel_name, self.blocks)
         search.set("bufs", _candidate_buffers(warps * self.n * width))
         search.set("width", width)
         self.make.set("count", count)

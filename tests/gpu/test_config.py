@@ -21,7 +21,13 @@ def test_tiny_shares_at_every_step_in_both_kinds_of_phase():
     assert tiny.share_every == tiny.small_share_every == 1
 
 
-@pytest.mark.parametrize("name", ["small_phase_edges", "leaf_count_degree", "leaf_cache_bytes"])
+def test_tiny_bounds_the_search_of_intersecting_queries_to_one_block_per_multiprocessor():
+    assert EngineConfig.tiny().intersecting_blocks_per_sm == 1
+    assert EngineConfig().intersecting_blocks_per_sm > 1
+
+
+@pytest.mark.parametrize("name", ["small_phase_edges", "leaf_count_degree", "leaf_cache_bytes",
+                                  "intersecting_blocks_per_sm"])
 @pytest.mark.parametrize("value", [-1, 2.5])
 def test_a_setting_that_must_not_be_negative_is_refused_by_name(name, value):
     with pytest.raises(ValueError,

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from networkx.algorithms.isomorphism import GraphMatcher
 
-from gpu.plan.planner import PlanStats, _leaf_run_start, build_plan, make_tasks
+from gpu.plan.planner import (PlanStats, _leaf_run_start, build_plan, make_tasks,
+                              mostly_intersecting)
 from gpu.plan.query import NO_EDGE, QueryGraph
 
 
@@ -378,3 +379,26 @@ def test_make_tasks_empty():
     empty = np.empty(0, dtype=np.int32)
     out = make_tasks(types, np.zeros(4, dtype=np.uint32), empty, empty, empty, empty)
     assert len(out) == 4 and all(len(x) == 0 for x in out)
+
+
+@pytest.mark.parametrize("name, expected", [
+    # Trees: every level past the root edge has one backward neighbour.
+    ("path4", False), ("path5", False), ("star5", False), ("labeled_star", False),
+    # Cliques: every such level has two or more.
+    ("triangle", True), ("k4", True),
+    # One of the two levels has two (the third triangle vertex, or the cycle's last):
+    # half is not more than half.
+    ("paw", False), ("cycle4", False), ("diamond", True),
+    # The root edge alone: no level to probe.
+    ("edge", False),
+])
+def test_mostly_intersecting_counts_levels_with_two_backward_neighbours(name, expected):
+    assert mostly_intersecting([build_plan(NAMED[name]).incremental]) is expected
+
+
+def test_mostly_intersecting_weighs_every_type_of_every_query():
+    tree = build_plan(NAMED["path5"]).incremental      # 4 types x 3 levels, none
+    clique = build_plan(NAMED["k4"]).incremental       # 1 type x 2 levels, both
+    assert not mostly_intersecting([tree, clique])
+    assert not mostly_intersecting([tree] + [clique] * 6)     # 12 of 24: half
+    assert mostly_intersecting([tree] + [clique] * 7)         # 14 of 26
