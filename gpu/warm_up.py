@@ -8,10 +8,12 @@ region (more tasks than that), the leaf counts and leaf groups of queries with d
 vertices, listing, vertex records, and the static count and listing behind a backfill.
 On CUDA the packed memory array takes a small batch in one launch and a larger one
 (over 1,024 directed updates) on its general path, whose CuPy kernels compile on first
-use too: one batch of each kind runs.  So do the kernels that settle a large batch's edge
-records on the device (gpu/cuda/batch_prep.py: prep.cu's for edge records alone, CuPy's
-beside vertex records): the throw-away engine sends every batch there, with an insert
-and a delete of one edge cancelling both with and without vertex records.
+use too: one batch of each kind runs, the larger with its queries' leaf tails counted
+(match.cu's leaf_product and their preparation, which the engine takes only where a
+parent has leaf_count_degree neighbours).  So do the kernels that settle a large batch's
+edge records on the device (gpu/cuda/batch_prep.py: prep.cu's for edge records alone,
+CuPy's beside vertex records): the throw-away engine sends every batch there, with an
+insert and a delete of one edge cancelling both with and without vertex records.
 """
 from __future__ import annotations
 
@@ -69,7 +71,12 @@ def _large_pair(backend: str) -> list[tuple[UpdateStream, UpdateStream]]:
 def warm_up(backend: str, config: EngineConfig | None = None) -> None:
     """Run every kind of batch once on a throw-away engine of `backend`."""
     # Every batch's edge records settled on the device (CUDA): its kernels compile here.
-    config = dataclasses.replace(config or EngineConfig(), device_prep_records=1)
+    # Every leaf tail counted (CUDA): the tiny graph has no parent of leaf_count_degree
+    # neighbours, and the counts' preparation (leaves.cu, CuPy's sort, gathers and scans)
+    # compiled inside the first large batch with a tail at a hub (0.4-0.5 s, GH, a fresh
+    # device, 2026-11-29).
+    config = dataclasses.replace(config or EngineConfig(), device_prep_records=1,
+                                 leaf_count_degree=0)
     src, dst = _ring([1, 2, 5])
     graph = LabeledGraph(np.arange(_VERTICES), np.zeros(_VERTICES), src, dst,
                          np.zeros(len(src)))

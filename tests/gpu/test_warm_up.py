@@ -5,7 +5,8 @@ every function already.  There it runs `warm_up(backend)`, notes how many compil
 signatures each Numba dispatcher of the `gpu` package holds, then drives an engine with
 the default config through a varied workload (hubs, leaf groups, edge labels, vertex
 records, one-edge batches, batches past the serial threshold, one-edge batches started
-together as a batch group, counting, listing, a backfill) and reports every dispatcher
+together as a batch group, counting, listing, a backfill, a tail counted at a hub of
+1,199 neighbours) and reports every dispatcher
 that gained a signature: each would have been compiled (or loaded from Numba's cache)
 while a client waited.  On CUDA it also reports every CuPy module built after the
 warm-up (a kernel of its own or one of CuPy's, compiled by NVRTC where CuPy's disk cache
@@ -91,6 +92,18 @@ SCRIPT = textwrap.dedent('''
     for qid in qids:
         engine.count(qid)
         engine.matches(qid, limit=5)
+    # A hub of 1,199 neighbours and a 300-edge batch among them: on CUDA a general launch
+    # whose tails are counted at the hub (EngineConfig.leaf_count_degree).
+    from gpu.io.records import LabeledGraph
+    from gpu.plan.query import QueryGraph
+    import numpy as np
+    star = Engine(LabeledGraph(np.arange(1200), np.zeros(1200), np.zeros(1199, np.int64),
+                               np.arange(1, 1200), np.zeros(1199)), backend=backend)
+    star.add_query(QueryGraph.build("tail", [0, 1, 2, 3], [0, 0, 0, 0],
+                                    [(0, 1), (1, 2), (0, 2), (2, 3)]))
+    for kind, label in ((INSERT_EDGE, 0), (DELETE_EDGE, NO_LABEL)):
+        star.apply(UpdateStream.from_records([(kind, a, a + 1, label)
+                                              for a in range(1, 601, 2)]))
     after = signatures()
     compiled = {name: after[name] - before.get(name, 0) for name in after
                 if after[name] != before.get(name, 0)}
