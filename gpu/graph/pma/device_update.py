@@ -99,7 +99,11 @@ def update_on_device(pma, batch: PendingBatch, iseg, dseg, windows=None) -> None
                     update.rebuild_with_pending(pma, batch)
                     pma.mark_phase("rebuild")
                     return
-                fit[0] = True
+                # Set in place, one byte: `fit[0] = True` built CuPy's fill kernel for bools
+                # inside a batch (no warm-up batch reaches this branch; found by
+                # tests/gpu/test_warm_up.py, 2026-11-29).
+                xp.cuda.runtime.memsetAsync(fit.data.ptr, 1, 1,
+                                            xp.cuda.get_current_stream().ptr)
                 record[ck.RECORD_LEVELS + 2 * level] = 1
                 record[ck.RECORD_LEVELS + 2 * level + 1] = pma.capacity
             if large:
