@@ -99,13 +99,15 @@ def update_on_device(pma, batch: PendingBatch, iseg, dseg, windows=None) -> None
                     update.rebuild_with_pending(pma, batch)
                     pma.mark_phase("rebuild")
                     return
-                # Set in place, one byte: `fit[0] = True` built CuPy's fill kernel for bools
-                # inside a batch (no warm-up batch reaches this branch; found by
-                # tests/gpu/test_warm_up.py, 2026-11-29).
-                xp.cuda.runtime.memsetAsync(fit.data.ptr, 1, 1,
-                                            xp.cuda.get_current_stream().ptr)
-                record[ck.RECORD_LEVELS + 2 * level] = 1
-                record[ck.RECORD_LEVELS + 2 * level + 1] = pma.capacity
+                # Copied from the host on the stream that wrote them, not set by scalar
+                # (`fit[0] = True`, `record[i] = 1`): each of those built a CuPy fill
+                # kernel inside a batch, no warm-up batch reaching this branch (found by
+                # tests/gpu/test_warm_up.py on an H200, 2026-11-29).
+                stream = xp.cuda.get_current_stream()
+                fit[:1].set(np.ones(1, dtype=np.bool_), stream=stream)
+                at = ck.RECORD_LEVELS + 2 * level
+                record[at:at + 2].set(np.array([1, pma.capacity], dtype=np.uint64),
+                                      stream=stream)
             if large:
                 ck.merge_large(pma.keys, pma.vals, pma.cnt, plan, fit, window_slots,
                                batch.keys, batch.vals, batch.pending, prefixes[1], S,
