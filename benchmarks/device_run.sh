@@ -35,6 +35,9 @@
 #                bounds it, seconds, default 400)
 #   scale        benchmarks.scale_bench on cuda (R-MAT engine load, update throughput,
 #                match latency); SCALE_ARGS adds flags, SCALE_TIMEOUT bounds it (default 500)
+#   ncu-Q1,Q2    Nsight Compute on the search kernels for saved queries Q1, Q2 (one batch
+#                each, benchmarks.kernel_profile --ncu-range); report and details page
+#                under $OUT; NCU_ARGS adds flags
 #   stream-EXP   benchmarks.stream_bench on cuda for EXP in rate|mixed|latency (e.g.
 #                stream-latency), appending to $OUT/stream.jsonl; STREAM_ARGS adds flags
 #                (e.g. "--kinds dense --max-queries 3"), STREAM_TIMEOUT bounds each run
@@ -107,6 +110,19 @@ for stage in "${stages[@]}"; do
             query=bench-out/queries/gh_k6_seed0_labels5x0/${stage#profile-}.graph
             python3 -m benchmarks.phase_profile "$query" --graph "$GRAPH" --backend cuda \
                 --top 25 2>&1 | tee "$OUT/$stage.txt" | head -60 ;;
+        ncu-*)
+            # Nsight Compute on the search kernels of the named queries (comma-separated),
+            # the sections that located its stalls (2026-11-29); NCU_ARGS adds flags.
+            queries=${stage#ncu-}
+            ncu --clock-control none --profile-from-start off --kernel-name regex:match_tasks \
+                --section SpeedOfLight --section Occupancy --section LaunchStats \
+                --section WarpStateStats --section SchedulerStats \
+                --section MemoryWorkloadAnalysis --section SourceCounters ${NCU_ARGS:-} \
+                -o "$OUT/$stage" python3 -m benchmarks.kernel_profile --graph "$GRAPH" \
+                --ncu-range ${queries//,/ } 2>&1 | tail -8
+            ncu -i "$OUT/$stage.ncu-rep" --page details > "$OUT/$stage.txt" 2>&1
+            grep -E "match_tasks|Duration|No Eligible|Spilling Requests|Achieved Occupancy" \
+                "$OUT/$stage.txt" ;;
         directed)
             for backend in ${DIRECTED_BACKENDS:-cuda cpu}; do
                 timeout "${DIRECTED_TIMEOUT:-500}" python3 -m benchmarks.directed_table \
