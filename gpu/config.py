@@ -116,9 +116,10 @@ class EngineConfig:
     # registers allow, 7 on Hopper) for searches whose levels mostly intersect: more than
     # half the levels past the root edge have two or more backward neighbours, each
     # candidate looked up by binary search in the others' lists.  Those scattered probes
-    # thrash the L1 cache as warps are added (GH dense queries 27.6 -> 15.2 ms, 19.4 ->
+    # thrash the L1 cache as warps are added (GH dense_0 27.8 -> 15.2 ms, dense_3 19.6 ->
     # 12.2 ms with 5 blocks instead of 7), where scans (trees) hide their latency with
-    # every warp there is (3 tree queries 7-18% slower with 5; docs/benchmarks.md).
+    # every warp there is (tree_0 and tree_3 20-23% slower with 5; H200, 2026-11-29,
+    # docs/benchmarks.md).
     intersecting_blocks_per_sm: int = 5
 
     def __post_init__(self) -> None:
