@@ -72,9 +72,9 @@ def warm_up(backend: str, config: EngineConfig | None = None) -> None:
     """Run every kind of batch once on a throw-away engine of `backend`."""
     # Every batch's edge records settled on the device (CUDA): its kernels compile here.
     # Every leaf tail counted (CUDA): the tiny graph has no parent of leaf_count_degree
-    # neighbours, and the counts' preparation (leaves.cu, CuPy's sort, gathers and scans)
-    # compiled inside the first large batch with a tail at a hub (0.4-0.5 s, GH, a fresh
-    # device, 2026-11-29).
+    # neighbours, and the counts' preparation (leaves.cu, CuPy's scans) compiled inside
+    # the first large batch with a tail at a hub (0.4-0.5 s, GH, a fresh device,
+    # 2026-11-29).
     config = dataclasses.replace(config or EngineConfig(), device_prep_records=1,
                                  leaf_count_degree=0)
     src, dst = _ring([1, 2, 5])

@@ -60,8 +60,8 @@ def mostly_intersecting(types: list[TaskTypes]) -> bool:
     two or more backward neighbours (each candidate then probed in the other lists, not
     only read from one: the CUDA search runs these with fewer warps, EngineConfig's
     intersecting_blocks_per_sm).  Exactly half is not enough: of two GH sparse queries
-    with half, one was 21% slower with fewer warps (its time in the scans of hub lists),
-    the other 33% faster (docs/benchmarks.md, 2026-11-29)."""
+    with half, one was 21% slower with fewer warps, the other 35% faster, and together
+    they lost (docs/benchmarks.md, 2026-11-29)."""
     levels = np.concatenate([t.bw_count[:, 2:].ravel() for t in types])
     return 2 * int(np.count_nonzero(levels >= 2)) > levels.size
 
