@@ -89,7 +89,7 @@ def _parse_args(argv):
                    help="cuda tuning: search blocks per multiprocessor for intersecting "
                         "queries (0: as many as fit)")
     p.add_argument("--no-leaf-groups", action="store_true",
-                   help="ablation (cpu): search leaf-rooted tasks one by one, not grouped")
+                   help="ablation: search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--no-leaf-counts", action="store_true",
                    help="ablation (cuda): enumerate counted leaf tails instead of counting them")
     p.add_argument("--leaf-count-degree", type=int, default=EngineConfig.leaf_count_degree,

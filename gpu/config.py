@@ -22,11 +22,15 @@ class EngineConfig:
     # Update-edge tasks handed to one parallel worker at a time.  Small chunks
     # balance skewed work (one hub edge can own most of a batch's matches).
     task_chunk: int = 16
-    # CPU executor: leaf-rooted tasks sharing the leaf's parent vertex are searched
-    # together, once per group (off: ablation, and the one-by-one path in tests).
+    # Leaf-rooted tasks sharing the leaf's parent vertex are searched together, once per
+    # group, on both executors (off: ablation, and the one-by-one path in tests).
     leaf_groups: bool = True
-    # CPU executor: smallest group searched together; smaller ones go one by one.
+    # Smallest group searched together; smaller ones go one by one.
     leaf_group_min: int = 2
+    # CUDA executor: a counting launch over at least this many update edges makes groups
+    # (gpu/cuda/group_launchers.py: two sorts and five launches); a smaller one searches
+    # its tasks one by one, seldom two at one vertex.
+    device_leaf_group_edges: int = 1024
     # CUDA executor: a plan's trailing run of query leaves is counted from its parents'
     # leaf totals (match.cu leaf_product), not enumerated (off: ablation).  On the lists'
     # layout (the read view) and in counting launches only.
@@ -128,7 +132,8 @@ class EngineConfig:
                      "share_capacity", "share_every", "small_share_every",
                      "leaf_group_min",
                      "serial_below_tasks", "pma_segment_size", "launch_pairs",
-                     "group_region_edges", "device_prep_records"):
+                     "group_region_edges", "device_prep_records",
+                     "device_leaf_group_edges"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
@@ -163,4 +168,4 @@ class EngineConfig:
                    pma_segment_size=2, launch_pairs=1, shared_region_threads=0,
                    batch_group_edges=3, device_batch_group_edges=3, pma_checks=True,
                    device_prep_records=1, small_phase_edges=2, leaf_count_degree=0,
-                   intersecting_blocks_per_sm=1)
+                   intersecting_blocks_per_sm=1, device_leaf_group_edges=1)

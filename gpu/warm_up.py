@@ -10,7 +10,9 @@ On CUDA the packed memory array takes a small batch in one launch and a larger o
 (over 1,024 directed updates) on its general path, whose CuPy kernels compile on first
 use too: one batch of each kind runs, the larger with its queries' leaf tails counted
 (match.cu's leaf_product and their preparation, which the engine takes only where a
-parent has leaf_count_degree neighbours).  So do the kernels that settle a large batch's
+parent has leaf_count_degree neighbours), and the leaf-rooted tasks grouped
+(gpu/cuda/group_launchers.py, which the engine takes only over device_leaf_group_edges
+update edges).  So do the kernels that settle a large batch's
 edge records on the device (gpu/cuda/batch_prep.py: prep.cu's for edge records alone,
 CuPy's beside vertex records): the throw-away engine sends every batch there, with an
 insert and a delete of one edge cancelling both with and without vertex records.
@@ -74,9 +76,11 @@ def warm_up(backend: str, config: EngineConfig | None = None) -> None:
     # Every leaf tail counted (CUDA): the tiny graph has no parent of leaf_count_degree
     # neighbours, and the counts' preparation (leaves.cu, CuPy's scans) compiled inside
     # the first large batch with a tail at a hub (0.4-0.5 s, GH, a fresh device,
-    # 2026-11-29).
+    # 2026-11-29).  Every counting launch groups its leaf-rooted tasks (CUDA): groups.cu
+    # and the sorts between its steps, which only launches over device_leaf_group_edges
+    # update edges reach.
     config = dataclasses.replace(config or EngineConfig(), device_prep_records=1,
-                                 leaf_count_degree=0)
+                                 leaf_count_degree=0, device_leaf_group_edges=1)
     src, dst = _ring([1, 2, 5])
     graph = LabeledGraph(np.arange(_VERTICES), np.zeros(_VERTICES), src, dst,
                          np.zeros(len(src)))

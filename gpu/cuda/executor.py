@@ -26,7 +26,7 @@ from gpu.cuda.signatures import DeviceSignatures
 from gpu.cuda.small_phase import SmallPhase, keep_until_copied
 from gpu.config import EngineConfig
 from gpu.graph.sets import sorted_unique
-from gpu.plan.planner import TaskTypes
+from gpu.plan.planner import TaskTypes, device_leaf_root
 from gpu.results import MatchSet
 
 # Most (edge, task type) pairs a listing launch tests: its per-task counts and offsets are
@@ -171,7 +171,8 @@ class DeviceMirror:
         host = (labels, np.zeros(types.count, dtype=np.int32), types.orders, level_of,
                 types.bw_count, types.bw_level, types.bw_label,
                 types.tail_free.astype(np.uint8), types.perms, types.multiplicity,
-                types.roots, types.root_labels, *_leaf_columns(types))
+                types.roots, types.root_labels, *_leaf_columns(types),
+                device_leaf_root(types))
         plan = match_launchers.DevicePlan(*(np.ascontiguousarray(
             a, dtype=match_launchers.PLAN_DTYPES[name])
             for name, a in zip(match_launchers.DevicePlan._fields, host, strict=True)))

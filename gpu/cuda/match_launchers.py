@@ -103,6 +103,9 @@ class DevicePlan(NamedTuple):
     col_q: cp.ndarray         # int32 [C]
     col_elab: cp.ndarray      # int32 [C]
     col_row: cp.ndarray       # int32 [C]
+    # The root level (0 or 1) of a type's query leaf, searched in groups of tasks that
+    # share the leaf's parent (match.cu match_groups); -1: none.
+    leaf_root: cp.ndarray     # int32 [T]
 
 
 PLAN_DTYPES = {"q_label": np.int32, "cand_row": np.int32, "orders": np.int32,
@@ -110,7 +113,7 @@ PLAN_DTYPES = {"q_label": np.int32, "cand_row": np.int32, "orders": np.int32,
                "bw_label": np.int32, "tail_free": np.uint8, "perms": np.int32,
                "multiplicity": np.int64, "roots": np.int32, "root_labels": np.int32,
                "leaf_from": np.int32, "leaf_col": np.int32, "col_q": np.int32,
-               "col_elab": np.int32, "col_row": np.int32}
+               "col_elab": np.int32, "col_row": np.int32, "leaf_root": np.int32}
 # The fields match_tasks reads, in its parameter order.
 MATCH_PLAN_FIELDS = DevicePlan._fields[:10]
 

@@ -5,7 +5,9 @@ update edges and searched on the device, slice by slice, counted or listed.
 device memory), cuts the update edges into slices of at most `max_pairs` (edge, task type)
 pairs, makes each slice's tasks on the device (make_tasks) and runs match_tasks over them:
 once to count, or twice to list (a counting pass, then the rows written at offsets from a
-prefix sum).  `KERNEL_CLOCK` times the matching kernels when a benchmark asks.
+prefix sum).  A counting launch over enough edges first takes its leaf-rooted tasks that
+share a parent vertex out into groups searched once each (gpu/cuda/group_launchers.py).
+`KERNEL_CLOCK` times the matching kernels when a benchmark asks.
 
 Importing this module needs CuPy; `gpu.cuda.device` decides whether to.
 """
@@ -17,8 +19,8 @@ import cupy as cp
 import numpy as np
 
 from gpu.config import EngineConfig
-from gpu.cuda import match_launchers
-from gpu.plan.planner import TaskTypes, mostly_intersecting
+from gpu.cuda import group_launchers, match_launchers
+from gpu.plan.planner import TaskTypes, device_leaf_root, mostly_intersecting
 
 if TYPE_CHECKING:
     from gpu.cuda.executor import DeviceMirror
@@ -164,6 +166,16 @@ class SharedLaunch:
             self.leaves = match_launchers.PhaseLeaves(
                 self.graph, self.plan, self.cand_ptrs, edges, cache, epoch,
                 config.leaf_count_degree)
+        # Grouped search of leaf-rooted tasks (gpu/cuda/group_launchers.py), when counting
+        # launches over enough edges on the lists' layout; its buffers when first needed.
+        self.group_min = max(2, config.leaf_group_min)
+        self.slots = self.graph.deg.shape[0] if lists else 0
+        self.grouped = lists and config.leaf_groups and any(
+            (device_leaf_root(types) >= 0).any() for _, types in jobs) and \
+            group_launchers.groupable(self.types, self.slots)
+        self.group_edges = config.device_leaf_group_edges
+        self._mirror, self._blocks = mirror, blocks_per_sm(config, jobs)
+        self._group_bufs = None
         self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
         # Zeros: a listing reads the task type of every pair's slot, made or not (an
         # unmade slot's count is zero, its type only has to be a valid index).
@@ -180,9 +192,10 @@ class SharedLaunch:
             yield part
 
     def run(self, edges, counts, by_task: bool, offsets, out, row_end, listing: bool,
-            sharing: bool, share_capacity: int, share_every: int) -> None:
+            sharing: bool, share_capacity: int, share_every: int, tasks=None) -> None:
         KERNEL_CLOCK.launch(match_launchers.match_tasks, self.graph, self.cand_ptrs, self.plan,
-                            self.n, self.members, self.tasks, edges, self.ctl, self.bufs,
+                            self.n, self.members,
+                            self.tasks if tasks is None else tasks, edges, self.ctl, self.bufs,
                             self.width, self.warps, counts, by_task, offsets, out, row_end,
                             listing, sharing, share_capacity, share_every,
                             leaves=self.leaves)
@@ -195,10 +208,41 @@ class SharedLaunch:
         counts = cp.zeros((self.warps + 1) * self.queries, dtype=np.int64)
         none = cp.zeros(0, dtype=np.int64)
         rows = cp.zeros((0, self.n), dtype=np.int32)
+        grouped = None
         for part in self.slices():
+            singles = None
+            if self.grouped and len(part.us) >= self.group_edges:
+                grouped, singles = self._search_groups(part, grouped, sharing, share_capacity,
+                                                       share_every)
             self.run(part, counts, False, none, rows, none, False, sharing, share_capacity,
-                     share_every)
-        return counts[self.warps * self.queries:]
+                     share_every, tasks=singles)
+        totals = counts[self.warps * self.queries:]
+        if grouped is not None:
+            totals = totals + grouped[1][grouped[0] * self.queries:]
+        return totals
+
+    def _search_groups(self, part, grouped, sharing: bool, share_capacity: int,
+                       share_every: int):
+        """Group the leaf-rooted tasks make_tasks made for the slice `part` and search the
+        groups (match_groups, counting into grouped's counts, made at the first call:
+        (warps, counts)); returns them and the tasks left to search one by one."""
+        if self._group_bufs is None:
+            warps, _ = _warps_and_width(self._mirror, 2 * self.n, self.pairs, "match_groups",
+                                        self._blocks)
+            self._group_bufs = (warps,
+                                cp.empty(warps * 2 * self.n * self.width, dtype=np.int32),
+                                cp.empty(self.pairs, dtype=np.int32),
+                                cp.zeros(match_launchers.CTL_WORDS, dtype=np.uint64))
+        warps, bufs, singles, gctl = self._group_bufs
+        if grouped is None:
+            grouped = (warps, cp.zeros((warps + 1) * self.queries, dtype=np.int64))
+        gctl[:] = 0
+        groups = group_launchers.form_groups(self.tasks, self.ctl, self.plan, part, self.slots,
+                                             self.group_min, singles, gctl)
+        KERNEL_CLOCK.launch(group_launchers.match_groups, self.graph, self.cand_ptrs,
+                            self.plan, self.n, groups, gctl, bufs, self.width, grouped[0],
+                            grouped[1], sharing, share_capacity, share_every)
+        return grouped, singles
 
     def edge_totals(self, sharing: bool, share_capacity: int, share_every: int
                     ) -> np.ndarray | cp.ndarray:

@@ -274,6 +274,17 @@ def _groupable_leaf(query: QueryGraph, order: list[int], leaf_from: int, tail_fr
     return -1
 
 
+def device_leaf_root(types: TaskTypes) -> np.ndarray:
+    """leaf_root for the CUDA executor's grouped search (match.cu search_group), which
+    counts no tail but the last level: a type whose one-by-one search counts a non-adjacent
+    last pair or a leaf run from before the last level is searched one by one there (-1)
+    (GH tree_8's star at a hub: 0.22 s one by one, 18.7 s grouped with its leaves
+    enumerated; H200, 2026-11-29)."""
+    last = types.orders.shape[1] - 1
+    keep = (types.leaf_root >= 0) & ~types.tail_free & (types.leaf_from >= last)
+    return np.where(keep, types.leaf_root, -1).astype(np.int32)
+
+
 def _counted_tail(query: QueryGraph, order: list[int], bw_level: np.ndarray) -> tuple[int, bool]:
     """Where the counted tail starts, and whether it starts with a head level.
 

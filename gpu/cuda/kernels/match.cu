@@ -238,11 +238,19 @@ __device__ __forceinline__ bool cached(const Plan& p, const WarpState& s, int t,
     return true;
 }
 
+// The rank a grouped search keeps for an edge: unranked edges (0) rank above every
+// update edge.
+#define NO_RANK 0x7fffffff
+__device__ __forceinline__ int ranked(int r) { return r == 0 ? NO_RANK : r; }
+
 // Fill `out` (when non-null) with the candidates of `level`, or only count them.
 // With `count_unused`, candidates among m[:level] are left out (the last level).
-template <class G>
+// RANKED (grouped search): `rout` gets beside each candidate the lowest rank among its
+// edges to the backward vertices (ranked()).
+template <class G, bool RANKED = false>
 __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int cur,
-                                const int* m, int* out, bool count_unused, int lane) {
+                                const int* m, int* out, bool count_unused, int lane,
+                                int* rout = nullptr) {
     const int n = p.n;
     const int q = p.orders[t * n + level];
     const unsigned bit = 1u << q;
@@ -279,7 +287,16 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
         long long i = base + lane;
         bool ok = i < phi && g.real(i);
         int w = ok ? g.nbr_at(i) : -1;
-        if (ok) ok = (cand[w] & bit) && g.elab(i) == plab && !blocked(g.rank(i, px, w), cur);
+        int low = NO_RANK;
+        if constexpr (RANKED) {
+            if (ok) {
+                const int r = g.rank(i, px, w);
+                ok = (cand[w] & bit) && g.elab(i) == plab && !blocked(r, cur);
+                low = ranked(r);
+            }
+        } else {
+            if (ok) ok = (cand[w] & bit) && g.elab(i) == plab && !blocked(g.rank(i, px, w), cur);
+        }
         for (int j = 0; j < nbc; ++j) {
             long long lj = __shfl_sync(FULL_MASK, lo, j);
             long long hj = __shfl_sync(FULL_MASK, hi, j);
@@ -287,12 +304,22 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
             if (j == pivot || !__any_sync(FULL_MASK, ok)) continue;
             if (ok) {
                 long long pos = g.find(lj, hj, xj, w, want);
-                ok = pos >= 0 && g.elab(pos) == bwlab[j] && !blocked(g.rank(pos, xj, w), cur);
+                if constexpr (RANKED) {
+                    const int r = pos >= 0 ? g.rank(pos, xj, w) : 0;
+                    ok = pos >= 0 && g.elab(pos) == bwlab[j] && !blocked(r, cur);
+                    low = min(low, ranked(r));
+                } else {
+                    ok = pos >= 0 && g.elab(pos) == bwlab[j] &&
+                         !blocked(g.rank(pos, xj, w), cur);
+                }
             }
         }
         if (count_unused && ok) ok = !used(m, level, w);
         unsigned mask = __ballot_sync(FULL_MASK, ok);
-        if (out != nullptr && ok) out[found + __popc(mask & lower_lanes)] = w;
+        if (out != nullptr && ok) {
+            out[found + __popc(mask & lower_lanes)] = w;
+            if constexpr (RANKED) rout[found + __popc(mask & lower_lanes)] = low;
+        }
         found += __popc(mask);
     }
     return found;
@@ -300,11 +327,11 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
 
 // Make buf[level] hold the level's candidates (reusing it when its backward vertices
 // are unchanged).
-template <class G>
+template <class G, bool RANKED = false>
 __device__ void candidates(const G& g, const Plan& p, int t, int level, int cur,
-                           WarpState& s, int* buf, int lane) {
+                           WarpState& s, int* buf, int lane, int* rbuf = nullptr) {
     if (cached(p, s, t, level)) return;
-    long long c = scan_level(g, p, t, level, cur, s.m, buf, false, lane);
+    long long c = scan_level<G, RANKED>(g, p, t, level, cur, s.m, buf, false, lane, rbuf);
     __syncwarp();
     if (lane == 0) {
         s.cnt[level] = (int)c;
@@ -522,7 +549,10 @@ __device__ __forceinline__ unsigned long long peek(unsigned long long* x) {
 }
 
 // Lane 0: give away half of the shallowest open level when warps are waiting for work.
-__device__ void share_work(const Share& sh, WarpState& s, long long task, int floor, int level) {
+// A grouped search (`mr` non-null) also writes the lowest rank of the levels above into
+// the record's slot of the leaf's level, whose vertex it leaves unset.
+__device__ void share_work(const Share& sh, WarpState& s, long long task, int floor, int level,
+                           const int* mr = nullptr, int leaf = 0) {
     const unsigned long long waiting = peek(sh.ctl + WAITING);
     if (waiting == 0) return;
     const unsigned long long queued = peek(sh.ctl + TAIL) - peek(sh.ctl + HEAD);
@@ -540,6 +570,7 @@ __device__ void share_work(const Share& sh, WarpState& s, long long task, int fl
         r[2] = mid;
         r[3] = s.end[l];
         for (int k = 0; k < l; ++k) r[4 + k] = s.m[k];
+        if (mr != nullptr) r[4 + leaf] = mr[l - 1];
         s.end[l] = mid;
         __threadfence();
         atomicExch(sh.ready + slot, 1);
@@ -699,6 +730,193 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
         edge_u, edge_v, edge_rank, bufs, width, ctl, records, ready, capacity, sharing, \
         share_every, counts, by_task, queries, offsets, out, row_end, listing, leaves
 
+// Grouped search of leaf-rooted tasks (gpu/cpu/leaf_groups.py on the CPU): the tasks of
+// one leaf-rooted type whose root edges share the leaf's parent p explore the same
+// partial matches of the rest of the query, so a group of them is searched once.  Member
+// i (rank r_i, leaf vertex y_i) differs from the others only by the total-order rule,
+// which admits no update edge ranked below r_i, and by injectivity, which keeps y_i out
+// of the match.  The group searches with its lowest rank, and each level keeps `mr`, the
+// lowest rank among the edges the partial match uses (its candidates' ranks are kept
+// beside them in the buffers); a match counts once for each member with r_i < mr whose
+// leaf it does not use.  Only levels with the leaf's label can use a member's leaf:
+// `hit` holds there the rank of the member whose leaf was taken (NO_RANK: none).
+// Members are listed by rank (the low 31 bits of the sorted grouping keys) and by leaf
+// vertex (gpu/cuda/kernels/groups.cu makes both).  Counting only, with no counted tail:
+// the last level is counted with each candidate's weight.
+struct Groups {
+    const int* type;                  // [G]
+    const int* parent;                // [G] the parent's data vertex
+    const long long* lo;              // [G] members lo..hi-1 of the arrays below
+    const long long* hi;
+    const unsigned long long* key;    // [K] by rank within a group: rank in the low bits
+    const int* leaf_by_id;            // [K] by leaf vertex within a group
+    const int* rank_by_id;            // [K] that member's rank
+    const int* leaf_root;             // [T] the leaf's root level (0 or 1; -1: none)
+};
+#define RANK_BITS 31
+
+struct GroupState {
+    int mr[MAX_QUERY];        // lowest rank of the edges used by m[:level + 1]
+    int hit[MAX_QUERY];       // rank of the member whose leaf m[level] is (NO_RANK: none)
+};
+
+// Members ranked below x whose leaf is none of m[2:level] (every lane returns it).
+__device__ __forceinline__ long long group_weight(const Groups& gr, long long lo, long long hi,
+                                                  int x, const GroupState& gs, int level) {
+    const unsigned long long base = gr.key[lo] >> RANK_BITS << RANK_BITS;
+    long long w = lower_bound(gr.key, lo, hi, base | (unsigned)x) - lo;
+    for (int k = 2; k < level; ++k) w -= gs.hit[k] < x;
+    return w;
+}
+
+// The rank of the member whose leaf vertex is w, or NO_RANK.
+__device__ __forceinline__ int member_rank(const Groups& gr, long long lo, long long hi,
+                                           int w) {
+    const long long at = lower_bound(gr.leaf_by_id, lo, hi, w);
+    return (at < hi && gr.leaf_by_id[at] == w) ? gr.rank_by_id[at] : NO_RANK;
+}
+
+__device__ __forceinline__ bool leaf_label_at(const Plan& p, int t, int level, int label) {
+    return p.q_label[t * p.n + p.orders[t * p.n + level]] == label;
+}
+
+// The weighted count of the last level: each unused candidate counts for the members
+// ranked below the lower of mr and its own rank, less the member whose leaf it is.
+template <class G>
+__device__ long long group_last(const G& g, const Plan& p, const Groups& gr, int t, long long lo,
+                                long long hi, int cur, bool collide, WarpState& s,
+                                const GroupState& gs, int* buf, int* rbuf, int lane) {
+    const int last = p.n - 1;
+    const int mrp = gs.mr[last - 1];
+    const long long prefix = group_weight(gr, lo, hi, mrp, gs, last);
+    if (prefix == 0) return 0;     // a candidate's weight never exceeds its prefix's
+    candidates<G, true>(g, p, t, last, cur, s, buf, lane, rbuf);
+    const int count = s.cnt[last];
+    long long total = 0;
+    for (int i = lane; i < count; i += 32) {
+        const int w = buf[i];
+        if (used(s.m, last, w)) continue;
+        const int x = min(mrp, rbuf[i]);
+        long long weight = x == mrp ? prefix : group_weight(gr, lo, hi, x, gs, last);
+        if (collide && weight > 0 && member_rank(gr, lo, hi, w) < x) --weight;
+        total += weight;
+    }
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_down_sync(FULL_MASK, total, off);
+    return __shfl_sync(FULL_MASK, total, 0);
+}
+
+// The summed match counts of a group's members, or of the part of its search a share
+// record names (whose leaf slot carries the levels above's lowest rank).  Buffers as in
+// search(), with each level's candidates' ranks in the n levels after them.
+template <class G>
+__device__ long long search_group(const G& g, const Plan& p, const Groups& gr, long long task,
+                                  const volatile int* record, const Share& sh, WarpState& s,
+                                  GroupState& gs, int* bufs, long long width, int lane) {
+    const int n = p.n;
+    const int last = n - 1;
+    const int t = gr.type[task];
+    const int leaf = gr.leaf_root[t];
+    const long long lo = gr.lo[task], hi = gr.hi[task];
+    const int cur = (int)(gr.key[lo] & NO_RANK);       // the lowest member rank
+    const int label = p.q_label[t * n + p.orders[t * n + leaf]];
+    const int floor = record ? record[1] : 2;
+    int* rbufs = bufs + n * width;
+    if (lane == 0) {
+        for (int l = 0; l < n; ++l) s.built_at[l] = 0;
+        assign(s, leaf, -1);            // the members' leaves: weights, not a vertex
+        assign(s, 1 - leaf, gr.parent[task]);
+        gs.mr[1] = NO_RANK;
+        gs.hit[0] = gs.hit[1] = NO_RANK;
+        for (int l = 2; l < floor; ++l) {
+            assign(s, l, record[4 + l]);
+            gs.hit[l] = leaf_label_at(p, t, l, label) ? member_rank(gr, lo, hi, s.m[l])
+                                                      : NO_RANK;
+        }
+        if (record) gs.mr[floor - 1] = record[4 + leaf];
+    }
+    __syncwarp();
+    long long total = 0;
+    int level = floor;
+    bool descend = true;
+    if (record) {
+        candidates<G, true>(g, p, t, floor, cur, s, bufs + floor * width, lane,
+                            rbufs + floor * width);
+        if (lane == 0) {
+            s.idx[floor] = record[2];
+            s.end[floor] = min(record[3], s.cnt[floor]);
+        }
+        __syncwarp();
+        descend = false;
+    }
+    unsigned steps = 0;
+    while (true) {
+        int* buf = bufs + level * width;
+        int* rbuf = rbufs + level * width;
+        if (descend) {
+            descend = false;
+            if (level == last) {
+                total += group_last(g, p, gr, t, lo, hi, cur, leaf_label_at(p, t, last, label),
+                                    s, gs, buf, rbuf, lane);
+                if (--level < floor) return total;
+                continue;
+            }
+            candidates<G, true>(g, p, t, level, cur, s, buf, lane, rbuf);
+            if (lane == 0) {
+                s.idx[level] = 0;
+                s.end[level] = s.cnt[level];
+            }
+            __syncwarp();
+        }
+        if (sh.enabled && ++steps % sh.every == 0) {
+            if (lane == 0) share_work(sh, s, task, floor, level, gs.mr, leaf);
+            __syncwarp();
+        }
+        // Advance at `level` to its next unused candidate that some member can use.
+        const int mrp = gs.mr[level - 1];
+        int idx = s.idx[level];
+        const int count = s.end[level];
+        int w = -1, low = 0;
+        while (idx < count) {
+            int i = idx + lane;
+            bool ok = i < count;
+            int c = ok ? buf[i] : -1;
+            int r = ok ? min(mrp, rbuf[i]) : 0;
+            if (ok) ok = r > cur && !used(s.m, level, c);
+            unsigned mask = __ballot_sync(FULL_MASK, ok);
+            if (mask) {
+                int first = __ffs(mask) - 1;
+                w = __shfl_sync(FULL_MASK, c, first);
+                low = __shfl_sync(FULL_MASK, r, first);
+                idx += first + 1;
+                break;
+            }
+            idx += 32;
+        }
+        __syncwarp();
+        if (w < 0) {
+            if (lane == 0) s.idx[level] = count;
+            __syncwarp();
+            if (--level < floor) return total;
+            continue;
+        }
+        if (lane == 0) {
+            s.idx[level] = idx;
+            assign(s, level, w);
+            gs.mr[level] = low;
+            gs.hit[level] = leaf_label_at(p, t, level, label) ? member_rank(gr, lo, hi, w)
+                                                              : NO_RANK;
+        }
+        __syncwarp();
+        ++level;
+        descend = true;
+    }
+}
+
+// This warp's row of per-warp counts (counts[warp * queries + q], see add_count).
+__device__ __forceinline__ long long warp_row() {
+    return (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+}
+
 // Matches found by a warp for a task (or a shared part of one): with `by_task`,
 // counts[pair] += c, indexed by the task's (edge, type) pair rather than by where
 // make_tasks put it, so that per-pair arrays have a fixed order (searched matches, before
@@ -714,9 +932,9 @@ __device__ __forceinline__ void add_count(const Plan& p, const Tasks& tk,
         atomicAdd(counts + tk.pair[task], (unsigned long long)c);
     } else {
         // Read again here rather than kept live across the search (registers).
-        const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
         const int t = tk.type(task);
-        counts[warp * queries + p.cand_row[t]] += (unsigned long long)(c * p.multiplicity[t]);
+        counts[warp_row() * queries + p.cand_row[t]] +=
+            (unsigned long long)(c * p.multiplicity[t]);
     }
 }
 
@@ -727,12 +945,92 @@ __device__ __noinline__ void flush_counts(unsigned long long* counts, int by_tas
                                              int queries) {
     if (by_task) return;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
-    const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const long long warp = warp_row();
     for (int q = 0; q < queries; ++q) {
         const unsigned long long c = counts[warp * queries + q];
         if (c) atomicAdd(counts + warps * queries + q, c);
         counts[warp * queries + q] = 0;     // the next launch over these counts adds anew
     }
+}
+
+// The launch is sized for every (edge, type) pair, of which the candidate bits keep
+// few.  With more than FEW_TASKS tasks, blocks past them leave at once (a warp per
+// task: idle warps would share work the short tasks of dense queries do not need,
+// 15% slower on GH dense 100-edge batches); with fewer, every warp stays to take
+// shared parts of them (3x faster on GH sparse one-edge batches, docs/benchmarks.md).
+__device__ __forceinline__ bool surplus_block(unsigned long long* ctl) {
+    const unsigned long long num_tasks = peek(ctl + TASKS);
+    return num_tasks > FEW_TASKS &&
+           (unsigned long long)blockIdx.x * (blockDim.x >> 5) >= num_tasks;
+}
+
+// The persistent warps' schedule, shared by both searches: whole tasks from the global
+// counter (`whole(task)`), then shared parts (`part(task, record)`) until nothing is
+// queued and no warp is active.  A warp counts as active from before it takes a task,
+// so no warp can see "nothing active, nothing queued" while work is still being handed
+// out; only active warps add records, and each checks the queue again before it can
+// leave.
+template <class Whole, class Part>
+__device__ __forceinline__ void run_warps(const Share& sh, int* records, Whole whole,
+                                          Part part, int lane) {
+    unsigned long long* ctl = sh.ctl;
+    while (true) {
+        unsigned long long task = 0;
+        if (lane == 0) {
+            atomicAdd(ctl + ACTIVE, 1ULL);
+            task = atomicAdd(ctl + NEXT_TASK, 1ULL);
+            if (task >= peek(ctl + TASKS)) task = ~0ULL;     // none left
+        }
+        task = __shfl_sync(FULL_MASK, task, 0);
+        if (task == ~0ULL) break;
+        whole((long long)task);
+        if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
+    }
+    if (lane == 0) {
+        atomicAdd(ctl + ACTIVE, ~0ULL);
+        atomicAdd(ctl + WAITING, 1ULL);
+    }
+    if (!sh.enabled) return;
+    while (true) {
+        long long slot = -1;
+        bool done = false;
+        if (lane == 0) {
+            const unsigned long long head = peek(ctl + HEAD);
+            const unsigned long long tail = min(peek(ctl + TAIL),
+                                                (unsigned long long)sh.capacity);
+            if (head < tail) {
+                atomicAdd(ctl + ACTIVE, 1ULL);
+                if (atomicCAS(ctl + HEAD, head, head + 1) == head) {
+                    slot = (long long)head;
+                    atomicAdd(ctl + WAITING, ~0ULL);
+                } else {
+                    atomicAdd(ctl + ACTIVE, ~0ULL);
+                }
+            } else if (peek(ctl + ACTIVE) == 0 && peek(ctl + HEAD) >= min(peek(ctl + TAIL),
+                                                       (unsigned long long)sh.capacity)) {
+                done = true;
+            } else {
+                __nanosleep(200);
+            }
+        }
+        done = __shfl_sync(FULL_MASK, done, 0);
+        slot = __shfl_sync(FULL_MASK, slot, 0);
+        if (done) break;
+        if (slot < 0) continue;
+        int* r = records + slot * RECORD_INTS;
+        if (lane == 0) {
+            while (atomicAdd(sh.ready + slot, 0) == 0) __nanosleep(32);
+        }
+        __syncwarp();
+        __threadfence();
+        const long long task = *(volatile int*)r;   // volatile: never a stale L1 line
+        part(task, r);
+        if (lane == 0) {
+            atomicAdd(ctl + ACTIVE, ~0ULL);
+            atomicAdd(ctl + WAITING, 1ULL);
+        }
+    }
+    if (lane == 0) atomicAdd(ctl + WAITING, ~0ULL);
 }
 
 // In listing mode the task of pair i writes rows from offsets[i] up to its query's
@@ -746,103 +1044,38 @@ __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     const Tasks tk{(long long)*(volatile unsigned long long*)(ctl + TASKS), task_pair, types,
                    edge_u, edge_v, edge_rank};
     const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
-    // The launch is sized for every (edge, type) pair, of which the candidate bits keep
-    // few.  With more than FEW_TASKS tasks, blocks past them leave at once (a warp per
-    // task: idle warps would share work the short tasks of dense queries do not need,
-    // 15% slower on GH dense 100-edge batches); with fewer, every warp stays to take
-    // shared parts of them (3x faster on GH sparse one-edge batches, docs/benchmarks.md).
-    const unsigned long long num_tasks = peek(ctl + TASKS);
-    if (num_tasks > FEW_TASKS &&
-        (unsigned long long)blockIdx.x * (blockDim.x >> 5) >= num_tasks) return;
+    if (surplus_block(ctl)) return;
     extern __shared__ WarpState states[];
     const int lane = threadIdx.x & 31;
     const int warp_in_block = threadIdx.x >> 5;
-    const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + warp_in_block;
     WarpState& s = states[warp_in_block];
     if (lane == 0) {
         s.clock = 0;
         for (int l = 0; l < MAX_QUERY; ++l) { s.m[l] = -1; s.set_at[l] = 0; }
     }
     __syncwarp();
-    int* my_bufs = bufs + warp * p.n * width;
-    // Whole tasks first.  A warp counts as active from before it takes a task, so no
-    // warp can see "nothing active, nothing queued" while work is still being handed out.
-    while (true) {
-        unsigned long long task = 0;
-        if (lane == 0) {
-            atomicAdd(ctl + ACTIVE, 1ULL);
-            task = atomicAdd(ctl + NEXT_TASK, 1ULL);
-            if (task >= peek(ctl + TASKS)) task = ~0ULL;     // none left
-        }
-        task = __shfl_sync(FULL_MASK, task, 0);
-        if (task == ~0ULL) break;
-        long long pos = 0, end = 0;
-        if (listing) {
-            pos = offsets[tk.pair[task]];
-            end = row_end[p.cand_row[tk.type(task)]];
-        }
-        if (!listing || pos < end) {
-            long long c = search<G, LEAVES>(g, p, tk, leaves, (long long)task, nullptr, sh,
-                                            s, my_bufs, width, out, pos, end, listing != 0,
-                                            lane);
-            if (lane == 0) add_count(p, tk, counts, by_task, queries, task, c);
-        }
-        if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
-    }
-    if (lane == 0) {
-        atomicAdd(ctl + ACTIVE, ~0ULL);
-        atomicAdd(ctl + WAITING, 1ULL);
-    }
-    if (!sh.enabled) {
-        if (lane == 0) flush_counts(counts, by_task, queries);
-        return;
-    }
-    // Then shared parts, until nothing is queued and no warp is active (only active
-    // warps add records, and each checks the queue again before it can leave).
-    while (true) {
-        long long slot = -1;
-        bool done = false;
-        if (lane == 0) {
-            const unsigned long long head = peek(ctl + HEAD);
-            const unsigned long long tail = min(peek(ctl + TAIL), (unsigned long long)capacity);
-            if (head < tail) {
-                atomicAdd(ctl + ACTIVE, 1ULL);
-                if (atomicCAS(ctl + HEAD, head, head + 1) == head) {
-                    slot = (long long)head;
-                    atomicAdd(ctl + WAITING, ~0ULL);
-                } else {
-                    atomicAdd(ctl + ACTIVE, ~0ULL);
-                }
-            } else if (peek(ctl + ACTIVE) == 0 && peek(ctl + HEAD) >= min(peek(ctl + TAIL),
-                                                       (unsigned long long)capacity)) {
-                done = true;
-            } else {
-                __nanosleep(200);
+    int* my_bufs = bufs + warp_row() * p.n * width;
+    run_warps(sh, records,
+        [&](long long task) {
+            long long pos = 0, end = 0;
+            if (listing) {
+                pos = offsets[tk.pair[task]];
+                end = row_end[p.cand_row[tk.type(task)]];
             }
-        }
-        done = __shfl_sync(FULL_MASK, done, 0);
-        slot = __shfl_sync(FULL_MASK, slot, 0);
-        if (done) break;
-        if (slot < 0) continue;
-        int* r = records + slot * RECORD_INTS;
-        if (lane == 0) {
-            while (atomicAdd(ready + slot, 0) == 0) __nanosleep(32);
-        }
-        __syncwarp();
-        __threadfence();
-        const long long task = *(volatile int*)r;   // volatile: never a stale L1 line
-        long long c = search<G, LEAVES>(g, p, tk, leaves, task, r, sh, s, my_bufs, width,
-                                        out, 0, 0, false, lane);
-        if (lane == 0) {
-            add_count(p, tk, counts, by_task, queries, task, c);
-            atomicAdd(ctl + ACTIVE, ~0ULL);
-            atomicAdd(ctl + WAITING, 1ULL);
-        }
-    }
-    if (lane == 0) {
-        atomicAdd(ctl + WAITING, ~0ULL);
-        flush_counts(counts, by_task, queries);
-    }
+            if (!listing || pos < end) {
+                long long c = search<G, LEAVES>(g, p, tk, leaves, task, nullptr, sh, s,
+                                                my_bufs, width, out, pos, end,
+                                                listing != 0, lane);
+                if (lane == 0) add_count(p, tk, counts, by_task, queries, task, c);
+            }
+        },
+        [&](long long task, const int* r) {
+            long long c = search<G, LEAVES>(g, p, tk, leaves, task, r, sh, s, my_bufs,
+                                            width, out, 0, 0, false, lane);
+            if (lane == 0) add_count(p, tk, counts, by_task, queries, task, c);
+        },
+        lane);
+    if (lane == 0) flush_counts(counts, by_task, queries);
 }
 
 // 128 threads (4 warps) per block; at least 7 blocks per SM keeps both kernels at 72
@@ -866,4 +1099,58 @@ extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_pma(
     match_all<PmaGraph, false>(PmaGraph{keys, vals, cnt, row, seg_shift, label_shift,
                                         ranked, saved},
               MATCH_ARGS);
+}
+
+// Leaf-rooted groups (search_group) on the lists' layout, counted per warp and query as
+// match_tasks counts (counts [warps + 1, queries], the launch's totals in the last row);
+// ctl[TASKS] holds the number of groups.  Shared memory: a WarpState, then a GroupState,
+// per warp.
+extern "C" __global__ void __launch_bounds__(128, 7) match_groups(
+        const long long* start, const int* deg, const int* nbr, const int* nlab,
+        const int* elab, const int* rank,
+        const unsigned long long* cand_ptrs, int n, const int* q_label, const int* cand_row,
+        const int* orders, const int* bw_count, const int* bw_level, const int* bw_label,
+        const long long* multiplicity, const int* leaf_root,
+        const int* group_type, const int* group_parent, const long long* group_lo,
+        const long long* group_hi, const unsigned long long* group_key,
+        const int* leaf_by_id, const int* rank_by_id,
+        int* bufs, long long width, unsigned long long* ctl, int* records, int* ready,
+        long long capacity, int sharing, int share_every, unsigned long long* counts,
+        int queries) {
+    const ListGraph g{start, deg, nbr, nlab, elab, rank};
+    const Plan p{n, 0, q_label, cand_ptrs, cand_row, orders, nullptr, bw_count, bw_level,
+                 bw_label, nullptr, nullptr, multiplicity};
+    const Groups gr{group_type, group_parent, group_lo, group_hi, group_key, leaf_by_id,
+                    rank_by_id, leaf_root};
+    const Share sh{ctl, records, ready, capacity, sharing, share_every};
+    // Every warp stays, however many groups there are, to take shared parts: a group is
+    // a hub's work (with surplus_block's exit, GH sparse_1 took 356 ms grouped, 142 ms
+    // without; tree_0 235 and 122 ms; H200, 2026-11-29).
+    extern __shared__ WarpState group_states[];     // (the same memory as `states`)
+    const int lane = threadIdx.x & 31;
+    const int warp_in_block = threadIdx.x >> 5;
+    WarpState& s = group_states[warp_in_block];
+    GroupState& gs = ((GroupState*)(group_states + (blockDim.x >> 5)))[warp_in_block];
+    if (lane == 0) {
+        s.clock = 0;
+        for (int l = 0; l < MAX_QUERY; ++l) { s.m[l] = -1; s.set_at[l] = 0; }
+    }
+    __syncwarp();
+    int* my_bufs = bufs + warp_row() * 2 * n * width;
+    auto add = [&](long long task, long long c) {
+        if (lane == 0 && c != 0) {
+            const int t = gr.type[task];
+            counts[warp_row() * queries + cand_row[t]] +=
+                (unsigned long long)(c * multiplicity[t]);
+        }
+    };
+    run_warps(sh, records,
+        [&](long long task) {
+            add(task, search_group(g, p, gr, task, nullptr, sh, s, gs, my_bufs, width, lane));
+        },
+        [&](long long task, const int* r) {
+            add(task, search_group(g, p, gr, task, r, sh, s, gs, my_bufs, width, lane));
+        },
+        lane);
+    if (lane == 0) flush_counts(counts, 0, queries);
 }

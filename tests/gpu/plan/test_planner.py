@@ -402,3 +402,32 @@ def test_mostly_intersecting_weighs_every_type_of_every_query():
     assert not mostly_intersecting([tree, clique])
     assert not mostly_intersecting([tree] + [clique] * 6)     # 12 of 24: half
     assert mostly_intersecting([tree] + [clique] * 7)         # 14 of 26
+
+
+def test_device_leaf_root_keeps_only_types_whose_tail_is_the_last_level():
+    """The CUDA grouped search counts no tail but the last level: a leaf-rooted type whose
+    one-by-one search counts a non-adjacent last pair or a leaf run from an earlier level
+    is searched one by one there; the others keep their leaf's root level."""
+    from gpu.plan.planner import device_leaf_root
+
+    for edges, labels in (
+            # path: leaf-rooted types whose tail is the other end, the last level
+            ([(0, 1), (1, 2), (2, 3)], [1, 0, 0, 0]),
+            # a star of three leaves of other labels: a leaf run from level 2
+            ([(0, 1), (0, 2), (0, 3)], [0, 1, 2, 2]),
+            # a triangle with two pendant leaves on one vertex
+            ([(0, 1), (1, 2), (0, 2), (2, 3), (2, 4)], [0, 1, 0, 2, 1])):
+        types = build_plan(QueryGraph.build("q", range(len(labels)), labels, edges)).incremental
+        got = device_leaf_root(types)
+        last = types.orders.shape[1] - 1
+        assert got.dtype == np.int32 and got.shape == types.leaf_root.shape
+        for t in range(types.count):
+            tail_at_last = not types.tail_free[t] and types.leaf_from[t] >= last
+            want = types.leaf_root[t] if tail_at_last else -1
+            assert got[t] == want, (edges, t)
+    path = build_plan(QueryGraph.build("path", range(4), [1, 0, 0, 0],
+                                       [(0, 1), (1, 2), (2, 3)])).incremental
+    assert (device_leaf_root(path) == path.leaf_root).all() and (path.leaf_root >= 0).any()
+    tailed = build_plan(QueryGraph.build("tailed", range(5), [0, 1, 0, 2, 1],
+                                         [(0, 1), (1, 2), (0, 2), (2, 3), (2, 4)])).incremental
+    assert (tailed.leaf_root >= 0).any() and (device_leaf_root(tailed) == -1).all()
