@@ -56,10 +56,12 @@ def test_only_the_server_process_freezes_what_start_up_left(tmp_path):
     from tests.service.conftest import running, wait_ready
 
     # Relative to what was frozen before: not by this code, but 375 objects were in the
-    # device host's run of the service tests on CUDA (2026-11-23).
+    # device host's run of the service tests on CUDA (2026-11-23).  It may shrink: frozen
+    # objects of an earlier test in this process are freed when they die (87 of them during
+    # this block in a run on the device host, 2026-11-29); a freeze would add ~10^5.
     before = gc.get_freeze_count()
     with running(tmp_path / "plain"):
-        assert gc.get_freeze_count() == before
+        assert gc.get_freeze_count() <= before
     settings = Settings(data_dir=tmp_path / "frozen", synchronous="normal", backend="cpu")
     try:
         with TestClient(create_app(settings, freeze_gc_when_ready=True)) as client:

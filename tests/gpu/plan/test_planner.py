@@ -407,7 +407,8 @@ def test_mostly_intersecting_weighs_every_type_of_every_query():
 def test_device_leaf_root_keeps_only_types_whose_tail_is_the_last_level():
     """The CUDA grouped search counts no tail but the last level: a leaf-rooted type whose
     one-by-one search counts a non-adjacent last pair or a leaf run from an earlier level
-    is searched one by one there; the others keep their leaf's root level."""
+    is searched one by one there, as are the types of plans whose levels mostly
+    intersect; the others keep their leaf's root level."""
     from gpu.plan.planner import device_leaf_root
 
     for edges, labels in (
@@ -431,3 +432,9 @@ def test_device_leaf_root_keeps_only_types_whose_tail_is_the_last_level():
     tailed = build_plan(QueryGraph.build("tailed", range(5), [0, 1, 0, 2, 1],
                                          [(0, 1), (1, 2), (0, 2), (2, 3), (2, 4)])).incremental
     assert (tailed.leaf_root >= 0).any() and (device_leaf_root(tailed) == -1).all()
+    # A leaf on a 4-clique: its levels mostly intersect, every type one by one.
+    clique = [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    dense = build_plan(QueryGraph.build("dense", range(5), [0, 0, 0, 0, 1],
+                                        clique + [(0, 4)])).incremental
+    assert mostly_intersecting([dense]) and (dense.leaf_root >= 0).any()
+    assert (device_leaf_root(dense) == -1).all()
