@@ -189,6 +189,8 @@ def main(argv=None) -> int:
     p.add_argument("--device-graph", default="pma")
     p.add_argument("--no-leaf-counts", action="store_true",
                    help="ablation: enumerate counted leaf tails instead of counting them")
+    p.add_argument("--no-leaf-groups", action="store_true",
+                   help="ablation: search leaf-rooted tasks one by one, not grouped")
     p.add_argument("--leaf-count-degree", type=int,
                    help="count leaf tails whose parent has at least this many neighbours "
                    "(default: EngineConfig's)")
@@ -209,6 +211,7 @@ def main(argv=None) -> int:
     engine = Engine(initial, backend="cuda",
                     config=EngineConfig(device_graph=args.device_graph,
                                         leaf_counts=not args.no_leaf_counts,
+                                        leaf_groups=not args.no_leaf_groups,
                                         leaf_count_degree=(
                                             EngineConfig.leaf_count_degree
                                             if args.leaf_count_degree is None
