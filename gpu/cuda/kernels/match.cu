@@ -19,7 +19,13 @@
 // query when counting (summed after the launch), per (edge, type) pair before listing.
 // In listing mode a task writes its rows from its own offset (a prefix sum of the
 // counting pass, per query) up to its query's end, for every member of its
-// coalesced-search orbit.
+// coalesced-search orbit.  A counting launch may first take leaf-rooted tasks that share
+// the leaf's parent out into groups searched once each (match_groups, search_group).
+//
+// One file (past 1,000 lines) because every entry point is the same search: the levels'
+// scans, the candidate buffers, work sharing and the persistent warps' schedule are
+// shared device code, and the loader compiles one source per module with no include
+// path (gpu/cuda/loader.py).
 //
 // Two layouts of the data graph, one search (templated on the layout):
 // - ListGraph: the host's pooled lists, sorted by (neighbour label, id), mirrored; a
