@@ -413,6 +413,45 @@ __device__ long long list_last(const G& g, const Plan& p, int t, int cur, WarpSt
     return found;
 }
 
+// A share record's candidate range at its level (the level's buffer rebuilt already).
+__device__ __forceinline__ void take_range(WarpState& s, const volatile int* record, int floor,
+                                           int lane) {
+    if (lane == 0) {
+        s.idx[floor] = record[2];
+        s.end[floor] = min(record[3], s.cnt[floor]);
+    }
+    __syncwarp();
+}
+
+// The next unused candidate of buf[idx:count] (-1: none; every lane returns it), idx moved
+// past it.  RANKED (grouped search): only one that some member can still use, the lower
+// of mrp and its rank above cur; that lower rank goes to `low`.
+template <bool RANKED>
+__device__ __forceinline__ int next_candidate(const int* buf, const int* rbuf, int count,
+                                              int& idx, const int* m, int level, int mrp,
+                                              int cur, int& low, int lane) {
+    while (idx < count) {
+        const int i = idx + lane;
+        bool ok = i < count;
+        const int c = ok ? buf[i] : -1;
+        int r = 0;
+        if constexpr (RANKED) {
+            r = ok ? min(mrp, rbuf[i]) : 0;
+            ok = ok && r > cur;
+        }
+        if (ok) ok = !used(m, level, c);
+        const unsigned mask = __ballot_sync(FULL_MASK, ok);
+        if (mask) {
+            const int first = __ffs(mask) - 1;
+            if constexpr (RANKED) low = __shfl_sync(FULL_MASK, r, first);
+            idx += first + 1;
+            return __shfl_sync(FULL_MASK, c, first);
+        }
+        idx += 32;
+    }
+    return -1;
+}
+
 // Work sharing (GAMMA §V-A, across the whole grid as in BUG's global queue): a busy
 // warp that sees idle warps hands over the upper half of the unexplored candidates at
 // its shallowest open level.  A record names the task, the level, the candidate range
@@ -618,11 +657,7 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
     bool descend = true;
     if (record) {
         candidates(g, p, t, floor, cur, s, bufs + floor * width, lane);
-        if (lane == 0) {
-            s.idx[floor] = record[2];
-            s.end[floor] = min(record[3], s.cnt[floor]);
-        }
-        __syncwarp();
+        take_range(s, record, floor, lane);
         descend = false;
     }
     unsigned steps = 0;
@@ -684,21 +719,9 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
         // Advance at `level` to its next unused candidate.
         int idx = s.idx[level];
         const int count = s.end[level];
-        int w = -1;
-        while (idx < count) {
-            int i = idx + lane;
-            bool ok = i < count;
-            int c = ok ? buf[i] : -1;
-            if (ok) ok = !used(s.m, level, c);
-            unsigned mask = __ballot_sync(FULL_MASK, ok);
-            if (mask) {
-                int first = __ffs(mask) - 1;
-                w = __shfl_sync(FULL_MASK, c, first);
-                idx += first + 1;
-                break;
-            }
-            idx += 32;
-        }
+        int low = 0;
+        const int w = next_candidate<false>(buf, nullptr, count, idx, s.m, level, 0, 0, low,
+                                            lane);
         __syncwarp();
         if (w < 0) {
             if (lane == 0) s.idx[level] = count;
@@ -847,11 +870,7 @@ __device__ long long search_group(const G& g, const Plan& p, const Groups& gr, l
     if (record) {
         candidates<G, true>(g, p, t, floor, cur, s, bufs + floor * width, lane,
                             rbufs + floor * width);
-        if (lane == 0) {
-            s.idx[floor] = record[2];
-            s.end[floor] = min(record[3], s.cnt[floor]);
-        }
-        __syncwarp();
+        take_range(s, record, floor, lane);
         descend = false;
     }
     unsigned steps = 0;
@@ -878,26 +897,11 @@ __device__ long long search_group(const G& g, const Plan& p, const Groups& gr, l
             __syncwarp();
         }
         // Advance at `level` to its next unused candidate that some member can use.
-        const int mrp = gs.mr[level - 1];
         int idx = s.idx[level];
         const int count = s.end[level];
-        int w = -1, low = 0;
-        while (idx < count) {
-            int i = idx + lane;
-            bool ok = i < count;
-            int c = ok ? buf[i] : -1;
-            int r = ok ? min(mrp, rbuf[i]) : 0;
-            if (ok) ok = r > cur && !used(s.m, level, c);
-            unsigned mask = __ballot_sync(FULL_MASK, ok);
-            if (mask) {
-                int first = __ffs(mask) - 1;
-                w = __shfl_sync(FULL_MASK, c, first);
-                low = __shfl_sync(FULL_MASK, r, first);
-                idx += first + 1;
-                break;
-            }
-            idx += 32;
-        }
+        int low = 0;
+        const int w = next_candidate<true>(buf, rbuf, count, idx, s.m, level, gs.mr[level - 1],
+                                           cur, low, lane);
         __syncwarp();
         if (w < 0) {
             if (lane == 0) s.idx[level] = count;

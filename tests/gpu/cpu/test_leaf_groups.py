@@ -104,12 +104,10 @@ def group_pieces(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("config", sorted(CONFIGS))
-@pytest.mark.parametrize("nlabels,nelabels", [(1, 1), (2, 1), (2, 2), (3, 1)])
-def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy, group_pieces):
-    rng = random.Random(17 * nlabels + nelabels)
-    d = hub_data(rng, 13, nlabels, nelabels)
-    engine = Engine(d.labeled(), backend="cpu", config=CONFIGS[config]())
+def check_hub_batches(engine: Engine, rng: random.Random, d: Data, nlabels: int,
+                      nelabels: int, batches: int) -> None:
+    """Stand every pattern of PATTERNS that fits the labels, apply `batches` hub batches,
+    and check each one's deltas and counts against brute force."""
     qids = {}
     for name in sorted(PATTERNS):
         p = PATTERNS[name]
@@ -118,7 +116,7 @@ def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy, gro
                         [(a, b, lab) for (a, b), lab in p.edges.items()])
             qids[engine.add_query(p.query())] = (name, p)
     before = {qid: embeddings(d, p) for qid, (_, p) in qids.items()}
-    for _ in range(25):
+    for _ in range(batches):
         res = engine.apply(hub_batch(rng, d, nelabels))
         after = {qid: embeddings(d, p) for qid, (_, p) in qids.items()}
         for qid, (name, _) in qids.items():
@@ -128,6 +126,15 @@ def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy, gro
             assert engine.count(qid) == len(after[qid]), name
         before = after
     engine.check()
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("nlabels,nelabels", [(1, 1), (2, 1), (2, 2), (3, 1)])
+def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy, group_pieces):
+    rng = random.Random(17 * nlabels + nelabels)
+    d = hub_data(rng, 13, nlabels, nelabels)
+    engine = Engine(d.labeled(), backend="cpu", config=CONFIGS[config]())
+    check_hub_batches(engine, rng, d, nlabels, nelabels, 25)
     formed = sum(g for g, _ in group_spy)
     if config == "one_by_one":
         assert not group_spy, "leaf_groups=False must not group"
@@ -135,13 +142,16 @@ def test_hub_batches_equal_brute_force(config, nlabels, nelabels, group_spy, gro
         assert formed > 0, "no group formed: the test would not exercise grouped search"
 
 
-def test_last_level_candidate_that_is_a_members_leaf():
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_last_level_candidate_that_is_a_members_leaf(backend):
     """Hub 0 gets leaves 5, 6, 7 in one batch; 5 is also the only vertex that closes the
-    diamond 0-2-3-5, so it serves members 6 and 7 but not its own edge's member."""
+    diamond 0-2-3-5, so it serves members 6 and 7 but not its own edge's member.  (On CUDA
+    every launch groups: tests/gpu/cuda/test_leaf_groups.py.)"""
     p = PATTERNS["diamond_leaf"]
     d = Data({0: 0, 2: 1, 3: 1, 5: 0, 6: 0, 7: 0},
              {frozenset(k): 0 for k in [(0, 2), (0, 3), (2, 3), (2, 5), (3, 5)]})
-    engine = Engine(d.labeled(), backend="cpu")
+    engine = Engine(d.labeled(), backend=backend,
+                    config=EngineConfig(device_leaf_group_edges=1, small_phase_edges=0))
     qid = engine.add_query(p.query())
     before = embeddings(d, p)
     recs = [(INSERT_EDGE, 0, leaf, 0) for leaf in (5, 6, 7)]

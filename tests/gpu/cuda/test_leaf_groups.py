@@ -23,8 +23,8 @@ from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.io.records import DELETE_EDGE, UpdateStream
 from gpu.io.streams import split_stream
-from tests.graphs import Pattern, embeddings, skewed_graph
-from tests.gpu.cpu.test_leaf_groups import PATTERNS, SKEWED, hub_batch, hub_data
+from tests.graphs import Pattern, skewed_graph
+from tests.gpu.cpu.test_leaf_groups import PATTERNS, SKEWED, check_hub_batches, hub_data
 
 pytestmark = pytest.mark.gpu
 
@@ -62,46 +62,11 @@ def test_hub_batches_equal_brute_force(config, nlabels, nelabels, made_groups):
     rng = random.Random(31 * nlabels + nelabels)
     d = hub_data(rng, 13, nlabels, nelabels)
     engine = Engine(d.labeled(), backend="cuda", config=CONFIGS[config])
-    qids = {}
-    for name in sorted(PATTERNS):
-        p = PATTERNS[name]
-        if max(p.edges.values()) < nelabels:
-            p = Pattern([lab % nlabels for lab in p.labels],
-                        [(a, b, lab) for (a, b), lab in p.edges.items()])
-            qids[engine.add_query(p.query())] = (name, p)
-    before = {qid: embeddings(d, p) for qid, (_, p) in qids.items()}
-    for _ in range(12):
-        res = engine.apply(hub_batch(rng, d, nelabels))
-        after = {qid: embeddings(d, p) for qid, (_, p) in qids.items()}
-        for qid, (name, _) in qids.items():
-            delta = res.queries[qid]
-            assert delta.positive == len(after[qid] - before[qid]), name
-            assert delta.negative == len(before[qid] - after[qid]), name
-            assert engine.count(qid) == len(after[qid]), name
-        before = after
-    engine.check()
+    check_hub_batches(engine, rng, d, nlabels, nelabels, 12)
     if config == "one_by_one":
         assert not made_groups, "leaf_groups=False must not group"
     else:
         assert sum(made_groups) > 0, "no group formed: the test would not exercise them"
-
-
-def test_last_level_candidate_that_is_a_members_leaf():
-    """Hub 0 gets leaves 5, 6, 7 in one batch; 5 is also the only vertex that closes the
-    diamond 0-2-3-5, so it serves members 6 and 7 but not its own edge's member."""
-    from tests.graphs import Data
-    from gpu.io.records import INSERT_EDGE
-
-    p = PATTERNS["diamond_leaf"]
-    d = Data({0: 0, 2: 1, 3: 1, 5: 0, 6: 0, 7: 0},
-             {frozenset(k): 0 for k in [(0, 2), (0, 3), (2, 3), (2, 5), (3, 5)]})
-    engine = Engine(d.labeled(), backend="cuda", config=CONFIGS["grouped"])
-    qid = engine.add_query(p.query())
-    before = embeddings(d, p)
-    recs = [(INSERT_EDGE, 0, leaf, 0) for leaf in (5, 6, 7)]
-    d.edges.update({frozenset((0, leaf)): 0 for leaf in (5, 6, 7)})
-    res = engine.apply(UpdateStream.from_records(recs))
-    assert res.queries[qid].positive == len(embeddings(d, p) - before) == 4
 
 
 @pytest.mark.parametrize("labels", [1, 2])
