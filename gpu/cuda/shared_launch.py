@@ -170,10 +170,10 @@ class SharedLaunch:
         # launches over enough edges on the lists' layout; its buffers when first needed.
         self.group_min = max(2, config.leaf_group_min)
         self.slots = self.graph.deg.shape[0] if lists else 0
+        self.grouped = lists and config.leaf_groups and any(
+            (device_leaf_root(types) >= 0).any() for _, types in jobs) and \
+            group_launchers.groupable(self.types, self.slots)
         self.group_edges = config.device_leaf_group_edges
-        self.grouped = lists and config.leaf_groups and len(edges.us) >= self.group_edges \
-            and group_launchers.groupable(self.types, self.slots) and any(
-                (device_leaf_root(types) >= 0).any() for _, types in jobs)
         self._mirror, self._blocks = mirror, blocks_per_sm(config, jobs)
         self._group_bufs = None
         self.bufs = cp.empty(self.warps * self.n * self.width, dtype=np.int32)
