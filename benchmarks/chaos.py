@@ -12,7 +12,8 @@ webhook delivery runs in the server) is SIGKILLed at random moments, or only the
 writer (the server must then exit with status 70 by itself), and restarted on the same data
 directory and port; a tenth of the restarts are killed again before they are ready; and
 now and then, for 0.2-1 s, every write of the storage writer fails (its RLIMIT_FSIZE set to
-0: SQLite's disk I/O error), so batches are 503s and retried.  The followers resume with Last-Event-ID and the WebSocket's `after`.
+0: SQLite's disk I/O error), so batches are 503s and retried.  The followers resume with
+Last-Event-ID and the WebSocket's `after`.
 
 At the end (`Run.check`): the batch numbers acknowledged are exactly 1..N, one key each; the
 batch log and the idempotency keys hold exactly the acknowledged batches (their updates, in

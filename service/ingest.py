@@ -190,8 +190,9 @@ def _event_time(value, where: str) -> int:
 
 
 def _npy_rows(body: bytes, max_updates: int) -> np.ndarray:
-    """The (n, 4) or (n, 5) integer array of a .npy body.  The header is read and checked first, so a
-    tiny body declaring a huge array costs nothing; the data is then a view of the body."""
+    """The (n, 4) or (n, 5) integer array of a .npy body.  The header is read and checked
+    first, so a tiny body declaring a huge array costs nothing; the data is then a view of
+    the body."""
     stream = io.BytesIO(body)
     try:
         with warnings.catch_warnings():

@@ -25,9 +25,9 @@ What this does not cover: a second writer of the same key into the same partitio
 `transactional.id`, a topic whose retention deleted the messages after the stored offset before
 a restart read them back, and consumers reading uncommitted messages (they may see the messages
 of an aborted attempt as well).  A failure (broker unreachable, a transaction that could not be
-committed) is retried after a backoff that doubles up to `kafka_backoff_max_seconds`, forever: Kafka is
-a log, and an event is not skipped.  Pruned events (a broker away for longer than the result
-retention) are logged and skipped, as for a webhook.
+committed) is retried after a backoff that doubles up to `kafka_backoff_max_seconds`,
+forever: Kafka is a log, and an event is not skipped.  Pruned events (a broker away for
+longer than the result retention) are logged and skipped, as for a webhook.
 
 confluent-kafka (librdkafka) is the optional `kafka` extra: without it the service runs and a
 sink cannot be set (KafkaUnavailable).  Its calls block, so they run in threads, off the loop.

@@ -1,4 +1,5 @@
-"""Owns the service's settings: one pydantic-settings class read from flags and MOTIFSTREAM_* env."""
+"""Owns the service's settings: one pydantic-settings class, read from flags and MOTIFSTREAM_*
+env."""
 from __future__ import annotations
 
 import json

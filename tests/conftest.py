@@ -6,9 +6,10 @@ The markers are registered in pyproject.toml, whose addopts deselect ``slow`` (.
 runs those second, with ``-m slow``).
 
 When pytest-xdist is installed, a plain ``python -m pytest`` runs one worker per core
-(``-n`` the cores it may use, if more than one); ``-n 0`` or ``-p no:xdist`` runs in this one process, an explicit ``-n``
-wins, and without pytest-xdist (the device host, unless its wheel is carried) the suite
-runs in one process as before.  In one process nothing below changes a test.
+(``-n`` the cores it may use, if more than one); ``-n 0`` or ``-p no:xdist`` runs in this
+one process, an explicit ``-n`` wins, and without pytest-xdist (the device host, unless its
+wheel is carried) the suite runs in one process as before.  In one process nothing below
+changes a test.
 
 Workers and Numba threads.  The CPU executor's parallel regions spin while they wait
 (for queued work, for a giver's record, at the barrier), so a region whose threads

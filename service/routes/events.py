@@ -62,8 +62,9 @@ WS_BAD_CURSOR = 4422
 MAX_ID = 2**63 - 1
 
 AfterQuery = Annotated[int | None, Query(
-    ge=0, le=MAX_ID, description="Resume cursor: only events with id > after. Default: every event still "
-                      "retained.")]
+    ge=0, le=MAX_ID,
+    description="Resume cursor: only events with id > after. Default: every event still "
+                "retained.")]
 
 
 async def _query_exists(state: StateDep, query_id: int) -> bool:
@@ -176,7 +177,8 @@ async def stream_events(
     state: StateDep,
     after: AfterQuery = None,
     last_event_id: Annotated[int | None, Header(
-        ge=0, le=MAX_ID, description="Sent by EventSource on reconnection; wins over `after`.")] = None,
+        ge=0, le=MAX_ID,
+        description="Sent by EventSource on reconnection; wins over `after`.")] = None,
 ) -> EventStream:
     """Server-Sent Events of the query's results, as they are committed.
 

@@ -4,8 +4,8 @@ never change state.
 The requests go to one app per module (small limits, a small graph, two standing queries).
 After each one: the status is below 500; a 4xx body is an RFC 9457 problem whose `detail` is
 a message (schema errors listed in `errors`, each with a `loc`); and when the request was
-refused, only read, or only validated, the observable state is what it was before: GET /v1/graph (less the store and device-pool
-sizes), GET /v1/queries
+refused, only read, or only validated, the observable state is what it was before:
+GET /v1/graph (less the store and device-pool sizes), GET /v1/queries
 (less the latencies) and every query's results log. Inputs a generator builds with a defect must
 be refused; arbitrary ones may be accepted, and then their state is the new baseline (a query
 they registered is deleted again). A state machine interleaves valid and invalid batches on a

@@ -35,7 +35,8 @@ def _stream(seed: int, batches: int):
     data = random_data(rng, 14, 2, 2, 0.3)
     start = data.labeled()
     next_id = [100]
-    return start, [batch_json(random_service_batch(rng, data, 2, 2, next_id)) for _ in range(batches)]
+    return start, [batch_json(random_service_batch(rng, data, 2, 2, next_id))
+                   for _ in range(batches)]
 
 
 def _register(client) -> list[int]:

@@ -387,7 +387,8 @@ def test_idempotency_keys_are_served_then_pruned(data_dir):
     store = Store.open(data_dir, synchronous="normal", idempotency_retention=3, prune_every=4)
     try:
         for seq in range(1, 9):
-            store.append_batch(batch(seq, idempotency=(f"key-{seq}", f"hash-{seq}", f'{{"seq": {seq}}}')))
+            store.append_batch(batch(seq, idempotency=(f"key-{seq}", f"hash-{seq}",
+                                                       f'{{"seq": {seq}}}')))
             assert store.idempotent(f"key-{seq}") == (seq, f"hash-{seq}", f'{{"seq": {seq}}}')
         # Pruned at seq 4 (<= 1) and at seq 8 (<= 5).
         assert [s for s in range(1, 9) if store.idempotent(f"key-{s}")] == [6, 7, 8]

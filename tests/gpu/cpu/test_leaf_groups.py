@@ -195,7 +195,8 @@ def test_grouping_keeps_every_task_once():
     assert rebuilt == set(zip(tu.tolist(), tv.tolist(), tr.tolist(), tt.tolist()))
 
 
-SKEWED = ["banner", "diamond_leaf", "path4", "path5", "star3", "paw", "bull", "head", "pair", "elabel_tree"]
+SKEWED = ["banner", "diamond_leaf", "path4", "path5", "star3", "paw", "bull", "head", "pair",
+          "elabel_tree"]
 
 
 @pytest.mark.parametrize("labels", [1, 2, 3])
