@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
+import dataclasses
 from dataclasses import dataclass
 
 import numba
@@ -79,14 +80,21 @@ class _Windowed:
     leaves: LeafCounts
 
 
-def executor_for(backend: str, directed: bool) -> str:
-    """The executor an Engine of `backend` ("auto", "cpu", "cuda") runs on: directed graphs
-    on the CPU executor for now (their "auto" picks it, "cuda" is refused)."""
-    if directed and backend == "cuda":
-        raise ValueError("directed graphs run on the cpu executor for now, not on cuda")
-    if backend not in BACKENDS:     # (a directed graph's "auto" is not resolved)
+def executor_for(backend: str) -> str:
+    """The executor an Engine of `backend` ("auto", "cpu", "cuda") runs on."""
+    if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    return resolve_backend("cpu" if directed else backend)
+    return resolve_backend(backend)
+
+
+def device_config(config: EngineConfig, directed: bool) -> EngineConfig:
+    """The config a CUDA engine runs: a directed graph's device graph is the lists' layout,
+    whatever `config.device_graph` says (the packed memory array keys undirected edges by
+    label index, with no room for an arc's direction yet: docs/design.md, "Directed
+    graphs")."""
+    if directed and config.device_graph != "lists":
+        return dataclasses.replace(config, device_graph="lists")
+    return config
 
 
 class Engine:
@@ -96,10 +104,10 @@ class Engine:
                  config: EngineConfig | None = None, coalesce: bool = True,
                  directed: bool = False, retention: int | None = None) -> None:
         """`directed`: the graph's edges, and its queries', are arcs u -> v (fixed for the
-        engine's life).  Directed graphs run on the CPU executor for now: `backend="auto"`
-        picks it, and "cuda" is refused.  `retention`: a batch that moves the watermark
-        (the largest event time accepted) to T deletes every edge whose time is <= T -
-        retention with it (gpu/event_time.py; None: edges never expire)."""
+        engine's life; on CUDA, on the lists' device graph: device_config).  `retention`:
+        a batch that moves the watermark (the largest event time accepted) to T deletes
+        every edge whose time is <= T - retention with it (gpu/event_time.py; None: edges
+        never expire)."""
         if retention is not None and (isinstance(retention, bool) or
                                       not isinstance(retention, (int, np.integer))
                                       or retention < 0):
@@ -113,7 +121,9 @@ class Engine:
         self._timed = self.retention is not None
         self.config = config or EngineConfig()
         self.directed = bool(directed)
-        self.backend = executor_for(backend, self.directed)
+        self.backend = executor_for(backend)
+        if self.backend == "cuda":
+            self.config = device_config(self.config, self.directed)
         self.coalesce = coalesce
         if graph is None:
             graph = LabeledGraph(np.empty(0, np.int64), np.empty(0, np.int32),

@@ -207,7 +207,7 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
                         help="seed for --num-labels (default 0)")
     parser.add_argument("--directed", action="store_true",
                         help="the graph's and the queries' edges are arcs u -> v (`e u v`, an "
-                             "edge list's `u v`); runs on the cpu executor for now")
+                             "edge list's `u v`)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress display on stderr")
 

@@ -289,7 +289,7 @@ class EngineService:
         if not compile_ahead.background_wanted():
             return False
         try:
-            backend = executor_for(self.settings.backend, self.store.directed())
+            backend = executor_for(self.settings.backend)
         except ValueError:
             return False            # the engine's construction says why
         snapshot = self.store.latest_snapshot()
@@ -774,12 +774,6 @@ class EngineService:
             raise Conflict(f"directed: {len(self.queries)} queries are registered as "
                            f"{kinds[self.engine.directed]}; delete them before loading a "
                            f"{kinds[directed]} graph")
-        try:    # refused before anything changes, not by the engine's construction
-            executor_for(self.settings.backend, directed)
-        except ValueError as exc:
-            raise Conflict(f"directed: {exc}; this service runs with backend "
-                           f"{self.settings.backend!r} (start it with backend auto or cpu "
-                           f"to serve directed graphs)") from None
         t0 = time.perf_counter()
         old = self.engine
         log.info("bulk load: indexing %d vertices, %d edges", graph.num_vertices,

@@ -168,10 +168,25 @@ class DeviceMirror:
         level_of = np.argsort(types.orders, axis=1).astype(np.int32)
         # Labels per type (not per query), so types of several queries share a launch.
         labels = np.tile(self.graph.kernel_labels(types.query_labels), (types.count, 1))
+        directed = types.directed
+        if directed:
+            # Arcs: each entry's key is the list's (2 label + direction, gpu/graph/lists.py),
+            # on the lists' layout only (the array keys undirected edges, by label index).
+            if not getattr(self.graph, "takes_arcs", False):
+                raise ValueError("directed plans run on the lists' device graph only")
+            if int(types.bw_count.max(initial=0)) > 32:
+                raise ValueError("a directed query with more than 32 arcs to the vertices "
+                                 "before one of its vertices does not fit a warp's lanes")
+            keys = types.bw_key
+        else:
+            # Every entry of a level reads the segment of its vertex's label, as the
+            # kernel compares labels (label indices on the array).
+            keys = np.repeat(np.take_along_axis(labels, types.orders, axis=1)[:, :, None],
+                             types.bw_key.shape[2], axis=2)
         host = (labels, np.zeros(types.count, dtype=np.int32), types.orders, level_of,
-                types.bw_count, types.bw_level, types.bw_label,
+                types.bw_count, types.bw_level, types.bw_label, keys,
                 types.tail_free.astype(np.uint8), types.perms, types.multiplicity,
-                types.roots, types.root_labels, *_leaf_columns(types),
+                types.roots, types.root_labels, *_leaf_columns(types, counted=not directed),
                 device_leaf_root(types))
         plan = match_launchers.DevicePlan(*(np.ascontiguousarray(
             a, dtype=match_launchers.PLAN_DTYPES[name])
@@ -317,13 +332,14 @@ class PendingMatches:
         return results
 
 
-def _leaf_columns(types: TaskTypes) -> tuple[np.ndarray, ...]:
+def _leaf_columns(types: TaskTypes, counted: bool = True) -> tuple[np.ndarray, ...]:
     """A plan's counted leaf tails for match.cu (DevicePlan's leaf fields): each type's first
     counted leaf level (past a head level: the kernel enumerates heads), the column of each
     leaf query vertex, and per column its vertex and edge label (its one edge's) and row
-    0 (stacked_plans sets the rows)."""
+    0 (stacked_plans sets the rows).  Not `counted` (directed plans: the kernel's leaf
+    counts know no arc direction), no leaf is counted."""
     count, n = types.orders.shape
-    first = np.where(types.leaf_from < n, types.leaf_from + types.tail_head, n
+    first = np.where((types.leaf_from < n) & counted, types.leaf_from + types.tail_head, n
                      ).astype(np.int32)
     elab: dict[int, int] = {}
     for t in range(count):

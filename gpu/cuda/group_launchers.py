@@ -132,7 +132,8 @@ def match_groups(graph: ListGraphArrays, cand_ptrs: cp.ndarray, plan: DevicePlan
     gctl[:TASKS_WORD] = 0       # the group count stays: group_runs wrote it
     ready[:capacity] = 0
     args = (*graph, cand_ptrs, np.int32(n), plan.q_label, plan.cand_row, plan.orders,
-            plan.bw_count, plan.bw_level, plan.bw_label, plan.multiplicity, plan.leaf_root,
+            plan.bw_count, plan.bw_level, plan.bw_label, plan.bw_key,
+            np.int32(plan.bw_key.shape[2]), plan.multiplicity, plan.leaf_root,
             *groups, bufs, np.int64(width), gctl, records, ready, np.int64(capacity),
             np.int32(1 if sharing else 0), np.int32(share_every), counts, np.int32(queries))
     shared_mem = WARPS_PER_BLOCK * (WARP_STATE_BYTES + GROUP_STATE_BYTES)

@@ -30,12 +30,16 @@ class ListMirror:
 
     POOLS = ("nbr", "nlab", "elab", "rank")
     VERTEX = ("start", "deg", "label")
+    # Directed graphs' lists key arcs by direction (gpu/graph/lists.py list_key), and the
+    # copies keep the keys: the kernels read them through a directed plan's bw_key.
+    takes_arcs = True
 
     def __init__(self) -> None:
         self._copies: dict[str, cp.ndarray] = {}
         self._host: dict[str, np.ndarray] = {}     # the host array each copy was made from
         self._ranked: tuple | None = None       # (us, vs, ranks) on the device
         self.max_degree = 0
+        self.directed = False       # the host graph's, taken at each sync
 
     def kernel_labels(self, labels: np.ndarray) -> np.ndarray:
         """Query vertex labels as the kernel compares them: the labels themselves."""
@@ -52,6 +56,7 @@ class ListMirror:
         """Bring the copies up to date after a batch that touched `touched` (None: all;
         `touched_on_device` is PmaGraph's, unused here)."""
         self.max_degree = graph.max_degree
+        self.directed = bool(getattr(graph, "directed", False))
         for name in self.VERTEX + self.POOLS:
             host = getattr(graph, name)
             if touched is None or self._host.get(name) is not host:
@@ -85,7 +90,8 @@ class ListMirror:
     def _rank_kernel(self, clear: bool) -> None:
         a = self._copies
         match_launchers.set_edge_ranks(a["start"], a["deg"], a["nbr"], a["nlab"], a["label"],
-                                       a["rank"], *self._ranked, clear=clear)
+                                       a["rank"], *self._ranked, clear=clear,
+                                       directed=self.directed)
 
     def arrays(self) -> match_launchers.ListGraphArrays:
         a = self._copies

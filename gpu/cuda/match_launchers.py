@@ -88,8 +88,11 @@ class DevicePlan(NamedTuple):
     orders: cp.ndarray        # int32 [T, n]
     level_of: cp.ndarray      # int32 [T, n]
     bw_count: cp.ndarray      # int32 [T, n]
-    bw_level: cp.ndarray      # int32 [T, n, n]
-    bw_label: cp.ndarray      # int32 [T, n, n]
+    # A level's backward entries, W a level (n; 2n for a directed plan, an arc each way):
+    # the level reached, the edge label, the neighbour-list key (match.cu Plan).
+    bw_level: cp.ndarray      # int32 [T, n, W]
+    bw_label: cp.ndarray      # int32 [T, n, W]
+    bw_key: cp.ndarray        # int32 [T, n, W]
     tail_free: cp.ndarray     # uint8 [T]
     perms: cp.ndarray         # int32 [T, members, n]
     multiplicity: cp.ndarray  # int64 [T]
@@ -110,12 +113,20 @@ class DevicePlan(NamedTuple):
 
 PLAN_DTYPES = {"q_label": np.int32, "cand_row": np.int32, "orders": np.int32,
                "level_of": np.int32, "bw_count": np.int32, "bw_level": np.int32,
-               "bw_label": np.int32, "tail_free": np.uint8, "perms": np.int32,
-               "multiplicity": np.int64, "roots": np.int32, "root_labels": np.int32,
-               "leaf_from": np.int32, "leaf_col": np.int32, "col_q": np.int32,
-               "col_elab": np.int32, "col_row": np.int32, "leaf_root": np.int32}
-# The fields match_tasks reads, in its parameter order.
-MATCH_PLAN_FIELDS = DevicePlan._fields[:10]
+               "bw_label": np.int32, "bw_key": np.int32, "tail_free": np.uint8,
+               "perms": np.int32, "multiplicity": np.int64, "roots": np.int32,
+               "root_labels": np.int32, "leaf_from": np.int32, "leaf_col": np.int32,
+               "col_q": np.int32, "col_elab": np.int32, "col_row": np.int32,
+               "leaf_root": np.int32}
+# match_tasks' plan parameters in order: the first fields, the entries' width W after
+# bw_key.
+MATCH_PLAN_ARGS = (*DevicePlan._fields[:8], "bw_width", *DevicePlan._fields[8:11])
+
+
+def plan_args(plan: DevicePlan) -> tuple:
+    """match_tasks' plan arguments, as MATCH_PLAN_ARGS names them."""
+    return tuple(np.int32(plan.bw_key.shape[2]) if name == "bw_width" else
+                 getattr(plan, name) for name in MATCH_PLAN_ARGS)
 
 
 class UpdateEdges(NamedTuple):
@@ -137,6 +148,9 @@ def _check_plan_and_edges(plan: DevicePlan, edges: UpdateEdges) -> None:
         raise TypeError(f"plan: expected a DevicePlan, got {type(plan).__name__}")
     for name, array in zip(plan._fields, plan, strict=True):
         check_array(name, array, PLAN_DTYPES[name])
+    if not plan.bw_level.shape == plan.bw_label.shape == plan.bw_key.shape:
+        raise ValueError(f"bw_level, bw_label and bw_key differ in shape: "
+                         f"{plan.bw_level.shape}, {plan.bw_label.shape}, {plan.bw_key.shape}")
     if not isinstance(edges, UpdateEdges):
         raise TypeError(f"edges: expected UpdateEdges, got {type(edges).__name__}")
     for name, array in zip(edges._fields, edges, strict=True):
@@ -273,7 +287,7 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
         kernel_name = LEAF_KERNEL
     search = kernel("match", kernel_name)
     args = (*graph_args, cand_ptrs, np.int32(n), np.int32(members),
-            *(getattr(plan, name) for name in MATCH_PLAN_FIELDS),
+            *plan_args(plan),
             tasks, np.int32(plan.roots.shape[0]), edges.us, edges.vs, edges.ranks,
             bufs, np.int64(width), ctl, records, ready,
             np.int64(capacity), np.int32(1 if sharing else 0), np.int32(share_every), counts,
@@ -291,7 +305,7 @@ def match_tasks(graph: ListGraphArrays | PmaGraphArrays, cand_ptrs: cp.ndarray,
 def match_tasks_args(layout: type) -> tuple[str, ...]:
     """The names of match_tasks' arguments (a Prepared's) for a graph layout: the graph's
     fields, then the launch's."""
-    return (*layout._fields, "cand_ptrs", "n", "members", *MATCH_PLAN_FIELDS, "tasks",
+    return (*layout._fields, "cand_ptrs", "n", "members", *MATCH_PLAN_ARGS, "tasks",
             "types", "us", "vs", "ranks", "bufs", "width", "ctl", "records", "ready",
             "capacity", "sharing", "share_every", "counts", "by_task", "queries", "offsets",
             "out", "row_end", "listing", "leaves")
@@ -381,16 +395,18 @@ def mark_update_leaves(nbr: cp.ndarray, elab: cp.ndarray, key: cp.ndarray,
 
 
 SET_EDGE_RANKS_ARGS = ("start", "deg", "nbr", "nlab", "label", "rank", "us", "vs", "ranks",
-                       "count", "clear")
+                       "count", "clear", "directed")
 
 
 def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp.ndarray,
                    label: cp.ndarray, rank: cp.ndarray, us: cp.ndarray, vs: cp.ndarray,
-                   ranks: cp.ndarray, clear: bool, prepare: bool = False) -> Prepared | None:
+                   ranks: cp.ndarray, clear: bool, prepare: bool = False,
+                   directed: bool = False) -> Prepared | None:
     """Launch gpu/cuda/kernels/ranks.cu:set_edge_ranks: rank (or 0) on both directions of each
-    edge us[i] - vs[i], all of which must be in the device graph.  With `prepare`, the
-    checked launch comes back as a Prepared (SET_EDGE_RANKS_ARGS; a thread for each
-    direction of each edge, 256 a block)."""
+    edge us[i] - vs[i] (`directed`: both list entries of the arc us[i] -> vs[i]), all of
+    which must be in the device graph.  With `prepare`, the checked launch comes back as a
+    Prepared (SET_EDGE_RANKS_ARGS; a thread for each direction of each edge, 256 a
+    block)."""
     for name, dtype, array in (("start", np.int64, start), ("deg", np.int32, deg),
                                ("nbr", np.int32, nbr), ("nlab", np.int32, nlab),
                                ("label", np.int32, label), ("rank", np.int32, rank),
@@ -402,7 +418,7 @@ def set_edge_ranks(start: cp.ndarray, deg: cp.ndarray, nbr: cp.ndarray, nlab: cp
         raise ValueError(f"us, vs and ranks differ in length: {count}, {vs.shape[0]}, "
                          f"{ranks.shape[0]}")
     args = (start, deg, nbr, nlab, label, rank, us, vs, ranks, np.int32(count),
-            np.int32(1 if clear else 0))
+            np.int32(1 if clear else 0), np.int32(1 if directed else 0))
     if prepare:
         return Prepared(kernel("ranks", "set_edge_ranks"), SET_EDGE_RANKS_ARGS, args)
     one_thread_each("ranks", "set_edge_ranks", 2 * count, args)

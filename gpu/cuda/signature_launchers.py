@@ -14,9 +14,10 @@ from gpu.cuda.loader import MAX_QUERY, check_array, one_thread_each
 
 
 def count_edges(us: cp.ndarray, vs: cp.ndarray, delta: int, slot_of: cp.ndarray,
-                counts: cp.ndarray, deg: cp.ndarray) -> None:
-    """Launch gpu/cuda/kernels/signature.cu:count_edges: edges us[i] - vs[i] added (delta 1)
-    or taken out (-1) in the neighbour-label counts [vertices, slots] and degrees."""
+                counts: cp.ndarray, deg: cp.ndarray, directed: bool = False) -> None:
+    """Launch gpu/cuda/kernels/signature.cu:count_edges: edges us[i] - vs[i] (`directed`:
+    arcs us[i] -> vs[i], two fields a label) added (delta 1) or taken out (-1) in the
+    neighbour-label counts [vertices, fields] and degrees."""
     for name, array in (("us", us), ("vs", vs), ("slot_of", slot_of), ("deg", deg)):
         check_array(name, array, np.int32, 1)
     check_array("counts", counts, np.int32, 2)
@@ -25,7 +26,7 @@ def count_edges(us: cp.ndarray, vs: cp.ndarray, delta: int, slot_of: cp.ndarray,
                          f"delta {delta} is not 1 or -1")
     one_thread_each("signature", "count_edges", us.shape[0],
                     (us, vs, np.int32(us.shape[0]), np.int32(delta), slot_of, counts,
-                     np.int32(counts.shape[1]), deg))
+                     np.int32(counts.shape[1]), deg, np.int32(1 if directed else 0)))
 
 
 class QueryTables(NamedTuple):

@@ -37,10 +37,17 @@ class DeviceSignatures:
         self.counts = cp.zeros((0, 0), dtype=np.int32)
         self.codes = cp.zeros((0, 1), dtype=np.uint64)
         self._tables: signature_launchers.QueryTables | None = None   # rebuilt when stale
+        # A directed graph's labels have two fields each, out- and in-neighbours
+        # (gpu/plan/signatures.py); taken from the graph at load.
+        self.directed = False
+
+    @property
+    def fields(self) -> int:
+        return len(self.labels) * (2 if self.directed else 1)
 
     @property
     def words(self) -> int:
-        return max(1, -(-len(self.labels) // 32))
+        return max(1, -(-self.fields // 32))
 
     @property
     def capacity(self) -> int:
@@ -56,6 +63,7 @@ class DeviceSignatures:
     # ---- whole graph (start, recovery, a wider label set) ---------------
     def load(self, graph) -> None:
         """Take the host graph's vertices and counts whole, and every query's bits."""
+        self.directed = bool(getattr(graph, "directed", False))
         self.label = cp.asarray(graph.label)
         self.deg = cp.asarray(graph.deg)
         self.alive = cp.asarray(graph.alive)
@@ -170,10 +178,12 @@ class DeviceSignatures:
                 return
             du, dv, iu, iv, vertices = upload_together(
                 *(np.asarray(p, dtype=np.int32) for p in parts))
-        signature_launchers.count_edges(du, dv, -1, self.slot_of, self.counts, self.deg)
+        signature_launchers.count_edges(du, dv, -1, self.slot_of, self.counts, self.deg,
+                                        self.directed)
         if len(batch.delete_slots):
             self.alive[cp.asarray(batch.delete_slots.astype(np.int32))] = False
-        signature_launchers.count_edges(iu, iv, +1, self.slot_of, self.counts, self.deg)
+        signature_launchers.count_edges(iu, iv, +1, self.slot_of, self.counts, self.deg,
+                                        self.directed)
         self._refresh(vertices)
 
     def _refresh(self, vertices: cp.ndarray) -> None:
@@ -203,7 +213,7 @@ class DeviceSignatures:
     def check(self, graph) -> None:
         """Assert counts, degrees and candidate bits equal a host computation from scratch
         over the same label set (tests)."""
-        fresh = SignatureTable()
+        fresh = SignatureTable(self.directed)
         fresh.resize(graph)
         fresh.cover_labels(self.labels, graph)
         for qid, (query, _) in self._queries.items():

@@ -54,6 +54,11 @@ class TaskTypes:
     def count(self) -> int:
         return int(self.roots.shape[0])
 
+    @property
+    def directed(self) -> bool:
+        """Whether these are a directed query's types (entries 2n wide)."""
+        return self.bw_key.shape[2] == 2 * self.orders.shape[1]
+
 
 def mostly_intersecting(types: list[TaskTypes]) -> bool:
     """Whether more than half of the levels past the root edge, over all of `types`, have

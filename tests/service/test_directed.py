@@ -12,7 +12,7 @@ from service.settings import Settings
 from tests import reference as ref
 from tests.gpu.test_reference_directed import random_digraph
 from tests.reference import RefGraph, RefQuery
-from tests.service.conftest import graph_state, running, settled
+from tests.service.conftest import BACKEND, running, settled
 
 CYCLE = {"vertices": [{"id": i, "label": 0} for i in range(3)],
          "edges": [{"source": 0, "target": 1}, {"source": 1, "target": 2},
@@ -68,19 +68,13 @@ def _apply_and_check(client, ids: dict[str, int], oracle: RefGraph, records) -> 
                                            "negative": len(before[name] - after)}
 
 
-# Directed graphs run on the CPU executor for now: a service that serves them runs with
-# backend auto (the CPU executor for a directed graph, CUDA for an undirected one where
-# there is a device), also in the device run, whose tests otherwise pin cuda.
-DIRECTED_BACKEND = "auto"
-
-
 def test_a_directed_graph_served_and_restarted(tmp_path):
     rng = random.Random(3)
     start = random_digraph(rng, 9, 0.35, 1, 1, 0.5)
     oracle = start.copy()
     batches = _batches(rng, oracle.copy(), 8)
     data = tmp_path / "data"
-    with running(data, backend=DIRECTED_BACKEND) as client:
+    with running(data) as client:
         assert client.get("/v1/graph").json()["directed"] is False
         r = client.put("/v1/graph", params={"directed": "true"}, json=_graph_body(start))
         assert r.status_code == 200, r.text
@@ -89,7 +83,7 @@ def test_a_directed_graph_served_and_restarted(tmp_path):
         for records in batches[:4]:
             _apply_and_check(client, ids, oracle, records)
     # The kind and the queries' arcs survive a restart.
-    with running(data, backend=DIRECTED_BACKEND) as client:
+    with running(data) as client:
         assert client.get("/v1/graph").json()["directed"] is True
         for records in batches[4:]:
             _apply_and_check(client, ids, oracle, records)
@@ -101,42 +95,22 @@ def test_a_directed_graph_served_and_restarted(tmp_path):
 
 def test_the_directed_setting_makes_a_new_store_directed_and_guards_an_old_one(tmp_path):
     data = tmp_path / "data"
-    with running(data, directed=True, backend=DIRECTED_BACKEND) as client:
+    with running(data, directed=True) as client:
         assert client.get("/v1/graph").json()["directed"] is True
         # Both arcs of a pair in a graph file: fine on a directed graph.
         r = client.put("/v1/graph", content="v 1 0\nv 2 0\ne 1 2\ne 2 1\n",
                        headers={"Content-Type": "text/plain"})
         assert r.status_code == 200, r.text
         _register(client)
-    settings = Settings(data_dir=data, synchronous="normal", backend=DIRECTED_BACKEND,
+    settings = Settings(data_dir=data, synchronous="normal", backend=BACKEND,
                         directed=False)
     with TestClient(create_app(settings)) as client:
         body = settled(client)
         assert body["status"] == "failed" and "holds a directed graph" in body["detail"]
         r = client.get("/v1/graph")
         assert r.status_code == 503 and "holds a directed graph" in r.text
-    with running(data, backend=DIRECTED_BACKEND) as client:
+    with running(data) as client:
         assert client.get("/v1/graph").json()["directed"] is True
-
-
-def test_a_directed_load_on_a_cuda_service_is_409_and_changes_nothing(tmp_path):
-    """A service pinned to cuda cannot serve a directed graph (yet): loading one is a 409
-    naming `directed` and the backend, before anything changes (the engine's construction
-    used to raise it as a 500).  The service here runs on the test backend; only the
-    setting the check reads says cuda, so the test runs without a device too."""
-    with running(tmp_path / "data") as client:
-        before = graph_state(client)
-        service = client.app.state.motifstream.engine
-        pinned = service.settings.model_copy(update={"backend": "cuda"})
-        real, service.settings = service.settings, pinned
-        try:
-            r = client.put("/v1/graph", params={"directed": "true"},
-                           json={"vertices": [[1, 0], [2, 0]], "edges": [[1, 2], [2, 1]]})
-        finally:
-            service.settings = real
-        assert r.status_code == 409, r.text
-        assert "directed" in r.text and "cuda" in r.text
-        assert graph_state(client) == before
 
 
 def test_loading_a_graph_of_the_other_kind_with_queries_registered_is_409(tmp_path):

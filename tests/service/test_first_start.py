@@ -228,7 +228,7 @@ def test_no_plain_python_where_it_does_not_pay(why, cold, tmp_path, monkeypatch)
         monkeypatch.setattr(service.engine_service, "INTERPRET_BELOW_EDGES", len(GRAPH["edges"]))
     else:       # the CUDA executor would run: its kernels are not Numba's
         monkeypatch.setattr(service.engine_service, "executor_for",
-                            lambda requested, directed: "cuda")
+                            lambda requested: "cuda")
     started = len(cold)
     with running(tmp_path / "data") as client:
         assert _kernels(client) == "compiled" and len(cold) == started

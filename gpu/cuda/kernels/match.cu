@@ -62,6 +62,7 @@ __device__ __forceinline__ long long upper_bound(const T* a, long long lo, long 
 
 struct ListGraph {
     static constexpr bool keyed = false;    // find() and rank() ignore the source vertex
+    static constexpr bool arcs = true;      // directed plans run here (Plan's bw_key)
     const long long* start;
     const int* deg;
     const int* nbr;
@@ -87,8 +88,15 @@ struct ListGraph {
     }
 };
 
+// The lists for undirected plans only (match_tasks_leaves, match_groups: counted leaves and
+// grouped search are not built for directed plans).
+struct UndirectedLists : ListGraph {
+    static constexpr bool arcs = false;
+};
+
 struct PmaGraph {
     static constexpr bool keyed = true;
+    static constexpr bool arcs = false;     // undirected graphs only
     // Keys are src << 32 | label(dst) << label_shift | dst: a source's keys are grouped by
     // neighbour label (a dense label index), then sorted by id, as in the lists.
     const unsigned long long* keys;
@@ -145,12 +153,27 @@ struct Plan {
     const int* orders;        // [T, n]
     const int* level_of;      // [T, n]     level of each query vertex
     const int* bw_count;      // [T, n]
-    const int* bw_level;      // [T, n, n]
-    const int* bw_label;      // [T, n, n]
+    // A level's backward entries, W a level (n; a directed plan's 2n: an arc each way):
+    // the level it reaches, the edge's label, and the neighbour-list key the entry's
+    // segment is read under (the level's label, or label index on the array; directed,
+    // 2 label + 1 when the arc enters the backward vertex: gpu/graph/lists.py list_key).
+    const int* bw_level;      // [T, n, W]
+    const int* bw_label;      // [T, n, W]
+    const int* bw_key;        // [T, n, W]
+    int bw_width;             // W
     const unsigned char* tail_free;  // [T]
     const int* perms;         // [T, width, n]
     const long long* multiplicity;   // [T]
 };
+
+// The first backward entry of (type t, level) in the plan's [T, n, W] arrays.  Only a
+// layout that takes arcs (G::arcs) reads W and the keys; the others run undirected plans
+// (W = n, every key the level's label) and keep the registers (match_tasks_leaves spilled
+// 160 bytes reading them, 104 without).
+template <class G>
+__device__ __forceinline__ long long bw_at(const Plan& p, int t, int level) {
+    return ((long long)t * p.n + level) * (G::arcs ? p.bw_width : p.n);
+}
 
 // A launch's tasks, made on the device (gpu/cuda/kernels/tasks.cu): pair[i] = e * types + t
 // for update edge e and task type t; their number is in ctl[TASKS].
@@ -234,11 +257,12 @@ __device__ __forceinline__ void assign(WarpState& s, int level, int w) {
 }
 
 // True when buf[level] holds the list for the current backward vertices.
+template <class G>
 __device__ __forceinline__ bool cached(const Plan& p, const WarpState& s, int t, int level) {
     const unsigned long long built = s.built_at[level];
     if (built == 0) return false;
     const int nbc = p.bw_count[t * p.n + level];
-    const int* bwl = p.bw_level + ((long long)t * p.n + level) * p.n;
+    const int* bwl = p.bw_level + bw_at<G>(p, t, level);
     for (int j = 0; j < nbc; ++j)
         if (s.set_at[bwl[j]] > built) return false;
     return true;
@@ -260,18 +284,19 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
     const int n = p.n;
     const int q = p.orders[t * n + level];
     const unsigned bit = 1u << q;
-    const int want = p.q_label[t * n + q];
     const unsigned* cand = (const unsigned*)p.cand_ptrs[p.cand_row[t]];
     const int nbc = p.bw_count[t * n + level];
-    const int* bwl = p.bw_level + ((long long)t * n + level) * n;
-    const int* bwlab = p.bw_label + ((long long)t * n + level) * n;
+    const long long at = bw_at<G>(p, t, level);
+    const int* bwl = p.bw_level + at;
+    const int* bwlab = p.bw_label + at;
 
-    // Lane j < nbc finds backward neighbour j's label segment.
+    // Lane j < nbc finds backward entry j's segment.
     long long lo = 0, hi = 0;
-    int x = -1;
+    int x = -1, key = 0;
     if (lane < nbc) {
         x = m[bwl[lane]];
-        g.range(x, want, lo, hi);
+        key = G::arcs ? p.bw_key[at + lane] : p.q_label[t * n + q];
+        g.range(x, key, lo, hi);
     }
     // Pivot: the shortest segment.
     long long best = (lane < nbc) ? (hi - lo) : (1LL << 62);
@@ -307,9 +332,10 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
             long long lj = __shfl_sync(FULL_MASK, lo, j);
             long long hj = __shfl_sync(FULL_MASK, hi, j);
             int xj = G::keyed ? __shfl_sync(FULL_MASK, x, j) : 0;
+            int kj = G::keyed ? __shfl_sync(FULL_MASK, key, j) : 0;
             if (j == pivot || !__any_sync(FULL_MASK, ok)) continue;
             if (ok) {
-                long long pos = g.find(lj, hj, xj, w, want);
+                long long pos = g.find(lj, hj, xj, w, kj);
                 if constexpr (RANKED) {
                     const int r = pos >= 0 ? g.rank(pos, xj, w) : 0;
                     ok = pos >= 0 && g.elab(pos) == bwlab[j] && !blocked(r, cur);
@@ -331,12 +357,31 @@ __device__ long long scan_level(const G& g, const Plan& p, int t, int level, int
     return found;
 }
 
+// A directed plan's level-1 entries (an undirected one has none): the root arc's reverse,
+// when the query has it, is stored with its label and allowed by the total-order rule
+// (gpu/cpu/search.py _root_checks).  Every lane returns it.
+template <class G>
+__device__ __forceinline__ bool root_arcs(const G& g, const Plan& p, int t, int cur,
+                                          const int* m) {
+    const int nbc = p.bw_count[t * p.n + 1];
+    const long long at = bw_at<G>(p, t, 1);
+    for (int j = 0; j < nbc; ++j) {
+        const int x = m[p.bw_level[at + j]], key = p.bw_key[at + j];
+        long long lo, hi;
+        g.range(x, key, lo, hi);
+        const long long pos = g.find(lo, hi, x, m[1], key);
+        if (pos < 0 || g.elab(pos) != p.bw_label[at + j] || blocked(g.rank(pos, x, m[1]), cur))
+            return false;
+    }
+    return true;
+}
+
 // Make buf[level] hold the level's candidates (reusing it when its backward vertices
 // are unchanged).
 template <class G, bool RANKED = false>
 __device__ void candidates(const G& g, const Plan& p, int t, int level, int cur,
                            WarpState& s, int* buf, int lane, int* rbuf = nullptr) {
-    if (cached(p, s, t, level)) return;
+    if (cached<G>(p, s, t, level)) return;
     long long c = scan_level<G, RANKED>(g, p, t, level, cur, s.m, buf, false, lane, rbuf);
     __syncwarp();
     if (lane == 0) {
@@ -647,6 +692,9 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
         for (int l = 2; l < floor; ++l) assign(s, l, record[4 + l]);
     }
     __syncwarp();
+    // A shared part's task passed this where it began.
+    if constexpr (G::arcs)
+        if (!record && !root_arcs(g, p, t, cur, s.m)) return 0;
     if (n == 2) {
         if (listing && lane == 0) emit(p, t, s.m, s.m[1], out, pos, limit);
         return 1;
@@ -668,8 +716,8 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
             // Only in match_tasks_leaves (the others keep their registers: this path
             // makes the search spill some); read here, not kept in a register.
             if constexpr (LEAVES) if (!listing && lv->on && level == lv->from[t] &&
-                                         lv->deg[s.m[p.bw_level[((long long)t * n + level)
-                                                                * n]]] >= lv->min_degree) {
+                                         lv->deg[s.m[p.bw_level[bw_at<G>(p, t, level)]]] >=
+                                             lv->min_degree) {
                 total += leaf_product(lv, n, t, level, level, cur, s.m, lane);
                 if (--level < floor) return total;
                 continue;
@@ -680,7 +728,7 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
                     pos += c * p.multiplicity[t];
                     total += c;
                     if (pos >= limit) return total;   // the counting pass has the total
-                } else if (cached(p, s, t, last)) {
+                } else if (cached<G>(p, s, t, last)) {
                     total += unused_size(buf, s.cnt[last], s.m, last, lane);
                 } else {
                     // Count-only: nothing is stored, so nothing can be reused either.
@@ -746,7 +794,7 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
         int n, int width_members, const int* q_label, const int* cand_row, \
         const int* orders, const int* level_of, \
         const int* bw_count, const int* bw_level, const int* bw_label, \
-        const unsigned char* tail_free, const int* perms, const long long* multiplicity, \
+        const int* bw_key, int bw_width, const unsigned char* tail_free, const int* perms, const long long* multiplicity, \
         const int* task_pair, int types, const int* edge_u, const int* edge_v, \
         const int* edge_rank, \
         int* bufs, long long width, unsigned long long* ctl, int* records, int* ready, \
@@ -755,7 +803,8 @@ __device__ long long search(const G& g, const Plan& p, const Tasks& tk, const Le
         const long long* row_end, int listing, \
         const Leaves* leaves
 #define MATCH_ARGS cand_ptrs, n, width_members, q_label, cand_row, orders, level_of, \
-        bw_count, bw_level, bw_label, tail_free, perms, multiplicity, task_pair, types, \
+        bw_count, bw_level, bw_label, bw_key, bw_width, tail_free, perms, multiplicity, \
+        task_pair, types, \
         edge_u, edge_v, edge_rank, bufs, width, ctl, records, ready, capacity, sharing, \
         share_every, counts, by_task, queries, offsets, out, row_end, listing, leaves
 
@@ -1050,7 +1099,7 @@ __device__ __forceinline__ void run_warps(const Share& sh, int* records, Whole w
 template <class G, bool LEAVES>
 __device__ __forceinline__ void match_all(const G& g, MATCH_PARAMS) {
     const Plan p{n, width_members, q_label, cand_ptrs, cand_row, orders, level_of, bw_count,
-                 bw_level, bw_label, tail_free, perms, multiplicity};
+                 bw_level, bw_label, bw_key, bw_width, tail_free, perms, multiplicity};
     const Tasks tk{(long long)*(volatile unsigned long long*)(ctl + TASKS), task_pair, types,
                    edge_u, edge_v, edge_rank};
     const Share sh{ctl, records, ready, capacity, sharing && !listing, share_every};
@@ -1100,7 +1149,8 @@ extern "C" __global__ void __launch_bounds__(128, 7) match_tasks(
 extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_leaves(
         const long long* start, const int* deg, const int* nbr, const int* nlab,
         const int* elab, const int* rank, MATCH_PARAMS) {
-    match_all<ListGraph, true>(ListGraph{start, deg, nbr, nlab, elab, rank}, MATCH_ARGS);
+    match_all<UndirectedLists, true>(UndirectedLists{{start, deg, nbr, nlab, elab, rank}},
+                                     MATCH_ARGS);
 }
 
 extern "C" __global__ void __launch_bounds__(128, 7) match_tasks_pma(
@@ -1120,16 +1170,16 @@ extern "C" __global__ void __launch_bounds__(128, 7) match_groups(
         const int* elab, const int* rank,
         const unsigned long long* cand_ptrs, int n, const int* q_label, const int* cand_row,
         const int* orders, const int* bw_count, const int* bw_level, const int* bw_label,
-        const long long* multiplicity, const int* leaf_root,
+        const int* bw_key, int bw_width, const long long* multiplicity, const int* leaf_root,
         const int* group_type, const int* group_parent, const long long* group_lo,
         const long long* group_hi, const unsigned long long* group_key,
         const int* leaf_by_id, const int* rank_by_id,
         int* bufs, long long width, unsigned long long* ctl, int* records, int* ready,
         long long capacity, int sharing, int share_every, unsigned long long* counts,
         int queries) {
-    const ListGraph g{start, deg, nbr, nlab, elab, rank};
+    const UndirectedLists g{{start, deg, nbr, nlab, elab, rank}};
     const Plan p{n, 0, q_label, cand_ptrs, cand_row, orders, nullptr, bw_count, bw_level,
-                 bw_label, nullptr, nullptr, multiplicity};
+                 bw_label, bw_key, bw_width, nullptr, nullptr, multiplicity};
     const Groups gr{group_type, group_parent, group_lo, group_hi, group_key, leaf_by_id,
                     rank_by_id, leaf_root};
     const Share sh{ctl, records, ready, capacity, sharing, share_every};

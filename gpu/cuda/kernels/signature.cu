@@ -14,18 +14,20 @@
 #define LABELS_PER_WORD 32
 
 // Edges us[i] - vs[i] added (delta 1) or taken out (delta -1): each end's count of the
-// other end's label slot, and both degrees.
+// other end's label slot, and both degrees.  In a `directed` graph edge i is the arc
+// us[i] -> vs[i] and a label has two fields (`slots` of them in all): us[i] counts an
+// out-neighbour (2 slot), vs[i] an in-neighbour (2 slot + 1).
 extern "C" __global__ void count_edges(
     const int* __restrict__ us, const int* __restrict__ vs, int count, int delta,
-    const int* __restrict__ slot_of, int* counts, int slots, int* deg)
+    const int* __restrict__ slot_of, int* counts, int slots, int* deg, int directed)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     const int u = us[i], v = vs[i];
     int s = slot_of[v];
-    if (s >= 0) atomicAdd(counts + (long long)u * slots + s, delta);
+    if (s >= 0) atomicAdd(counts + (long long)u * slots + (directed ? 2 * s : s), delta);
     s = slot_of[u];
-    if (s >= 0) atomicAdd(counts + (long long)v * slots + s, delta);
+    if (s >= 0) atomicAdd(counts + (long long)v * slots + (directed ? 2 * s + 1 : s), delta);
     atomicAdd(deg + u, delta);
     atomicAdd(deg + v, delta);
 }
