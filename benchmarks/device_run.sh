@@ -24,8 +24,7 @@
 #                for the same queries when GH_CPU=1; GH_ARGS adds flags (e.g.
 #                "--max-queries 3"), GH_TIMEOUT bounds each run (seconds, default 300)
 #   directed     benchmarks.directed_table (directed GH beside undirected GH) on each backend of
-#                DIRECTED_BACKENDS (default "cuda cpu"; on cuda the directed side is refused
-#                today and only the undirected side runs); DIRECTED_ARGS adds flags (e.g.
+#                DIRECTED_BACKENDS (default "cuda cpu"); DIRECTED_ARGS adds flags (e.g.
 #                "--kinds dense --max-queries 3"), DIRECTED_TIMEOUT bounds each run (default 500)
 #   timeline     benchmarks.batch_timeline (one batch's host phases, copies, kernels and the
 #                GPU's idle time, through PyTorch's profiler); TIMELINE_ARGS adds flags (e.g.

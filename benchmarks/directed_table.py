@@ -15,8 +15,9 @@ does (register, apply the batch, time, remove, undo):
   from ``--seed``; so each has at least one new match in the batch. The undirected side runs
   the same labelled shape without directions (both fans are then the same star).
 
-Directed and undirected columns come from one run on one backend. The CUDA executor refuses
-directed graphs today: its directed cells say so and the undirected ones still run.
+Directed and undirected columns come from one run on one backend (on CUDA the directed
+engine runs on the lists' device graph: gpu.engine.device_config).  A backend that refuses
+directed graphs gets its directed cells marked so, and the undirected ones still run.
 """
 
 from __future__ import annotations

@@ -194,13 +194,12 @@ def warm_up(sets, backend: str, deletions: bool = False, directed: bool = False)
     Each kind's first query serves as its own data graph, half of its edges streamed in:
     the same code runs as in the real batch (insertions with matches), in milliseconds.
     With ``deletions`` the edges are then deleted again, for streams that delete.
-    `directed`: the sets' queries are directed (`gpu.warm_up` covers undirected engines
-    only), so the data graph is also the query tiled many times over, for a batch with
-    more tasks than `serial_below_tasks`: the parallel search compiles too.
+    `directed`: the sets' queries are directed, so the data graph is also the query tiled
+    many times over, for a batch with more tasks than `serial_below_tasks`: the parallel
+    search compiles too.
     """
     from gpu.warm_up import warm_up as warm_up_engine
-    if not directed:
-        warm_up_engine(backend)     # every kind of batch, the device graph's large ones too
+    warm_up_engine(backend, directed=directed)  # every kind of batch, the large ones too
     for queries in sets.values():
         path = queries[0][0]
         tiny = read_query(path, directed)

@@ -39,17 +39,22 @@ def _ring(steps) -> tuple[np.ndarray, np.ndarray]:
     return src, dst
 
 
-def _queries() -> list[QueryGraph]:
-    return [
+def _queries(directed: bool = False) -> list[QueryGraph]:
+    queries = [
         # No leaf.
-        QueryGraph.build("warm-triangle", [0, 1, 2], [0, 0, 0], [(0, 1), (1, 2), (0, 2)]),
+        QueryGraph.build("warm-triangle", [0, 1, 2], [0, 0, 0], [(0, 1), (1, 2), (0, 2)],
+                         directed=directed),
         # One leaf (leaf counts).
         QueryGraph.build("warm-tail", [0, 1, 2, 3], [0, 0, 0, 0],
-                         [(0, 1), (1, 2), (0, 2), (2, 3)]),
+                         [(0, 1), (1, 2), (0, 2), (2, 3)], directed=directed),
         # Two leaves on one parent (leaf groups).
         QueryGraph.build("warm-star", [0, 1, 2, 3, 4], [0, 0, 0, 0, 0],
-                         [(0, 1), (1, 2), (0, 2), (0, 3), (0, 4)]),
+                         [(0, 1), (1, 2), (0, 2), (0, 3), (0, 4)], directed=directed),
     ]
+    if directed:    # a reciprocal pair: the root arc's reverse checked at level 1
+        queries.append(QueryGraph.build("warm-pair", [0, 1, 2], [0, 0, 0],
+                                        [(0, 1), (1, 0), (1, 2)], directed=True))
+    return queries
 
 
 def _edges(kind, src, dst) -> UpdateStream:
@@ -70,8 +75,11 @@ def _large_pair(backend: str) -> list[tuple[UpdateStream, UpdateStream]]:
              _edges(DELETE_EDGE, large_src, large_dst))]
 
 
-def warm_up(backend: str, config: EngineConfig | None = None) -> None:
-    """Run every kind of batch once on a throw-away engine of `backend`."""
+def warm_up(backend: str, config: EngineConfig | None = None, directed: bool = False) -> None:
+    """Run every kind of batch once on a throw-away engine of `backend`, on a graph of the
+    kind (`directed`) the engine to warm holds: on CUDA a directed one runs on the lists'
+    device graph (gpu.engine.device_config), whose copies and scatters an undirected
+    warm-up on the packed memory array does not reach."""
     # Every batch's edge records settled on the device (CUDA): its kernels compile here.
     # Every leaf tail counted (CUDA): the tiny graph has no parent of leaf_count_degree
     # neighbours, and the counts' preparation (leaves.cu, CuPy's scans) compiled inside
@@ -82,10 +90,13 @@ def warm_up(backend: str, config: EngineConfig | None = None) -> None:
     config = dataclasses.replace(config or EngineConfig(), device_prep_records=1,
                                  leaf_count_degree=0, device_leaf_group_edges=1)
     src, dst = _ring([1, 2, 5])
+    if directed:    # arcs i -> i + s, and the step-1 ones both ways (reciprocal pairs)
+        back_src, back_dst = _ring([1])
+        src, dst = np.concatenate([src, back_dst]), np.concatenate([dst, back_src])
     graph = LabeledGraph(np.arange(_VERTICES), np.zeros(_VERTICES), src, dst,
                          np.zeros(len(src)))
-    engine = Engine(graph, backend=backend, config=config)
-    qids = [engine.add_query(q) for q in _queries()]
+    engine = Engine(graph, backend=backend, config=config, directed=directed)
+    qids = [engine.add_query(q) for q in _queries(directed)]
     listed = {qids[0]: 4}
     # Enough edges that every query gets more tasks than the serial threshold.
     size = max(100, config.serial_below_tasks + 1)

@@ -351,7 +351,7 @@ def _match_stream(args, progress: Progress) -> int:
         # CuPy compiles its own kernels on first use too (not only gpu/cuda/kernels/*.cu,
         # which gpu.clock leaves out): all of them now, so that no batch is charged.
         progress.phase("loading the CUDA executor's kernels (compiled on a first run only)")
-        warm_up("cuda", engine.config)
+        warm_up("cuda", engine.config, directed=engine.directed)
     progress.phase(f"reading updates {args.updates}")
     updates = read_updates(args.updates)
     load_seconds = time.perf_counter() - t0

@@ -331,7 +331,7 @@ class EngineService:
                       "here instead, as each is first called", compile_ahead.log_path())
         interpreted.stop()
         if warm:
-            warm_up(self.backend, self._engine_config())
+            warm_up(self.backend, self._engine_config(), directed=self.engine.directed)
         log.info("the compiled kernels took over from the plain-Python ones (%.2f s)",
                  time.perf_counter() - t0)
 
@@ -426,7 +426,7 @@ class EngineService:
     def warm_up(self) -> None:
         """Compile (or load from cache) every kernel a batch can use, on a throw-away engine."""
         t0 = time.perf_counter()
-        warm_up(self.backend, self._engine_config())
+        warm_up(self.backend, self._engine_config(), directed=self.engine.directed)
         log.info("kernels warm in %.2f s (%d compiled since the start)",
                  time.perf_counter() - t0, self.compiling.compiled)
 
@@ -799,6 +799,10 @@ class EngineService:
         self.labels.commit(staged)
         log.info("bulk-loaded %d vertices, %d edges in %.2f s", graph.num_vertices,
                  graph.num_edges, time.perf_counter() - t0)
+        if engine.directed != old.directed and not interpreted.active():
+            # The start warmed the kernels of the other kind (on CUDA, another device
+            # graph): this kind's are warmed before the first batch comes.
+            self.warm_up()
         return self.graph_info()
 
     def graph_now(self) -> tuple[int, LabeledGraph, dict[int, str]]:

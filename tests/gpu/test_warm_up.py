@@ -27,45 +27,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent('''
-    import json, random, sys
-    import numba.core.dispatcher
+import json, random, sys
+import numba.core.dispatcher
 
-    from gpu.warm_up import warm_up
+from gpu.warm_up import warm_up
 
-    def signatures():
-        out = {}
-        for name, module in list(sys.modules.items()):
-            if name.split(".")[0] != "gpu":
-                continue
-            for attr, value in vars(module).items():
-                if isinstance(value, numba.core.dispatcher.Dispatcher):
-                    out[f"{name}.{attr}"] = len(value.overloads)
-        return out
+def signatures():
+    out = {}
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] != "gpu":
+            continue
+        for attr, value in vars(module).items():
+            if isinstance(value, numba.core.dispatcher.Dispatcher):
+                out[f"{name}.{attr}"] = len(value.overloads)
+    return out
 
-    backend = sys.argv[1]
-    warm_up(backend)
-    before = signatures()
-    built = []
-    if backend == "cuda":
-        from cupy.cuda import compiler
-        real = compiler._compile_module_with_cache
-
-        def counting(source, *args, **kwargs):
-            # Where it was asked for: the engine's frames, innermost last.
-            import traceback
-            frames = [f"{f.filename.split('/gpu/')[-1]}:{f.lineno} {f.name}"
-                      for f in traceback.extract_stack() if "/gpu/" in f.filename]
-            name = source.split("__global__ void ")[-1].split("(")[0]
-            built.append(f"{name} from {' < '.join(reversed(frames[-4:]))}")
-            return real(source, *args, **kwargs)
-
-        compiler._compile_module_with_cache = counting
-
+def undirected_workload(backend):
     from gpu.engine import Engine
     from gpu.io.records import DELETE_EDGE, INSERT_EDGE, NO_LABEL, UpdateStream
     from tests.gpu.cpu.test_leaf_groups import PATTERNS, hub_batch, hub_data
     from tests.graphs import random_batch
-
     rng = random.Random(5)
     d = hub_data(rng, 120, 3, 2)
     engine = Engine(d.labeled(), backend=backend)
@@ -104,19 +85,82 @@ SCRIPT = textwrap.dedent('''
     for kind, label in ((INSERT_EDGE, 0), (DELETE_EDGE, NO_LABEL)):
         star.apply(UpdateStream.from_records([(kind, a, a + 1, label)
                                               for a in range(1, 601, 2)]))
+
+
+def directed_workload(backend):
+    """Random digraphs' batches of every kind (reverse arcs, one direction of a pair
+    deleted, vertex records), counted and listed, one-arc batches, a batch group, a batch
+    of 1,200 arcs, the static count and listing."""
+    from gpu.engine import Engine
+    from tests.gpu.test_directed import BATCH_KINDS, SHAPES, gen_batch, random_graph
+    from tests.gpu.test_oracle import to_labeled, to_query, to_stream
+    from tests import reference as ref
+    rng = random.Random(22)
+    g = random_graph(rng)
+    engine = Engine(to_labeled(g), backend=backend, directed=True)
+    qids = [engine.add_query(to_query(SHAPES[name], name)) for name in sorted(SHAPES)]
+    for step in range(30):
+        records = gen_batch(rng, g, BATCH_KINDS[step % len(BATCH_KINDS)])
+        engine.apply(to_stream(records), list_limit={qids[0]: 5} if step % 3 == 0 else 0)
+        g.apply(records)
+    absent = [(u, v) for u in sorted(g.vertices) for v in sorted(g.vertices)
+              if u != v and (u, v) not in g.edges]
+    for arc in absent[:2]:
+        engine.apply(to_stream([(ref.INSERT_EDGE, *arc, 0)]))
+        engine.apply(to_stream([(ref.DELETE_EDGE, *arc, ref.NO_LABEL)]))
+    started = [engine.start(to_stream([(ref.INSERT_EDGE, *arc, 0)])) for arc in absent[2:6]]
+    for pending in started:
+        pending.finish()
+    big = [(u, v) for u in range(10_000, 10_040) for v in range(10_000, 10_040) if u != v]
+    vertices = [(ref.ADD_VERTEX, u, 0, 0) for u in range(10_000, 10_040)]
+    engine.apply(to_stream(vertices + [(ref.INSERT_EDGE, u, v, 0) for u, v in big[:1200]]))
+    engine.apply(to_stream([(ref.DELETE_EDGE, u, v, ref.NO_LABEL) for u, v in big[:1200]]))
+    for qid in qids:
+        engine.count(qid)
+        engine.matches(qid, limit=5)
+
+
+def main():
+    backend, kind = sys.argv[1], sys.argv[2]
+    warm_up(backend, directed=kind == "directed")
+    before = signatures()
+    built = []
+    if backend == "cuda":
+        from cupy.cuda import compiler
+        real = compiler._compile_module_with_cache
+
+        def counting(source, *args, **kwargs):
+            # Where it was asked for: the engine's frames, innermost last.
+            import traceback
+            frames = [f"{f.filename.split('/gpu/')[-1]}:{f.lineno} {f.name}"
+                      for f in traceback.extract_stack() if "/gpu/" in f.filename]
+            name = source.split("__global__ void ")[-1].split("(")[0]
+            built.append(f"{name} from {' < '.join(reversed(frames[-4:]))}")
+            return real(source, *args, **kwargs)
+
+        compiler._compile_module_with_cache = counting
+
+    if kind == "directed":
+        directed_workload(backend)
+    else:
+        undirected_workload(backend)
     after = signatures()
     compiled = {name: after[name] - before.get(name, 0) for name in after
                 if after[name] != before.get(name, 0)}
     if built:
         compiled["cupy modules"] = built
     print(json.dumps(compiled))
+
+
+main()
 ''')
 
 
+@pytest.mark.parametrize("kind", ["undirected", "directed"])
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_nothing_compiles_after_the_warm_up(backend):
+def test_nothing_compiles_after_the_warm_up(backend, kind):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, backend], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, backend, kind], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     compiled = json.loads(proc.stdout.strip().splitlines()[-1])
