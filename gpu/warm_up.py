@@ -108,9 +108,12 @@ def warm_up(backend: str, config: EngineConfig | None = None, directed: bool = F
         (_edges(INSERT_EDGE, more_src[:3], more_dst[:3]),
          _edges(DELETE_EDGE, more_src[:3], more_dst[:3])),
         (_edges(INSERT_EDGE, more_src, more_dst), _edges(DELETE_EDGE, more_src, more_dst)),
-        (UpdateStream.from_records([(ADD_VERTEX, 1000, 0, 0), (INSERT_EDGE, 1000, 0, 0),
-                                    (INSERT_EDGE, 1000, 1, 0)]),
-         UpdateStream.from_records([(DELETE_VERTEX, 1000, 0, NO_LABEL)])),
+        # Two vertices: CuPy builds a scatter into one slot and into several apart (a
+        # directed service's first batch of vertex records met the second, 2026-11-29).
+        (UpdateStream.from_records([(ADD_VERTEX, 1000, 0, 0), (ADD_VERTEX, 1002, 0, 0),
+                                    (INSERT_EDGE, 1000, 0, 0), (INSERT_EDGE, 1000, 1, 0)]),
+         UpdateStream.from_records([(DELETE_VERTEX, 1000, 0, NO_LABEL),
+                                    (DELETE_VERTEX, 1002, 0, NO_LABEL)])),
         # An insert and a delete of edge 0-40 cancel; edge 0-1 goes, then comes back.
         (UpdateStream.from_records([(INSERT_EDGE, 0, 40, 0), (DELETE_EDGE, 0, 40, NO_LABEL),
                                     (DELETE_EDGE, 0, 1, NO_LABEL)]),
