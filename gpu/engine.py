@@ -15,9 +15,9 @@ gpu/pipeline.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-import dataclasses
 from dataclasses import dataclass
 
 import numba
