@@ -261,8 +261,6 @@ def _first_run(args, progress: Progress):
     (gpu/compile_ahead.py: on a cold cache a small run is interpreted while the CPU
     executor compiles in the background)."""
     _use_demo_when_no_inputs(args)
-    if args.directed and args.backend == "auto":
-        args.backend = "cpu"    # directed graphs run on the CPU executor for now
     # Resolved first: a missing GPU should fail before a long graph load.
     args.backend = resolve_backend(args.backend)
     inputs = [args.graph, *args.query, getattr(args, "updates", None), args.labels]

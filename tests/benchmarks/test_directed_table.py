@@ -129,13 +129,15 @@ def test_pattern_shapes():
     assert CYCLES == ("cycle3", "cycle4", "cycle5", "cycle6")
 
 
-def test_cuda_refusal_is_a_row_not_a_crash(edge_list, tmp_path, monkeypatch, capsys):
-    # No GPU here: "cuda" is what the run resolves to, the undirected engine runs on the CPU
-    # in its place, and the directed engine is the real one, which refuses cuda.
+def test_a_refused_directed_engine_is_a_row_not_a_crash(edge_list, tmp_path, monkeypatch,
+                                                         capsys):
+    # "cuda" is what the run resolves to; the undirected engine runs on the CPU in its
+    # place, and the directed one is refused (as a backend without directed graphs would).
     class UndirectedOnCpu(Engine):
         def __init__(self, graph, backend="auto", directed=False, **kw):
-            super().__init__(graph, backend=backend if directed else "cpu",
-                             directed=directed, **kw)
+            if directed:
+                raise ValueError("directed graphs are not taken here")
+            super().__init__(graph, backend="cpu", directed=directed, **kw)
 
     monkeypatch.setattr(directed_table, "resolve_backend", lambda backend: "cuda")
     monkeypatch.setattr(directed_table, "run_header",
@@ -146,7 +148,7 @@ def test_cuda_refusal_is_a_row_not_a_crash(edge_list, tmp_path, monkeypatch, cap
     out = capsys.readouterr()
     assert code == 0
     row = next(line for line in out.out.splitlines() if line.startswith("| dense "))
-    assert "refused: directed graphs run on the cpu executor for now, not on cuda" in row
+    assert "refused: directed graphs are not taken here" in row
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     refused = [r for r in records if r.get("refused")]
     assert {r["kind"] for r in refused} == {"dense", "cycle3"}
