@@ -255,17 +255,20 @@ def compile_everything() -> list[str]:
 
 def main() -> int:
     """The background process: fill the cache and write the stamp, unless another
-    process is at it."""
+    process is at it (then wait for that one, and compile only what it left undone: it
+    may have been killed)."""
     import fcntl
 
     with contextlib.suppress(OSError):
         os.nice(10)
     folder = cache_dir()
     with open(folder / _LOCK, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return 0        # another process compiles
+        # Another process compiling (a restart while the first start's compile runs): wait
+        # for it.  Exiting at once would tell this process's server that the cache is
+        # filled, and that server would compile every kernel on its engine thread.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache_filled():
+            return 0        # the other process filled it
         code = code_key()
         indexes = compile_everything()
         fresh = folder / f"{_STAMP}.{os.getpid()}"

@@ -6,12 +6,14 @@ demo on an empty Numba cache as a new user would, twice.
 """
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -136,6 +138,51 @@ def test_the_stamp_names_the_code_and_every_index(monkeypatch, tmp_path):
     stamp.write_text(json.dumps({"code": compile_ahead.code_key(), "indexes": [str(index)]}))
     index.unlink()                          # a cold cache made by deleting the .nbi files
     assert not compile_ahead.cache_filled()
+
+
+@pytest.fixture
+def lockable(tmp_path, monkeypatch):
+    """compile_ahead.main on a cache folder of its own; compile_everything recorded, not
+    run; whether the cache counts as filled set by the test."""
+    compiled: list[bool] = []
+    filled = {"now": False}
+    monkeypatch.setattr(compile_ahead, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(compile_ahead, "cache_filled", lambda: filled["now"])
+    monkeypatch.setattr(compile_ahead, "code_key", lambda: "code")
+    monkeypatch.setattr(compile_ahead, "compile_everything",
+                        lambda: compiled.append(True) or [])
+    return tmp_path, compiled, filled
+
+
+@pytest.mark.parametrize("holder_filled_it", [True, False])
+def test_a_second_background_process_waits_for_the_first(lockable, holder_filled_it):
+    """A restart while the first start's compile runs starts a second process: it must not
+    exit before the first is done (its server would take the cache as filled and compile
+    every kernel on its engine thread), and compiles only if the first left it unfilled
+    (killed half way)."""
+    folder, compiled, filled = lockable
+    status: list[int] = []
+    # flock conflicts between two opens of the file, also within one process.
+    with open(folder / compile_ahead._LOCK, "w") as first:
+        fcntl.flock(first, fcntl.LOCK_EX)
+        second = threading.Thread(target=lambda: status.append(compile_ahead.main()),
+                                  daemon=True)
+        second.start()
+        second.join(0.5)
+        assert second.is_alive(), "returned while another process was compiling"
+        filled["now"] = holder_filled_it
+    second.join(10)
+    assert status == [0]
+    assert compiled == ([] if holder_filled_it else [True])
+    assert (folder / compile_ahead._STAMP).exists() != holder_filled_it
+
+
+def test_a_lone_background_process_compiles_and_stamps(lockable):
+    folder, compiled, _ = lockable
+    assert compile_ahead.main() == 0
+    assert compiled == [True]
+    assert json.loads((folder / compile_ahead._STAMP).read_text()) == \
+        {"code": "code", "indexes": []}
 
 
 COUNT_COMPILES = compiles.PRELUDE + textwrap.dedent('''
