@@ -5,6 +5,7 @@
 #
 # Stages (default: tests gh-dense):
 #   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
+#   pytest       pytest with PYTEST_ARGS (files, -m, -n ...): a chosen set of tests
 #   gpu-tests    only the gpu-marked tests (GPU_TESTS_ARGS adds pytest flags, e.g.
 #                "--ignore tests/gpu/graph/test_pma.py" when the packed memory array is unchanged)
 #   service-tests  the service and storage tests with the service on the cuda executor
@@ -77,6 +78,10 @@ for stage in "${stages[@]}"; do
     case "$stage" in
         tests)
             python3 -m pytest -q -p no:cacheprovider -p no:benchmark -rs 2>&1 | tee "$OUT/tests.txt" | tail -25
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+        pytest)
+            python3 -m pytest -q -p no:cacheprovider -p no:benchmark ${PYTEST_ARGS:-} 2>&1 \
+                | tee "$OUT/pytest.txt" | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         gpu-tests)
             python3 -m pytest -q -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \

@@ -15,8 +15,9 @@ does (register, apply the batch, time, remove, undo):
   from ``--seed``; so each has at least one new match in the batch. The undirected side runs
   the same labelled shape without directions (both fans are then the same star).
 
-Directed and undirected columns come from one run on one backend (on CUDA the directed
-engine runs on the lists' device graph: gpu.engine.device_config).  A backend that refuses
+Directed and undirected columns come from one run on one backend (on CUDA both on the
+engine's default device graph, the packed memory array's read view, unless
+`--device-graph` says otherwise).  A backend that refuses
 directed graphs gets its directed cells marked so, and the undirected ones still run.
 """
 
@@ -34,6 +35,7 @@ import numpy as np
 from benchmarks.gh_table import (INSERT_FRACTION, _provenance, add_setup_args,
                                  deletions_of, match_seconds, measure_alone, query_sets,
                                  resolve_queries_dir, run_header, warm_up)
+from gpu.config import DEVICE_GRAPHS, EngineConfig
 from gpu.cuda.device import resolve_backend
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph, write_graph
@@ -73,6 +75,9 @@ def _parse_args(argv):
                    help=f"a smoke run: --max-vertices {QUICK_VERTICES} and --per-set "
                         f"{QUICK_PER_SET} unless given")
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu")
+    p.add_argument("--device-graph", choices=DEVICE_GRAPHS, default=EngineConfig.device_graph,
+                   help="cuda: the data graph's layout on the device, for both engines "
+                        "(default %(default)s)")
     p.add_argument("--json", type=Path, help="append one JSON line per query to this file")
     p.add_argument("--check", action="store_true",
                    help="verify each query's positive matches against static counts "
@@ -369,16 +374,17 @@ def run(args, backend: str, header: dict) -> tuple[list[dict], str | None]:
     sets.update(patterns)
 
     refused = None
+    config = EngineConfig(device_graph=args.device_graph)
     try:
-        arc_engine = Engine(initial_arcs, backend=backend, directed=True)
+        arc_engine = Engine(initial_arcs, backend=backend, config=config, directed=True)
     except ValueError as exc:
         refused, arc_engine = str(exc), None
         print(f"directed: refused on {backend}: {refused}", file=sys.stderr)
     if not args.no_warmup:
-        warm_up(sets, backend)
+        warm_up(sets, backend, config=config)
         if arc_engine is not None:
-            warm_up(arc_sets, backend, directed=True)
-    engine = Engine(initial, backend=backend)
+            warm_up(arc_sets, backend, directed=True, config=config)
+    engine = Engine(initial, backend=backend, config=config)
     log(f"engines built ({time.perf_counter() - t0:.1f} s in all)")
 
     records = []

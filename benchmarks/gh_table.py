@@ -188,7 +188,8 @@ def match_seconds(res) -> float:
     return float(res.timings.get("match", res.seconds))
 
 
-def warm_up(sets, backend: str, deletions: bool = False, directed: bool = False) -> None:
+def warm_up(sets, backend: str, deletions: bool = False, directed: bool = False,
+            config: EngineConfig | None = None) -> None:
     """Compile the engine's JIT code paths on tiny graphs so no timed query pays for it.
 
     Each kind's first query serves as its own data graph, half of its edges streamed in:
@@ -196,16 +197,16 @@ def warm_up(sets, backend: str, deletions: bool = False, directed: bool = False)
     With ``deletions`` the edges are then deleted again, for streams that delete.
     `directed`: the sets' queries are directed, so the data graph is also the query tiled
     many times over, for a batch with more tasks than `serial_below_tasks`: the parallel
-    search compiles too.
+    search compiles too.  `config`: the timed engines' (their device graph's kernels).
     """
     from gpu.warm_up import warm_up as warm_up_engine
-    warm_up_engine(backend, directed=directed)  # every kind of batch, the large ones too
+    warm_up_engine(backend, config, directed=directed)  # every kind of batch, large ones too
     for queries in sets.values():
         path = queries[0][0]
         tiny = read_query(path, directed)
         for data in ([tiny, _tiled(tiny, 64)] if directed else [tiny]):
             initial, stream = split_stream(data, 0.5, 0)
-            engine = Engine(initial, backend=backend, directed=directed)
+            engine = Engine(initial, backend=backend, config=config, directed=directed)
             engine.add_query(QueryGraph.from_labeled(tiny, "warmup", directed))
             engine.apply(stream)
             if deletions:

@@ -88,11 +88,10 @@ def executor_for(backend: str) -> str:
 
 
 def device_config(config: EngineConfig, directed: bool) -> EngineConfig:
-    """The config a CUDA engine runs: a directed graph's device graph is the lists' layout,
-    whatever `config.device_graph` says (the packed memory array keys undirected edges by
-    label index, with no room for an arc's direction yet: docs/design.md, "Directed
-    graphs")."""
-    if directed and config.device_graph != "lists":
+    """The config a CUDA engine runs: a directed graph on the packed memory array needs its
+    read view (the kernel reads arcs from lists, gpu/cuda/device_graph.py): without it, on
+    the lists' layout."""
+    if directed and config.device_graph == "pma" and not config.pma_view:
         return dataclasses.replace(config, device_graph="lists")
     return config
 
@@ -104,7 +103,8 @@ class Engine:
                  config: EngineConfig | None = None, coalesce: bool = True,
                  directed: bool = False, retention: int | None = None) -> None:
         """`directed`: the graph's edges, and its queries', are arcs u -> v (fixed for the
-        engine's life; on CUDA, on the lists' device graph: device_config).  `retention`:
+        engine's life; on CUDA, on the packed memory array's read view or the lists' layout:
+        device_config).  `retention`:
         a batch that moves the watermark (the largest event time accepted) to T deletes
         every edge whose time is <= T - retention with it (gpu/event_time.py; None: edges
         never expire)."""
@@ -132,7 +132,7 @@ class Engine:
         self._device = None
         if self.backend == "cuda":
             from gpu.cuda.executor import DeviceMirror
-            self._device = DeviceMirror(self.config)
+            self._device = DeviceMirror(self.config, self.directed)
         if self._device is not None and self.config.device_graph == "pma":
             # The edges live only in the device's packed memory array: no host lists.
             from gpu.cuda.device_graph import DeviceEdgeGraph

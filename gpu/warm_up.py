@@ -77,9 +77,14 @@ def _large_pair(backend: str) -> list[tuple[UpdateStream, UpdateStream]]:
 
 def warm_up(backend: str, config: EngineConfig | None = None, directed: bool = False) -> None:
     """Run every kind of batch once on a throw-away engine of `backend`, on a graph of the
-    kind (`directed`) the engine to warm holds: on CUDA a directed one runs on the lists'
-    device graph (gpu.engine.device_config), whose copies and scatters an undirected
-    warm-up on the packed memory array does not reach."""
+    kind (`directed`) the engine to warm holds: on CUDA a directed one keys arcs, ranks
+    list entries by direction and settles its batches on the host (gpu.engine), paths an
+    undirected warm-up does not reach.  On CUDA a directed warm-up runs the undirected one
+    first: the packed memory array's general path builds CuPy kernels at windows whose
+    reach depends on the array's size, which the undirected graph's large pair is known to
+    reach (a directed one's 2,400-entry batch met a window it had not, 2026-11-29)."""
+    if directed and backend == "cuda":
+        warm_up(backend, config)
     # Every batch's edge records settled on the device (CUDA): its kernels compile here.
     # Every leaf tail counted (CUDA): the tiny graph has no parent of leaf_count_degree
     # neighbours, and the counts' preparation (leaves.cu, CuPy's scans) compiled inside

@@ -17,7 +17,8 @@ deletes, edges between existing vertices and fits `device_batch_group_edges` goe
 batch group instead, validated on the host and looked up with its group); smaller ones
 stay on the host, where a few records cost less than the launches.  Only for the `pma`
 layout with its read view
-(the label index of every vertex slot is kept on the device there).  Importing this
+(the label index of every vertex slot is kept on the device there); a directed graph's
+records are arcs, keyed as they are.  Importing this
 module needs CuPy; `gpu.cuda.device` decides whether to.
 """
 from __future__ import annotations
@@ -70,7 +71,7 @@ class DevicePrep:
             x = upload_together(*(np.asarray(p, dtype=np.int64) for p in host))
             return edge_changes(cp, _DeviceLookups(self, graph), x[0], x[1],
                                 x[2].astype(np.int32), x[3] == 1, x[4], x[5], x[6],
-                                inserts=inserts)
+                                directed=graph.directed, inserts=inserts)
 
     def edge_records(self, graph, a, b, labels, inserting) -> EdgeChanges | Rejection:
         """edge_changes of edge records (external ids a, b, labels and the inserting flags,
@@ -86,13 +87,13 @@ class DevicePrep:
             ids = self.id_map(graph)
             key = cp.empty(n, dtype=np.uint64)
             prep_launchers.record_keys(d_a, d_b, ids.lookup(d_a), ids.lookup(d_b), d_labels,
-                                       d_ins, key, checks)
+                                       d_ins, key, checks, graph.directed)
             order = cp.argsort(key)         # stable: a run's records in record order
             sorted_keys = key[order]
             array_key = cp.empty(n, dtype=np.uint64)
             pma = self.pma_graph
             prep_launchers.settle_runs(sorted_keys, order, d_labels, d_ins, pma.slot_labels,
-                                       pma.vertex_bits, array_key, checks)
+                                       pma.vertex_bits, array_key, checks, graph.directed)
             stored = pma.pma.lookup(array_key, values=True)[1]
             keep_ins, keep_del = cp.empty(n, dtype=np.int32), cp.empty(n, dtype=np.int32)
             prep_launchers.keep_changes(sorted_keys, order, d_labels, d_ins, array_key, stored,

@@ -40,13 +40,14 @@ from gpu.graph.sets import sorted_unique
 from gpu.graph.vertices import VertexTable
 
 
-def make_device_graph(config: EngineConfig):
-    """The device graph of `config.device_graph`, with the config's PMA settings."""
+def make_device_graph(config: EngineConfig, directed: bool = False):
+    """The device graph of `config.device_graph` for an undirected or a `directed` graph,
+    with the config's PMA settings."""
     layout = config.device_graph
     if layout == "pma":
         return PmaGraph(PMAConfig(segment_size=config.pma_segment_size),
                         config.min_list_capacity if config.pma_view else None,
-                        config.pma_checks)
+                        config.pma_checks, directed)
     if layout == "lists":
         from gpu.cuda.list_mirror import ListMirror
         return ListMirror()
@@ -80,12 +81,23 @@ class PmaGraph:
     index (`LabelIndex`), so each vertex's neighbours of one label are one sorted run, as
     in the host lists: the kernel finds a label segment by binary search instead of
     scanning the whole list.  The label bits grow when more labels appear, which re-keys
-    the array from the host graph (rare: at 9, 17, 33, ... labels)."""
+    the array from the host graph (rare: at 9, 17, 33, ... labels).
+
+    A `directed` graph stores each arc u -> v twice, as the lists do (gpu/graph/lists.py
+    list_key): at u under the list key 2 label(v) + 0 and at v under 2 label(u) + 1, label
+    indices here, so one label bit more; its matching reads the read view, where the list
+    keys are the kernel's `nlab` (a directed plan's bw_key, made of label indices by the
+    executor)."""
 
     def __init__(self, config: PMAConfig, view_capacity: int | None = 4,
-                 checks: bool = True) -> None:
+                 checks: bool = True, directed: bool = False) -> None:
+        if directed and view_capacity is None:
+            raise ValueError("a directed graph's packed memory array needs its read view "
+                             "(the kernel reads arcs from lists); use EngineConfig("
+                             "pma_view=True) or device_graph='lists'")
         self.config = config
         self.checks = checks        # the array checks each batch again (PMA.apply)
+        self.directed = bool(directed)
         self.labels = LabelIndex()
         self.vertex_bits = 32 - MIN_LABEL_BITS
         self.pma = PackedMemoryArray(cp, 0, dataclasses.replace(config,
@@ -103,14 +115,24 @@ class PmaGraph:
         self.streams = ArrayStream(self.view is not None)
 
     @property
+    def takes_arcs(self) -> bool:
+        """Whether directed plans run on this layout: on the read view (its list keys)."""
+        return self.view is not None
+
+    @property
     def slot_labels(self) -> cp.ndarray:
         """Each vertex slot's label index in the keys (int32, on the device; with the
         view): what the rank kernel compares."""
         return self._slot_labels
 
+    def _key_bits(self, count: int) -> int:
+        """Bits of a key's list key for `count` labels (a directed graph's direction bit
+        besides the label index)."""
+        return max(0, count - 1).bit_length() + self.directed
+
     def _fits(self, slots: int) -> bool:
         """Whether the label bits and `slots` vertex ids fit the current layout."""
-        return (self.labels.bits() <= 32 - self.vertex_bits
+        return (self._key_bits(self.labels.count) <= 32 - self.vertex_bits
                 and slots <= (1 << self.vertex_bits))
 
     def admit(self, labels, slots: int) -> str | None:
@@ -118,7 +140,7 @@ class PmaGraph:
         vertex slots (None when they can); nothing changes.  The engine asks before it
         changes anything, so a batch or query that does not fit is refused whole."""
         count = self.labels.count_with(labels)
-        need = max(0, count - 1).bit_length()
+        need = self._key_bits(count)
         if slots > 1 << (32 - need):
             return (f"the packed memory array cannot key {count} vertex labels and {slots} "
                     f"vertex slots in 32 bits; use EngineConfig(device_graph='lists')")
@@ -139,7 +161,7 @@ class PmaGraph:
         problem = self.admit([], slots)     # the engine asked before: a defence only
         if problem is not None:
             raise ValueError(problem)
-        need = self.labels.bits()
+        need = self._key_bits(self.labels.count)
         bits = max(need, MIN_LABEL_BITS)
         if slots > 1 << (32 - bits):
             bits = need
@@ -153,11 +175,28 @@ class PmaGraph:
 
     def _load(self, graph, pma: PackedMemoryArray, vertex_bits: int, edges=None) -> None:
         us, vs, elab = graph.edges() if edges is None else edges
-        both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
-        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), vertex_bits)
+        keys = self._entry_keys(us, vs, graph.label, vertex_bits)
         pma.ensure_vertices(graph.num_slots)
         vals = np.concatenate([elab, elab]).astype(np.int32)
         pma.load(cp.asarray(keys), cp.asarray(vals))
+
+    def _list_keys(self, dst_labels, incoming) -> np.ndarray:
+        """The list key of entries whose neighbours have `dst_labels`: the label index, for
+        a directed graph 2 index + 1 where the arc enters the entry's vertex (`incoming`,
+        a bool or an array of them), + 0 where it leaves it."""
+        index = self.labels.of(dst_labels)
+        if self.directed:
+            return 2 * index + np.asarray(incoming, dtype=np.int64)
+        return index
+
+    def _entry_keys(self, us, vs, label: np.ndarray, vertex_bits: int | None = None
+                    ) -> np.ndarray:
+        """The keys of both entries of each edge us - vs (directed: the arc us -> vs): the
+        ones at us, then the ones at vs; `label` the vertex slots' labels."""
+        src, dst = np.concatenate([us, vs]), np.concatenate([vs, us])
+        incoming = np.arange(len(src)) >= len(us)
+        return label_keys(src, dst, self._list_keys(label[dst], incoming),
+                          self.vertex_bits if vertex_bits is None else vertex_bits)
 
     def _holds(self, graph) -> bool:
         """Whether `graph` keeps its edges in this array (a DeviceEdgeGraph) rather than
@@ -210,20 +249,17 @@ class PmaGraph:
             self._apply_from_device(batch.device)
             return None
         label = graph.label
-        iu = np.concatenate([batch.insert_u, batch.insert_v])
-        iv = np.concatenate([batch.insert_v, batch.insert_u])
-        du = np.concatenate([batch.delete_u, batch.delete_v])
-        dv = np.concatenate([batch.delete_v, batch.delete_u])
-        inserted = label_keys(iu, iv, self.labels.of(label[iv]), self.vertex_bits)
+        inserted = self._entry_keys(batch.insert_u, batch.insert_v, label)
         # A deleted vertex's slot keeps its label until the slot is reused.
-        deleted = label_keys(du, dv, self.labels.of(label[dv]), self.vertex_bits)
+        deleted = self._entry_keys(batch.delete_u, batch.delete_v, label)
         vals = np.concatenate([batch.insert_labels, batch.insert_labels]).astype(np.int32)
         small = len(inserted) + len(deleted) <= device_update.SMALL_BATCH
         if small:   # sorted here, where a few keys sort faster than a launch
             order = np.argsort(inserted)
             inserted, vals, deleted = inserted[order], vals[order], np.sort(deleted)
         if touched is None:
-            touched = sorted_unique(np.concatenate([iu, du]))
+            touched = sorted_unique(np.concatenate([batch.insert_u, batch.insert_v,
+                                                    batch.delete_u, batch.delete_v]))
         # One upload: the keys, the touched vertices (the view's int64, the signatures'
         # int32), the values and the edge ends.
         on_device = upload_together(
@@ -239,19 +275,24 @@ class PmaGraph:
         """_apply of a batch whose changes are on the device already (EdgeArrays): keyed
         there through each slot's label index, so nothing is made or uploaded here."""
         def both_ways(us, vs):
-            return self.device_keys(cp.concatenate([us, vs]), cp.concatenate([vs, us]))
+            incoming = cp.arange(2 * us.shape[0]) >= us.shape[0]
+            return self.device_keys(cp.concatenate([us, vs]), cp.concatenate([vs, us]),
+                                    incoming)
         inserted = both_ways(edges.insert_u, edges.insert_v)
         deleted = both_ways(edges.delete_u, edges.delete_v)
         vals = cp.concatenate([edges.insert_labels, edges.insert_labels])
         self.pma.apply(inserted, vals, deleted, check=self.checks)
 
-    def device_keys(self, us: cp.ndarray, vs: cp.ndarray) -> cp.ndarray:
-        """The keys of edges us -> vs (born slots, device arrays), each destination's label
-        index read from the slots' label indices kept with the view."""
+    def device_keys(self, us: cp.ndarray, vs: cp.ndarray, incoming=False) -> cp.ndarray:
+        """The keys of entries us -> vs (born slots, device arrays), each destination's
+        label index read from the slots' label indices kept with the view (directed: the
+        entries of arcs us -> vs, or where `incoming`, of arcs vs -> us; _list_keys)."""
         assert self.view is not None, "the slots' label indices are kept with the view"
+        key = self._slot_labels[vs].astype(np.uint64)
+        if self.directed:
+            key = 2 * key + cp.asarray(incoming).astype(np.uint64)
         return ((us.astype(np.uint64) << np.uint64(32))
-                + (self._slot_labels[vs].astype(np.uint64) << np.uint64(self.vertex_bits))
-                + vs.astype(np.uint64))
+                + (key << np.uint64(self.vertex_bits)) + vs.astype(np.uint64))
 
     def _refresh_view(self, graph, batch, touched=None, touched_on_device=None) -> None:
         """Copy again the view's lists of the vertices whose edges `batch` changed (or of
@@ -305,7 +346,7 @@ class PmaGraph:
         if len(us) == 0:
             return np.empty(0, dtype=np.int32)
         # The labels of born slots are registered (load_edges, sync): nothing changes.
-        keys = label_keys(us, vs, self.labels.of(graph.label[vs]), self.vertex_bits)
+        keys = label_keys(us, vs, self._list_keys(graph.label[vs], False), self.vertex_bits)
         with self.streams.changing():   # a read with its read-back: the array's stream
             if len(keys) <= SMALL_LOOKUP_KEYS and self.pma.config.kernels:
                 return self._small_lookup.values(self.pma, keys)
@@ -323,14 +364,20 @@ class PmaGraph:
         found = self.pma.lookup(keys, values=True)[1]
         return cp.where(born, found, -1).astype(np.int32)
 
-    def undirected_edges(self) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
-        """Every stored edge once as (u, v, label) with u < v, int32 on the device."""
+    def stored_edges(self) -> tuple[cp.ndarray, cp.ndarray, cp.ndarray]:
+        """Every stored edge once as (u, v, label) with u < v (directed: every arc u -> v),
+        int32 on the device."""
         with self.streams.reading():
             keys, vals = self.pma.edges()
             src = (keys >> np.uint64(32)).astype(np.int32)
             dst = (keys & self.pma.vertex_mask).astype(np.int32)
-            keep = src < dst
+            keep = ~self._incoming(keys) if self.directed else src < dst
             return src[keep], dst[keep], vals[keep]
+
+    def _incoming(self, keys: cp.ndarray) -> cp.ndarray:
+        """Of a directed graph's keys: whether each is the entry of an arc into its source
+        (the list key's low bit)."""
+        return ((keys >> np.uint64(self.vertex_bits)) & np.uint64(1)) == 1
 
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every edge touching `slots`, once, as (u, v, label) with u < v (host arrays)."""
@@ -338,7 +385,11 @@ class PmaGraph:
         with self.streams.reading():
             src, keys, vals = self.pma.out_edges(cp.asarray(vertices))
         dst = (keys & self.pma.vertex_mask).astype(np.int64)
-        lo, hi = cp.minimum(src, dst), cp.maximum(src, dst)
+        if self.directed:       # the arc each entry stands for, whichever end listed it
+            incoming = self._incoming(keys)
+            lo, hi = cp.where(incoming, dst, src), cp.where(incoming, src, dst)
+        else:
+            lo, hi = cp.minimum(src, dst), cp.maximum(src, dst)
         _, first = cp.unique(lo << 32 | hi, return_index=True)
         return (lo[first].astype(np.int32).get(), hi[first].astype(np.int32).get(),
                 vals[first].astype(np.int32).get())
@@ -361,9 +412,7 @@ class PmaGraph:
             self._ranked = (edges.us, edges.vs, edges.ranks)
             self._view_ranks(clear=False)
             return
-        src = np.concatenate([us, vs])
-        dst = np.concatenate([vs, us])
-        keys = label_keys(src, dst, self.labels.of(self._host.label[dst]), self.vertex_bits)
+        keys = self._entry_keys(us, vs, self._host.label)
         pos = self.pma.find(cp.asarray(keys))
         saved = self.pma.vals[pos]
         ranked = cp.concatenate([edges.ranks, edges.ranks])
@@ -388,7 +437,7 @@ class PmaGraph:
         view = self.view
         match_launchers.set_edge_ranks(view.device_start, view.deg, view.nbr, view.nlab,
                                        self._slot_labels, view.rank, *self._ranked,
-                                       clear=clear)
+                                       clear=clear, directed=self.directed)
 
     def arrays(self) -> match_launchers.PmaGraphArrays | match_launchers.ListGraphArrays:
         pma = self.pma
@@ -404,11 +453,10 @@ class PmaGraph:
                                               ranked, saved)
 
     def check(self, graph) -> None:
-        """Assert the PMA holds exactly the host graph's edges, both directions, keyed
-        by the labels of their destinations (tests)."""
+        """Assert the PMA holds exactly the host graph's edges, both entries of each, keyed
+        by the list keys of their destinations (tests)."""
         us, vs, elab = graph.edges()
-        both_u, both_v = np.concatenate([us, vs]), np.concatenate([vs, us])
-        keys = label_keys(both_u, both_v, self.labels.of(graph.label[both_v]), self.vertex_bits)
+        keys = self._entry_keys(us, vs, graph.label)
         assert self._ranked is None, "ranks left set"
         with self.streams.reading():
             self.pma.check(cp.asarray(keys), cp.asarray(np.concatenate([elab, elab])))
@@ -419,6 +467,7 @@ class PmaGraph:
             alive = np.flatnonzero(graph.alive[:n])
             assert np.array_equal(self._slot_labels[cp.asarray(alive)].get(),
                                   self.labels.of(graph.label[alive])), "slot label indices"
+        assert self.directed == graph.directed, "an undirected array for arcs, or back"
 
 
 class DeviceEdgeGraph(VertexTable):
@@ -429,15 +478,19 @@ class DeviceEdgeGraph(VertexTable):
     It answers what the engine and batch validation ask of a graph: the stored label of
     an edge (one lookup on the device per batch), the edges of deleted vertices, every
     edge (static matching, snapshots), the planner's edge statistics.  A batch's edges
-    change only the host degrees here; PmaGraph.sync applies them to the array."""
+    change only the host degrees here; PmaGraph.sync applies them to the array.  Directed
+    or not as its array is (a vertex's degree counts its arcs both ways, as the lists
+    do)."""
 
     def __init__(self, config, device: PmaGraph) -> None:
         super().__init__(config)
         self.device = device
+        self.directed = device.directed
 
     @classmethod
     def from_labeled(cls, graph, config, device: PmaGraph) -> "DeviceEdgeGraph":
-        """Bulk-load a `LabeledGraph`: vertices on the host, edges into `device`."""
+        """Bulk-load a `LabeledGraph`: vertices on the host, edges (arcs where `device` is
+        directed) into `device`."""
         g = cls(config, device)
         g.add_vertices(graph.vertex_ids, graph.vertex_labels)
         us, vs, labels = g.edge_slots(graph)
@@ -471,35 +524,38 @@ class DeviceEdgeGraph(VertexTable):
 
     # ---- reads from the device ------------------------------------------
     def edge_labels(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
-        """The stored label of each edge u - v (int32), -1 where absent."""
+        """The stored label of each edge u - v (directed: arc u -> v; int32), -1 where
+        absent."""
         return self.device.stored_labels(self, us, vs)
 
     def find_edge(self, a: int, b: int) -> tuple[int, int, int]:
-        """DynamicGraph.find_edge: the slots of external ids a and b (u < v) and the
-        stored label of the edge u - v, -1 when absent."""
+        """DynamicGraph.find_edge: the slots of external ids a and b (u < v; directed: a's,
+        b's) and the stored label of the edge u - v, -1 when absent."""
         su, sv = self.ids.lookup(np.array([a, b], dtype=np.int64)).tolist()
         if su < 0 or sv < 0 or su == sv:
             return su, sv, -1
-        u, v = min(su, sv), max(su, sv)
+        u, v = (su, sv) if self.directed else (min(su, sv), max(su, sv))
         found = self.edge_labels(np.array([u], dtype=np.int32), np.array([v], dtype=np.int32))
         return u, v, int(found[0])
 
     def incident_edges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All edges touching `slots`, each once, as (u, v, label) with u < v."""
+        """All edges touching `slots`, each once, as (u, v, label) with u < v (directed:
+        the arcs u -> v into and out of them)."""
         return self.device.incident_edges(slots)
 
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every undirected edge once as (u, v, label) slots with u < v."""
-        return tuple(a.get() for a in self.device.undirected_edges())
+        """Every edge once as (u, v, label) slots with u < v (directed: every arc)."""
+        return tuple(a.get() for a in self.device.stored_edges())
 
     def device_edges(self) -> tuple[cp.ndarray, cp.ndarray]:
-        """Every undirected edge once as (u, v), int32 on the device."""
-        return self.device.undirected_edges()[:2]
+        """Every edge once as (u, v), int32 on the device (as `edges`)."""
+        return self.device.stored_edges()[:2]
 
     def candidate_edge_counts(self, cand: np.ndarray, qa: np.ndarray, qb: np.ndarray,
                               ql: np.ndarray) -> np.ndarray:
-        """DynamicGraph.candidate_edge_counts, over the array on the device."""
-        us, vs, elab = self.device.undirected_edges()
+        """DynamicGraph.candidate_edge_counts, over the array on the device (both
+        orientations of each edge or arc, as the lists count them)."""
+        us, vs, elab = self.device.stored_edges()
         bits = cp.asarray(cand)
         cu, cv = bits[us].astype(np.int64), bits[vs].astype(np.int64)
         out = np.zeros(len(qa), dtype=np.int64)

@@ -38,9 +38,9 @@ class DeviceMirror:
     """The device graph (gpu/cuda/device_graph.py, in the configured layout), the signatures
     and candidate bits (gpu/cuda/signatures.py), and the device copies of the plans."""
 
-    def __init__(self, config: EngineConfig | None = None) -> None:
+    def __init__(self, config: EngineConfig | None = None, directed: bool = False) -> None:
         self.config = config or EngineConfig()
-        self.graph = make_device_graph(self.config)
+        self.graph = make_device_graph(self.config, directed)
         self.signatures = DeviceSignatures()
         self._plans: dict[int, dict[int, tuple[TaskTypes, match_launchers.DevicePlan]]] = {}
         self._stacked: dict[tuple, tuple] = {}  # stacked_plans, by (qid, plan) sequence
@@ -171,13 +171,17 @@ class DeviceMirror:
         directed = types.directed
         if directed:
             # Arcs: each entry's key is the list's (2 label + direction, gpu/graph/lists.py),
-            # on the lists' layout only (the array keys undirected edges, by label index).
+            # its label as the kernel compares them (label indices on the array's view).
             if not getattr(self.graph, "takes_arcs", False):
-                raise ValueError("directed plans run on the lists' device graph only")
+                raise ValueError("directed plans run on the lists' device graph or the "
+                                 "packed memory array's read view only")
             if int(types.bw_count.max(initial=0)) > 32:
                 raise ValueError("a directed query with more than 32 arcs to the vertices "
                                  "before one of its vertices does not fit a warp's lanes")
-            keys = types.bw_key
+            used = np.arange(types.bw_key.shape[2]) < types.bw_count[:, :, None]
+            labels_of = np.where(used, types.bw_key >> 1, types.query_labels[0])
+            keys = np.where(used, 2 * self.graph.kernel_labels(labels_of)
+                            + (types.bw_key & 1), 0)
         else:
             # Every entry of a level reads the segment of its vertex's label, as the
             # kernel compares labels (label indices on the array).

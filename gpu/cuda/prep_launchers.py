@@ -30,25 +30,27 @@ def _check_checks(checks: cp.ndarray) -> None:
 
 def record_keys(a: cp.ndarray, b: cp.ndarray, slot_a: cp.ndarray, slot_b: cp.ndarray,
                 labels: cp.ndarray, inserting: cp.ndarray, key: cp.ndarray,
-                checks: cp.ndarray) -> None:
+                checks: cp.ndarray, directed: bool = False) -> None:
     """Launch prep.cu:record_keys: each record's checks folded into `checks` (int64
-    [CHECKS], each the first failing record so far) and its edge key into `key`;
-    `inserting`: 1 for a record that inserts, 0 for one that deletes (int32)."""
+    [CHECKS], each the first failing record so far) and its edge key into `key` (the
+    arc's where `directed`); `inserting`: 1 for a record that inserts, 0 for one that
+    deletes (int32)."""
     n = a.shape[0]
     _check_records(n, (("a", np.int64, a), ("b", np.int64, b), ("slot_a", np.int32, slot_a),
                        ("slot_b", np.int32, slot_b), ("labels", np.int32, labels),
                        ("inserting", np.int32, inserting), ("key", np.uint64, key)))
     _check_checks(checks)
     one_thread_each("prep", "record_keys", n,
-                    (a, b, slot_a, slot_b, labels, inserting, np.int64(n), key, checks))
+                    (a, b, slot_a, slot_b, labels, inserting, np.int64(n),
+                     np.int32(1 if directed else 0), key, checks))
 
 
 def settle_runs(sorted_keys: cp.ndarray, order: cp.ndarray, labels: cp.ndarray,
                 inserting: cp.ndarray, slot_labels: cp.ndarray, vertex_bits: int,
-                array_key: cp.ndarray, checks: cp.ndarray) -> None:
+                array_key: cp.ndarray, checks: cp.ndarray, directed: bool = False) -> None:
     """Launch prep.cu:settle_runs over the sorted keys (`order`: the stable argsort that
-    sorted them): the array key of each one-kind run's first record, conflicts into
-    `checks`."""
+    sorted them): the array key of each one-kind run's first record (`directed`: its
+    arc's entry at the tail), conflicts into `checks`."""
     n = sorted_keys.shape[0]
     _check_records(n, (("sorted_keys", np.uint64, sorted_keys), ("order", np.int64, order),
                        ("labels", np.int32, labels), ("inserting", np.int32, inserting),
@@ -57,7 +59,8 @@ def settle_runs(sorted_keys: cp.ndarray, order: cp.ndarray, labels: cp.ndarray,
     _check_checks(checks)
     one_thread_each("prep", "settle_runs", n,
                     (sorted_keys, order, labels, inserting, np.int64(n), slot_labels,
-                     np.int32(vertex_bits), array_key, checks))
+                     np.int32(vertex_bits), np.int32(1 if directed else 0), array_key,
+                     checks))
 
 
 def keep_changes(sorted_keys: cp.ndarray, order: cp.ndarray, labels: cp.ndarray,

@@ -89,10 +89,10 @@ class DeviceSignatures:
         if not hasattr(graph, "device_edges"):
             return cp.asarray(count_neighbour_labels(graph, self.slot_of.get(),
                                                      len(self.labels)))
-        counts = cp.zeros((self.capacity, len(self.labels)), dtype=np.int32)
+        counts = cp.zeros((self.capacity, self.fields), dtype=np.int32)
         us, vs = graph.device_edges()
         signature_launchers.count_edges(us, vs, 1, self.slot_of, counts,
-                                        cp.zeros(self.capacity, dtype=np.int32))
+                                        cp.zeros(self.capacity, dtype=np.int32), self.directed)
         return counts
 
     def resize(self, graph) -> None:

@@ -150,7 +150,7 @@ class SmallPhase:
         self.ranks = {clear: ml.set_edge_ranks(view.device_start, view.deg, view.nbr,
                                                view.nlab, graph.slot_labels, view.rank,
                                                *self.edges[:2], self.edges.ranks, clear,
-                                               prepare=True)
+                                               prepare=True, directed=graph.directed)
                       for clear in (False, True)}
 
     def _set_ranks(self, count: int, clear: bool) -> None:

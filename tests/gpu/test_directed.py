@@ -18,23 +18,28 @@ from gpu.plan.planner import build_plan
 from gpu.plan.query import QueryError, QueryGraph
 from tests import reference as ref
 from tests.gpu.test_batch_groups import group_sizes  # noqa: F401  (a fixture)
-from tests.gpu.test_oracle import (CONFIGS, EngineSetup, Harness, fresh_id, to_labeled,
-                                   to_query, to_stream)
+from tests.gpu.test_oracle import (CONFIGS, CUDA_CONFIGS, EngineSetup, Harness, fresh_id,
+                                   to_labeled, to_query, to_stream)
 from tests.gpu.test_reference_directed import random_digraph, random_directed_query
 from tests.reference import RefGraph, RefQuery
 
-# Both executors, every config (on CUDA a directed graph takes the lists' device graph
-# whatever the config's layout: gpu.engine.device_config).
+# Both executors, every config; on CUDA every device graph layout: the packed memory
+# array's read view (the default), the lists', and the array without its view, which a
+# directed engine replaces with the lists' (gpu.engine.device_config).
+DIRECTED_CUDA_CONFIGS = {
+    **CUDA_CONFIGS,
+    "tiny-lists": lambda: dataclasses.replace(EngineConfig.tiny(), device_graph="lists"),
+}
 SETUPS = [pytest.param((name, "cpu"), id=name) for name in sorted(CONFIGS)] + [
     pytest.param((name, "cuda"), id=f"{name}-cuda", marks=pytest.mark.gpu)
-    for name in sorted(CONFIGS)]
+    for name in sorted(CONFIGS | DIRECTED_CUDA_CONFIGS)]
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @pytest.fixture(params=SETUPS, scope="module")
 def setup(request) -> EngineSetup:
     name, backend = request.param
-    return EngineSetup(CONFIGS[name](), backend)
+    return EngineSetup((CONFIGS | DIRECTED_CUDA_CONFIGS)[name](), backend)
 
 
 def _directed(labels, arcs) -> RefQuery:

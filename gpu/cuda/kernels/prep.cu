@@ -4,14 +4,16 @@
 //
 // record_keys    a thread per record: its checks (atomicMin of the record into `checks`,
 //                gpu/batch_edges.py's LOOP, MISSING, NEGATIVE_LABEL) and its edge key
-//                lo << 32 | hi (NO_KEY where an endpoint is missing);
+//                lo << 32 | hi (`directed`: the arc's u << 32 | v; NO_KEY where an
+//                endpoint is missing);
 // settle_runs    a thread per sorted record: the first of each run of equal keys walks
 //                its run (the sort is stable: in record order) for the first conflicting
 //                insert label (CONFLICT: a record inserting the edge with another label
 //                than the run's earliest insert) and for which kinds the run holds; a run
 //                of inserts only or deletes only gets the key the packed memory array
 //                files its edge under, every other record NO_KEY (a run that inserts and
-//                deletes one edge cancels: nothing to look up);
+//                deletes one edge cancels: nothing to look up; `directed`: the arc's entry
+//                at u, list key 2 label + 0, gpu/cuda/device_graph.py);
 // keep_changes   after the array's lookup of those keys: whether each run's edge changes
 //                (inserted: not stored; deleted: stored, and named by a record of the run,
 //                its label omitted or the stored one), in keep_ins or keep_del;
@@ -33,7 +35,7 @@ extern "C" __global__ void record_keys(
     const long long* __restrict__ a, const long long* __restrict__ b,
     const int* __restrict__ slot_a, const int* __restrict__ slot_b,
     const int* __restrict__ labels, const int* __restrict__ inserting, long long n,
-    unsigned long long* __restrict__ key, long long* __restrict__ checks)
+    int directed, unsigned long long* __restrict__ key, long long* __restrict__ checks)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -48,14 +50,15 @@ extern "C" __global__ void record_keys(
         key[i] = NO_KEY;
         return;
     }
-    const unsigned long long lo = su < sv ? su : sv, hi = su < sv ? sv : su;
+    const unsigned long long lo = su < sv || directed ? su : sv;
+    const unsigned long long hi = su < sv || directed ? sv : su;
     key[i] = lo << 32 | hi;
 }
 
 extern "C" __global__ void settle_runs(
     const unsigned long long* __restrict__ sorted, const long long* __restrict__ order,
     const int* __restrict__ labels, const int* __restrict__ inserting, long long n,
-    const int* __restrict__ slot_labels, int vertex_bits,
+    const int* __restrict__ slot_labels, int vertex_bits, int directed,
     unsigned long long* __restrict__ array_key, long long* __restrict__ checks)
 {
     const long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -83,7 +86,9 @@ extern "C" __global__ void settle_runs(
         return;
     }
     const unsigned long long u = k >> 32, v = k & 0xffffffffull;
-    array_key[p] = u << 32 | (unsigned long long)slot_labels[v] << vertex_bits | v;
+    const unsigned long long list_key = directed ? 2ull * slot_labels[v]
+                                                 : (unsigned long long)slot_labels[v];
+    array_key[p] = u << 32 | list_key << vertex_bits | v;
 }
 
 extern "C" __global__ void keep_changes(

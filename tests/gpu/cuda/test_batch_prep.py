@@ -23,11 +23,12 @@ from tests.gpu.test_batch import (DE, DV, E, EDGES, SOURCE, V, VERTICES, _effect
 pytestmark = pytest.mark.gpu
 
 
-def _engine() -> Engine:
-    """A CUDA engine on the fixture graph whose every batch of edge records is settled on
-    the device (EngineConfig.tiny: device_prep_records 1)."""
+def _engine(directed: bool = False) -> Engine:
+    """A CUDA engine on the fixture graph (its edges read as arcs where `directed`) whose
+    every batch of edge records is settled on the device (EngineConfig.tiny:
+    device_prep_records 1)."""
     graph = labeled()
-    engine = Engine(graph, backend="cuda", config=EngineConfig.tiny())
+    engine = Engine(graph, backend="cuda", config=EngineConfig.tiny(), directed=directed)
     assert engine._prep is not None and engine._prep.min_records == 1
     return engine
 
@@ -37,17 +38,20 @@ _REJECTED = [
     [(E, 1, 2, 0), (E, 3, 99, 0)],                    # an endpoint missing
     [(DV, 3, 0, NO_LABEL), (E, 3, 4, 0)],             # an insert touching a deleted vertex
     [(E, 1, 4, 0), (E, 4, 1, 1)],                     # inserted twice, two labels
+    [(E, 1, 4, 0), (E, 1, 4, 1)],                     # the same, one way round
     [(E, 99, 98, 0), (E, 2, 2, 0)],                   # two problems: the first check wins
 ]
 
 
+@pytest.mark.parametrize("directed", [False, True])
 @pytest.mark.parametrize("records", _REJECTED)
-def test_rejections_are_the_hosts(records):
-    engine = _engine()
+def test_rejections_are_the_hosts(records, directed):
+    engine = _engine(directed)
     stream = UpdateStream.from_records(records, SOURCE)
     device = _effect_or_error(stream, engine.graph, engine._prep)
-    assert isinstance(device, str)
     assert device == _effect_or_error(stream, engine.graph, None)
+    # In a directed graph a pair's two arcs are two edges: two labels are no conflict.
+    assert isinstance(device, str) != (directed and records == _REJECTED[3])
 
 
 def _device_copy_is_the_hosts(stream, engine) -> bool:
@@ -69,12 +73,13 @@ def _device_copy_is_the_hosts(stream, engine) -> bool:
     return True
 
 
-def test_random_batches_settle_as_on_the_host_while_the_graph_changes():
+@pytest.mark.parametrize("directed", [False, True])
+def test_random_batches_settle_as_on_the_host_while_the_graph_changes(directed):
     """Random mixes (vertex adds and deletes, duplicates, cancelling pairs, deletes naming
     other labels), applied one after another so the id map's device copy follows vertex
-    changes and the array's edges change."""
+    changes and the array's edges change (directed: both arcs of a pair, one of them)."""
     rng = random.Random(5)
-    engine = _engine()
+    engine = _engine(directed)
     for step in range(80):
         records = random_records(rng, ref_graph())
         stream = UpdateStream.from_records(records, SOURCE)
@@ -108,16 +113,16 @@ def test_the_device_id_map_follows_many_vertex_changes():
 
 
 @functools.cache
-def _shared_engine() -> Engine:
-    return _engine()     # only normalized against below: its graph never changes
+def _shared_engine(directed: bool = False) -> Engine:
+    return _engine(directed)    # only normalized against below: its graph never changes
 
 
-def _normalized_through_kernels(records):
+def _normalized_through_kernels(records, directed: bool = False):
     """normalize of edge records (kind, a, b, label) on the device, with the number of
     batches prep.cu's path (DevicePrep.edge_records) settled, and on the host."""
     from gpu.cuda.batch_prep import DevicePrep
 
-    engine = _shared_engine()
+    engine = _shared_engine(directed)
     stream = UpdateStream.from_records(records, SOURCE)
     calls = []
     edge_records = DevicePrep.edge_records
@@ -139,25 +144,26 @@ _ENDS = st.sampled_from(sorted(VERTICES) + [7])      # 7: no such vertex
 @given(records=st.lists(st.tuples(st.booleans(), _ENDS, _ENDS,
                                   st.sampled_from([NO_LABEL, 0, 1, 2])),
                         min_size=2, max_size=12),
-       kinds=st.sampled_from(["inserts", "deletes", "both"]))
-def test_edge_records_settle_in_the_kernels_as_on_the_host(records, kinds):
+       kinds=st.sampled_from(["inserts", "deletes", "both"]), directed=st.booleans())
+def test_edge_records_settle_in_the_kernels_as_on_the_host(records, kinds, directed):
     """Edge records alone (inserts only, deletes only, or both): duplicates, conflicting
     labels, inserts and deletes of one edge cancelling, existing and missing edges,
     deletes naming the stored label, another or none, self-loops, missing endpoints,
     negative insert labels; the effect (arrays, dtypes, counts) or the rejection is the
-    host's, and the device copies are its arrays."""
+    host's, and the device copies are its arrays.  `directed`: the records are arcs (a
+    record and its reverse two edges)."""
     from gpu.batch import _HostLookups
     from gpu.batch_edges import edge_changes
 
     if kinds != "both":
         records = [(kinds == "inserts", a, b, label) for _, a, b, label in records]
     # The kernels themselves, on raw arrays (the parsers refuse negative insert labels).
-    engine = _shared_engine()
+    engine = _shared_engine(directed)
     flags = np.array([r[0] for r in records])
     a, b, labels = (np.array(column, dtype=np.int64) for column in zip(*(r[1:] for r in records)))
     none = np.empty(0, dtype=np.int64)
     want = edge_changes(np, _HostLookups(engine.graph), a, b, labels.astype(np.int32), flags,
-                        none, none, none, inserts=int(flags.sum()))
+                        none, none, none, directed=directed, inserts=int(flags.sum()))
     got = engine._prep.edge_records(engine.graph, a, b, labels, flags)
     assert type(got) is type(want)
     if isinstance(want, Rejection):
@@ -172,7 +178,7 @@ def test_edge_records_settle_in_the_kernels_as_on_the_host(records, kinds):
     # And through normalize, as batches come (inserts with labels the parsers take).
     stream = [(E, a, b, max(label, 0)) if inserting else (DE, a, b, label)
               for inserting, a, b, label in records]
-    device, host, calls, copies_agree = _normalized_through_kernels(stream)
+    device, host, calls, copies_agree = _normalized_through_kernels(stream, directed)
     assert calls == 2       # the batch, then again for its device copies
     assert device == host
     assert copies_agree

@@ -22,12 +22,16 @@ from tests.gpu.test_reference_directed import random_directed_query
 pytestmark = pytest.mark.gpu
 
 CONFIGS = {
+    # The packed memory array and its read view.
     "default": EngineConfig,
     # Every task shared at every step, tiny buffers and launches (EngineConfig.tiny).
     "tiny": EngineConfig.tiny,
-    # The layout in the config is the array's: a directed engine takes the lists anyway.
-    "pma": lambda: dataclasses.replace(EngineConfig(), device_graph="pma"),
+    "lists": lambda: dataclasses.replace(EngineConfig(), device_graph="lists"),
+    # The array without its view: a directed engine takes the lists instead.
+    "pma-direct": lambda: dataclasses.replace(EngineConfig(), pma_view=False),
 }
+# The device graph each config's directed engine runs on.
+LAYOUTS = {"default": "pma", "tiny": "pma", "lists": "lists", "pma-direct": "lists"}
 
 
 def skewed_arcs(rng: random.Random, n: int, count: int, exclude=frozenset()) -> list:
@@ -69,7 +73,7 @@ def test_cuda_equals_cpu_on_a_skewed_digraph(config):
     graph = labeled(n, vlabels, arcs)
     engines = [Engine(graph, backend=backend, config=CONFIGS[config](), directed=True)
                for backend in ("cpu", "cuda")]
-    assert engines[1].config.device_graph == "lists"
+    assert engines[1].config.device_graph == LAYOUTS[config]
     chosen = queries(rng)
     qids = [[engine.add_query(to_query(q, name)) for name, q in chosen.items()]
             for engine in engines]
@@ -105,3 +109,43 @@ def test_cuda_equals_cpu_on_a_skewed_digraph(config):
         found = [engine.matches(qid) for engine in engines]
         assert sorted(map(tuple, found[0].rows.tolist())) == \
             sorted(map(tuple, found[1].rows.tolist()))
+
+
+def test_labels_that_outgrow_the_keys_re_key_the_arcs():
+    """New vertex labels, brought by batches and by queries, past what the array's label
+    bits hold with the direction bit (4 labels under MIN_LABEL_BITS): the array is re-keyed
+    with its arcs' directions, and every batch still equals the CPU executor's."""
+    rng = random.Random(5)
+    n = 60
+    arcs = {arc: rng.randrange(2) for arc in skewed_arcs(rng, n, 400)}
+    graph = labeled(n, [rng.randrange(2) for _ in range(n)], arcs)
+    engines = [Engine(graph, backend=backend, directed=True) for backend in ("cpu", "cuda")]
+    assert engines[1].config.device_graph == "pma"
+    before = engines[1]._device.graph.relayouts
+    qids = [[engine.add_query(to_query(SHAPES["cycle3"], "c3")) for engine in engines]]
+    next_id = n
+    for label in range(2, 12):
+        # Three vertices of the new label in a cycle of arcs, tied to old vertices.
+        new = list(range(next_id, next_id + 3))
+        next_id += 3
+        records = [(ref.ADD_VERTEX, v, 0, label) for v in new]
+        records += [(ref.INSERT_EDGE, a, b, 0) for a, b in zip(new, new[1:] + new[:1])]
+        records += [(ref.INSERT_EDGE, new[0], rng.randrange(n), 1),
+                    (ref.INSERT_EDGE, rng.randrange(n), new[1], 0)]
+        results = [engine.apply(to_stream(records)) for engine in engines]
+        if label % 3 == 0:
+            # A 3-cycle of the new label (the batch's), and one naming the next label too,
+            # which no vertex has yet: its registration re-keys the array.
+            for name, labels in ((f"c{label}", [label] * 3),
+                                 (f"n{label}", [label + 1, label, label])):
+                query = to_query(ref.RefQuery.build(labels, [(0, 1), (1, 2), (2, 0)],
+                                                    directed=True), name)
+                qids.append([engine.add_query(query) for engine in engines])
+        for cpu_qid, cuda_qid in qids:
+            if cpu_qid in results[0].queries:
+                a, b = results[0].queries[cpu_qid], results[1].queries[cuda_qid]
+                assert (a.positive, a.negative) == (b.positive, b.negative), (label, cpu_qid)
+    assert sum(engines[0].count(q) for q, _ in qids[1:]) > 0
+    assert engines[1]._device.graph.relayouts > before
+    engines[1].check()
+    assert [engines[0].count(q) for q, _ in qids] == [engines[1].count(q) for _, q in qids]
