@@ -3,6 +3,7 @@ sides, counts equal to the brute-force oracle's, and the CUDA refusal reported, 
 import contextlib
 import io
 import json
+import statistics
 
 import networkx as nx
 import numpy as np
@@ -71,13 +72,14 @@ def test_every_set_runs_on_both_sides_and_the_table_shows_them(run):
         assert r["backend"] == "cpu" and r["batch"] > 0 and r["match_seconds"] >= 0
         assert r["vertices"] == (6 if r["kind"] in KINDS else len(
             {v for arc in pattern_arcs(r["kind"]) for v in arc}))
-    # The table's matches are the records' sums, per side.
+    # The table's matches are the records' sums, its apply medians theirs, per side.
     for kind, line in rows.items():
         cells = [c.strip() for c in line.split("|")[1:-1]]
-        for side, column in ((True, 4), (False, 7)):
-            total = sum(r["positive"] for r in records
-                        if r["kind"] == kind and r["directed"] is side)
-            assert cells[column] == str(total)
+        for side, apply_column, matches_column in ((True, 2, 5), (False, 6, 9)):
+            mine = [r for r in records if r["kind"] == kind and r["directed"] is side]
+            assert cells[matches_column] == str(sum(r["positive"] for r in mine))
+            assert float(cells[apply_column]) == pytest.approx(
+                statistics.median(r["wall_seconds"] for r in mine), rel=1e-3)
 
 
 def test_match_counts_equal_the_brute_force_count(run, edge_list):
@@ -161,6 +163,32 @@ def test_bad_options_are_refused_by_name(edge_list, tmp_path, capsys):
     with pytest.raises(SystemExit):
         directed_table.main(_args(edge_list, tmp_path, "--max-vertices", "1"))
     assert "--max-vertices must be >= 2, got 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        directed_table.main(_args(edge_list, tmp_path, "--repeat", "0"))
+    assert "--repeat must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_repeat_measures_each_query_again_and_counts_its_matches_once(edge_list, tmp_path,
+                                                                     capsys):
+    code = directed_table.main(_args(edge_list, tmp_path, "--no-warmup", "--kinds", "dense",
+                                     "--patterns", "cycle3", "--repeat", "3"))
+    out = capsys.readouterr().out
+    assert code == 0
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    for kind in ("dense", "cycle3"):
+        for side in (True, False):
+            mine = [r for r in records if r["kind"] == kind and r["directed"] is side]
+            runs: dict[int, list[dict]] = {}
+            for r in mine:
+                runs.setdefault(r["index"], []).append(r)
+            assert runs and all([r["repeat"] for r in rs] == [0, 1, 2] for rs in runs.values())
+            # Each run applies the same batch to the same graph: the same matches.
+            assert all(len({r["positive"] for r in rs}) == 1 for rs in runs.values())
+            row = next(line for line in out.splitlines() if line.startswith(f"| {kind} "))
+            cells = [c.strip() for c in row.split("|")[1:-1]]
+            assert cells[1] == str(len(runs))
+            assert cells[5 if side else 9] == str(sum(rs[0]["positive"]
+                                                      for rs in runs.values()))
 
 
 def test_quick_takes_the_core_and_small_sets():
