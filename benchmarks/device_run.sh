@@ -43,7 +43,7 @@
 #                (e.g. "--kinds dense --max-queries 3"), STREAM_TIMEOUT bounds each run
 #                (seconds, default 300)
 # Needs in the tree: .whl/ (wheels: hypothesis, sortedcontainers, and the service's for
-# Python 3.12: `pip download --only-binary=:all: --python-version 3.12 ...`),
+# Python 3.12: `bash benchmarks/device_wheels.sh` fetches them),
 # bench-out/queries (the saved query sets) and bench-out/data/musae_git_edges.csv
 # (carry them: they are git-ignored).  Writes logs and JSON lines under $OUT.
 set -u
