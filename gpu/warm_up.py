@@ -78,8 +78,8 @@ def _large_pair(backend: str) -> list[tuple[UpdateStream, UpdateStream]]:
 def warm_up(backend: str, config: EngineConfig | None = None, directed: bool = False) -> None:
     """Run every kind of batch once on a throw-away engine of `backend`, on a graph of the
     kind (`directed`) the engine to warm holds: on CUDA a directed one keys arcs, ranks
-    list entries by direction and settles its batches on the host (gpu.engine), paths an
-    undirected warm-up does not reach.  On CUDA a directed warm-up runs the undirected one
+    list entries by direction and searches with the arcs' list keys, paths an undirected
+    warm-up does not reach.  On CUDA a directed warm-up runs the undirected one
     first: the packed memory array's general path builds CuPy kernels at windows whose
     reach depends on the array's size, which the undirected graph's large pair is known to
     reach (a directed one's 2,400-entry batch met a window it had not, 2026-11-29)."""
