@@ -800,8 +800,8 @@ class EngineService:
         log.info("bulk-loaded %d vertices, %d edges in %.2f s", graph.num_vertices,
                  graph.num_edges, time.perf_counter() - t0)
         if engine.directed != old.directed and not interpreted.active():
-            # The start warmed the kernels of the other kind (on CUDA, another device
-            # graph): this kind's are warmed before the first batch comes.
+            # The start warmed the kernels of the other kind (on CUDA, directed plans and
+            # arc keys are other paths): this kind's are warmed before the first batch comes.
             self.warm_up()
         return self.graph_info()
 
