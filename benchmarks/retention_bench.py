@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.gh_table import DEFAULT_GRAPH, run_header
+from gpu.config import EngineConfig
 from gpu.engine import Engine
 from gpu.io.graphs import load_graph, read_query
 from gpu.io.records import INSERT_EDGE, LabeledGraph, UpdateStream
@@ -50,13 +51,14 @@ def timed_batches(graph: LabeledGraph, size: int, seed: int = 0) -> list[UpdateS
 
 def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStream],
         retention: int | None, backend: str, window: int | None = None,
-        after_batch: Callable[[bool], None] | None = None) -> dict:
+        after_batch: Callable[[bool], None] | None = None,
+        config: EngineConfig | None = None) -> dict:
     """The stream on a fresh engine with this retention (the queries standing with this
     window: benchmarks/window_bench.py); steady-state latency and counts.  `after_batch`
     is called after each batch with whether it is a steady-state one (window_bench's
-    split of the matching phase)."""
+    split of the matching phase); `config` the engine's (None: the default)."""
     empty = LabeledGraph(graph.vertex_ids, graph.vertex_labels, [], [], [])
-    engine = Engine(empty, backend=backend, retention=retention)
+    engine = Engine(empty, backend=backend, retention=retention, config=config)
     for q in queries:
         engine.add_query(q, window=window)
     seconds, matching, expired_edges = [], [], []

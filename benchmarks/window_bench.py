@@ -12,10 +12,14 @@ steady-state batches (after the first `--retention` edges), the median of their 
 phase alone (`timings["match"]`: the searches, the windowed phases with their subgraphs)
 and the matches, checked as positive - negative = the count at the end; the ratios are
 the unwindowed medians over the windowed ones, end to end and for the matching phase.
-`--backend cuda` runs both engines on the CUDA executor.  `--split` adds, for the
-windowed runs, two parts of their matching phase: the subgraphs the phases fill
-(gpu/event_time.py `_window_subgraph`) and the searches (`count_windowed`, every query of
-every phase), each as its median per steady batch.
+`--backend cuda` runs both engines on the CUDA executor, the windowed search in the
+kernel (gpu/cuda/windowed.py); `--host-windows` runs each window a second time with that
+search on the host's cores (EngineConfig.device_windows off), rows marked "host".
+`--split` adds, for the windowed runs, the parts of their matching phase: the subgraphs
+the host search fills (gpu/event_time.py `_window_subgraph`), the host searches
+(`count_windowed`, every query of every phase) and the device's (`_count_on_device`: the
+window's layout, its copy up, the kernel and the read-back), each as its median per
+steady batch.
 """
 from __future__ import annotations
 
@@ -30,9 +34,11 @@ from pathlib import Path
 from benchmarks.gh_table import run_header
 from benchmarks.retention_bench import add_stream_args, load_stream, run
 from gpu import event_time
+from gpu.config import EngineConfig
 
 # The parts of a windowed batch's matching phase that --split times (gpu/event_time.py).
-SPLIT = {"subgraphs": "_window_subgraph", "searches": "count_windowed"}
+SPLIT = {"subgraphs": "_window_subgraph", "searches": "count_windowed",
+         "device searches": "_count_on_device"}
 
 
 class PhaseSplit:
@@ -80,8 +86,10 @@ def main(argv=None) -> int:
     p.add_argument("--retention", type=int, default=80_000)
     p.add_argument("--windows", type=int, nargs="+", default=[1_000, 5_000])
     p.add_argument("--backend", default="cpu", choices=("cpu", "cuda"),
-                   help="the engines' executor (on cuda the windowed search runs on the "
-                        "host's cores, over the window's edges read from the device)")
+                   help="the engines' executor (on cuda the windowed search runs in the "
+                        "kernel, over the window's edges copied up per phase)")
+    p.add_argument("--host-windows", action="store_true",
+                   help="cuda: also run each window with its search on the host's cores")
     p.add_argument("--split", action="store_true",
                    help="also time the windowed runs' subgraph fills and searches (median ms "
                         "per steady batch, parts of the matching phase)")
@@ -90,18 +98,21 @@ def main(argv=None) -> int:
     header = run_header(args.backend, "benchmarks.window_bench")
     print(json.dumps(header), flush=True)
     graph, queries, batches = load_stream(args)
-    for window in (None, args.windows[0]):                  # compiles: not timed
-        run(graph, queries, batches[:3], args.retention, args.backend, window)
+    host = EngineConfig(device_windows=False)
+    runs = [(None, None)] + [(w, c) for w in args.windows
+                             for c in ((None, host) if args.host_windows else (None,))]
+    for window, config in runs[:1] + runs[1:3]:             # compiles: not timed
+        run(graph, queries, batches[:3], args.retention, args.backend, window, config=config)
     print("| window | steady batches | apply p50 ms | apply p99 ms | matching p50 ms | positive "
           "| negative | matches at the end | apply p50 ratio | matching p50 ratio |\n"
           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     base = base_match = None
     splits = []
-    for window in (None, *args.windows):
+    for window, config in runs:
         split = PhaseSplit() if args.split and window is not None else None
         with split.timing() if split else nullcontext():
             record = run(graph, queries, batches, args.retention, args.backend, window,
-                         after_batch=split.after_batch if split else None)
+                         after_batch=split.after_batch if split else None, config=config)
         if split:
             record["split_ms"] = split.medians_ms()
         assert record["positive"] - record["negative"] == record["final_matches"], record
@@ -110,16 +121,19 @@ def main(argv=None) -> int:
         ratio = base / record["p50_ms"] if record["p50_ms"] else float("nan")
         match_ratio = (base_match / record["match_p50_ms"] if record["match_p50_ms"]
                        else float("nan"))
-        print(f"| {window if window is not None else 'none'} | {record['steady_batches']} | "
+        label = "none" if window is None else f"{window}{' host' if config else ''}"
+        print(f"| {label} | {record['steady_batches']} | "
               f"{record['p50_ms']} | {record['p99_ms']} | {record['match_p50_ms']} | "
               f"{record['positive']:,} | {record['negative']:,} | "
               f"{record['final_matches']:,} | {ratio:.1f} | {match_ratio:.1f} |", flush=True)
         if "split_ms" in record:
-            splits.append(f"W = {window}: " + ", ".join(
+            splits.append(f"W = {label}: " + ", ".join(
                 f"{part} {ms} ms" for part, ms in record["split_ms"].items()))
         if args.json:
             with args.json.open("a") as f:
-                f.write(json.dumps({**header, **record, "window": window, "ratio": ratio,
+                f.write(json.dumps({**header, **record, "window": window,
+                                    "window_search": "host" if config else args.backend,
+                                    "ratio": ratio,
                                     "match_ratio": match_ratio,
                                     "batch": args.batch, "queries": len(queries)}) + "\n")
     if splits:

@@ -125,6 +125,11 @@ class EngineConfig:
     # every warp there is (tree_0 and tree_3 20-23% slower with 5; H200, 2026-11-29,
     # docs/benchmarks.md).
     intersecting_blocks_per_sm: int = 5
+    # CUDA executor: windowed queries are searched on the device, over each phase's window
+    # subgraph copied up (gpu/cuda/windowed.py); off, on the host's cores over the same
+    # subgraph (gpu/cpu/windowed.py: comparison, and what takes queries past the kernel's
+    # 16 vertices or 64 edges).
+    device_windows: bool = True
 
     def __post_init__(self) -> None:
         for name in ("initial_vertex_capacity", "initial_edge_capacity",

@@ -78,6 +78,8 @@ class _Windowed:
     # No leaf counts: kept only so that the per-batch upkeep of candidate bits, whose
     # entries carry them, takes this query's with the standing ones'.
     leaves: LeafCounts
+    # On CUDA: the plan on the device, copied up at the query's first phase there.
+    device_plan: object = None
 
 
 def executor_for(backend: str) -> str:
@@ -171,8 +173,8 @@ class Engine:
         only while its data edges are timed and their times lie within W of each other,
         and (`before`, pairs (i, j) of query edge indices, in `query.edges` order) edge
         i's time is below edge j's (issue 23; undirected graphs for now, `before` only with
-        a window; on cuda their search runs on the host's cores, over the subgraph of the
-        edges in the window read from the device)."""
+        a window; on cuda their search runs in the device's kernel, over the subgraph of
+        the edges in the window copied up per phase: gpu/cuda/windowed.py)."""
         if query.directed != self.directed:
             kinds = ("undirected", "directed")
             raise ValueError(f"query {query.name}: a {kinds[query.directed]} query on a "

@@ -16,12 +16,13 @@ counted as both, matched by neither phase).  Nothing here changes anything until
 batch has been validated.  Executor-independent: expiry is deletions, which both
 executors apply.
 
-Windowed queries (Engine.add_query with a window; searched on the host's cores on either
-executor) are counted in phases
-of their own (gpu/cpu/windowed.py): on the expiry batch, from the expired edges; before
-the batch, from its deleted edges and the refreshed ones whose time changes, with the
-times before; after it and its times, from its inserted edges and those refreshed ones.
-`before` constraints are next.
+Windowed queries (Engine.add_query with a window) are counted in phases of their own
+(gpu/cpu/windowed.py): on the expiry batch, from the expired edges; before the batch, from
+its deleted edges and the refreshed ones whose time changes, with the times before; after
+it and its times, from its inserted edges and those refreshed ones.  Each phase searches
+the subgraph of the edges timed within the widest window of its update edges' times
+(`WindowEdges`): on the CPU executor as a DynamicGraph on the host's cores, on CUDA laid
+out and copied up for the kernel (gpu/cuda/windowed.py).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import numpy as np
 
 from gpu import clock
 from gpu.batch import EffectiveBatch, normalize, stored_labels
-from gpu.cpu.windowed import count_windowed
+from gpu.cpu.windowed import WindowEdges, count_windowed
 from gpu.graph.lists import DynamicGraph
 from gpu.graph.sets import sorted_union, sorted_unique
 from gpu.graph.times import NO_KEYS, edge_keys
@@ -233,19 +234,51 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
     if len(keys) == 0:
         return found
     widest = max(engine._windowed[qid].window for qid in qids)
-    graph = _window_subgraph(engine, sorted_union(keys, taken), int(at.min()) - widest,
-                             int(at.max()) + widest, absent)
+    edges = _window_edges(engine, sorted_union(keys, taken), int(at.min()) - widest,
+                          int(at.max()) + widest, absent)
+    on_device = [qid for qid in qids if _searched_on_device(engine, qid)]
+    for qid in on_device:
+        w = engine._windowed[qid]
+        found[qid] = _count_on_device(edges, engine.graph.label, w.plan,
+                                           _device_plan(w), w.window, keys, at, other,
+                                           structural, list_limit.get(qid, 0))
+    on_host = [qid for qid in qids if qid not in on_device]
+    if not on_host:
+        return found
+    graph = _window_subgraph(engine, edges)
     us, vs = _split(keys)
     graph.set_ranks(us, vs, np.arange(1, len(keys) + 1, dtype=np.int32))
-    on_host = engine._device is None        # cuda: no candidate bits (a filter only)
-    for qid in qids:
+    host_bits = engine._device is None      # cuda: no candidate bits (a filter only)
+    for qid in on_host:
         w = engine._windowed[qid]
         found[qid] = count_windowed(graph, w.plan, w.window, us, vs, table, other,
                                     structural,
-                                    engine.signatures.host_cand(qid) if on_host else None,
+                                    engine.signatures.host_cand(qid) if host_bits else None,
                                     list_limit.get(qid, 0), engine.config.serial_below_tasks,
                                     engine.config.task_chunk)
     return found
+
+
+def _searched_on_device(engine: Engine, qid: int) -> bool:
+    """Whether a windowed query's phases run in the CUDA kernel (gpu/cuda/windowed.py):
+    on a CUDA engine with EngineConfig.device_windows, the query small enough for it."""
+    if engine._device is None or not engine.config.device_windows:
+        return False
+    from gpu.cuda.windowed import fits
+    return fits(engine._windowed[qid].plan)
+
+
+def _count_on_device(*args) -> MatchSet:
+    from gpu.cuda.windowed import count_windowed_device
+    return count_windowed_device(*args)
+
+
+def _device_plan(windowed):
+    """The windowed query's plan on the device, copied up at its first phase."""
+    if windowed.device_plan is None:
+        from gpu.cuda.windowed import device_plan
+        windowed.device_plan = device_plan(windowed.plan)
+    return windowed.device_plan
 
 
 def _no_matches(engine: Engine, qid: int) -> MatchSet:
@@ -253,27 +286,34 @@ def _no_matches(engine: Engine, qid: int) -> MatchSet:
     return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
 
 
-def _window_subgraph(engine: Engine, updates: np.ndarray, lo: int, hi: int,
-                     absent: np.ndarray = NO_KEYS) -> DynamicGraph:
-    """The engine graph's edges timed in [lo, hi], on the same slots and labels: those the
+def _window_edges(engine: Engine, updates: np.ndarray, lo: int, hi: int,
+                  absent: np.ndarray = NO_KEYS) -> WindowEdges:
+    """The engine graph's edges timed in [lo, hi], with their times and labels: those the
     expiry index holds, and `updates` (the phase's update edges and the entries the index
     gave up in this batch: timed_effect took them before any phase ran).  Every edge the
     times table holds is in the graph, with the label the table keeps (Engine.check), but
     for `absent` (sorted): the expired edges between the expiry's deletion and the
     batch's own, still timed then."""
-    g, table = engine.graph, engine.times.table
+    table = engine.times.table
     keys = sorted_union(engine.times.index.between(lo, hi), updates)
     at, labels = table.get_labeled(keys)
     keep = (at >= lo) & (at <= hi)          # the index's stale entries out
     if len(absent):
         keep &= ~np.isin(keys, absent, assume_unique=True)
-    u, v = _split(keys[keep])
+    return WindowEdges(keys[keep], at[keep], labels[keep])
+
+
+def _window_subgraph(engine: Engine, edges: WindowEdges) -> DynamicGraph:
+    """The window's edges as a DynamicGraph on the engine graph's slots and labels (the
+    host search's)."""
+    g = engine.graph
+    u, v = _split(edges.keys)
     # One scratch graph per engine, emptied and filled per phase (its vertex table is
     # copied: memory speed, but O(slots); a subgraph kept between batches would not be).
     if engine._window_scratch is None:
         engine._window_scratch = DynamicGraph.on_slots_of(g, engine.config)
     sub = engine._window_scratch.emptied_onto(g)
-    sub.insert_edges(u, v, labels[keep])
+    sub.insert_edges(u, v, edges.labels)
     return sub
 
 

@@ -15,7 +15,10 @@ parent has leaf_count_degree neighbours), and the leaf-rooted tasks grouped
 update edges).  So do the kernels that settle a large batch's
 edge records on the device (gpu/cuda/batch_prep.py: prep.cu's for edge records alone,
 CuPy's beside vertex records): the throw-away engine sends every batch there, with an
-insert and a delete of one edge cancelling both with and without vertex records.
+insert and a delete of one edge cancelling both with and without vertex records.  Timed
+batches (event times, refreshes, retention's expiry) and windowed queries have paths and
+kernels of their own (gpu/event_time.py, gpu/graph/times.py, gpu/cpu/windowed.py, on
+CUDA gpu/cuda/windowed.py): `_timed` runs them.
 """
 from __future__ import annotations
 
@@ -136,5 +139,34 @@ def warm_up(backend: str, config: EngineConfig | None = None, directed: bool = F
             engine.apply(inserted, list_limit=list_limit)
             engine.apply(deleted, list_limit=list_limit)
     for qid in qids:
+        engine.count(qid)
+        engine.matches(qid, limit=4)
+    for list_limit in (0, 4):
+        _timed(backend, config, directed, list_limit)
+
+
+def _timed(backend: str, config: EngineConfig, directed: bool, list_limit: int) -> None:
+    """Timed batches (gpu/event_time.py) on an engine with retention: the ring's edges
+    timed (refreshes, over serial_below_tasks update edges: the CPU's parallel windowed
+    search), a new edge and a deletion, then a batch whose time expires the lot; on an
+    undirected graph with windowed queries standing (one with a `before` pair: on CUDA
+    window.cu), each then counted and listed whole."""
+    src, dst = _ring([1, 2])
+    graph = LabeledGraph(np.arange(_VERTICES), np.zeros(_VERTICES), src, dst,
+                         np.zeros(len(src)))
+    engine = Engine(graph, backend=backend, config=config, directed=directed,
+                    retention=1_000)
+    queries = _queries(directed)
+    qids = [engine.add_query(queries[0])]
+    if not directed:
+        qids += [engine.add_query(queries[0], window=50),
+                 engine.add_query(queries[1], window=50, before=[(0, 1)])]
+    timed = [(INSERT_EDGE, int(a), int(b), 0, i % 40) for i, (a, b) in
+             enumerate(zip(src, dst))]
+    for records in (timed, [(INSERT_EDGE, 0, 40, 0, 45), (DELETE_EDGE, 0, 1, NO_LABEL)],
+                    [(INSERT_EDGE, 0, 1, 0, 46)], [(INSERT_EDGE, 3, 41, 0, 2_000)]):
+        engine.apply(UpdateStream.from_records(records),
+                     list_limit=dict.fromkeys(qids, list_limit))
+    for qid in qids[1:]:
         engine.count(qid)
         engine.matches(qid, limit=4)

@@ -37,6 +37,7 @@ graphs only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numba as nb
 import numpy as np
@@ -47,6 +48,14 @@ from gpu.graph.lists import find_position, label_segment
 from gpu.graph.times import table_find
 from gpu.io.records import NO_TIME
 from gpu.results import MatchSet
+
+
+class WindowEdges(NamedTuple):
+    """A phase's window subgraph as edges (gpu/event_time.py, for either executor): keys
+    u << 32 | v (u < v, slots) ascending, and each edge's time and label."""
+    keys: np.ndarray        # int64 [E]
+    times: np.ndarray       # int64 [E]
+    labels: np.ndarray      # int32 [E]
 
 
 @dataclass(frozen=True)

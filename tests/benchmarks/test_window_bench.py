@@ -3,6 +3,8 @@ graph: a window wider than the stream takes every match, so the windowed engine'
 are the unwindowed one's; a narrow one takes fewer; the deltas sum to the final count."""
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.retention_bench import run, timed_batches
 from gpu.plan.query import QueryGraph
 from tests.benchmarks.test_retention_bench import _graph
@@ -24,10 +26,11 @@ def test_a_window_wider_than_the_stream_counts_every_match_and_a_narrow_one_fewe
             assert record["match_p50_ms"] is not None
 
 
-def test_the_split_times_the_windowed_phases_subgraphs_and_searches_only_while_on():
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_split_times_the_windowed_phases_subgraphs_and_searches_only_while_on(backend):
     """window_bench --split: per steady batch, the windowed phases' subgraph fills and
-    searches take time, an unwindowed run calls neither, and the functions are the
-    originals again afterwards."""
+    host searches take time on the CPU executor, the device's searches on CUDA, an
+    unwindowed run calls none, and the functions are the originals again afterwards."""
     from benchmarks.window_bench import SPLIT, PhaseSplit
     from gpu import event_time
 
@@ -38,11 +41,13 @@ def test_the_split_times_the_windowed_phases_subgraphs_and_searches_only_while_o
     for window, timed in ((15, True), (None, False)):
         split = PhaseSplit()
         with split.timing():
-            record = run(graph, [triangle], batches, 120, "cpu", window=window,
+            record = run(graph, [triangle], batches, 120, backend, window=window,
                          after_batch=split.after_batch)
         assert len(split.steady) == record["steady_batches"] > 0
         for part in SPLIT:
             spent = [b[part] for b in split.steady]
             assert all(s >= 0 for s in spent)
-            assert (sum(spent) > 0) == timed, (window, part)
+            used = part == "device searches" if backend == "cuda" else \
+                part != "device searches"
+            assert (sum(spent) > 0) == (timed and used), (window, part)
         assert {name: getattr(event_time, name) for name in SPLIT.values()} == originals

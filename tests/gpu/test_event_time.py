@@ -190,14 +190,17 @@ class WindowedHarness(TimedHarness):
         return result
 
 
-# On cuda the windowed search runs on the host, over the window's edges read from the
-# device graph: the array (through its view, and directly) and the mirrored host lists.
+# On cuda the windowed search runs in the kernel (gpu/cuda/windowed.py) over the window's
+# edges, whatever the device graph's layout (the array through its view, and directly,
+# and the mirrored host lists), or on the host's cores (device_windows off).
 WINDOWED_CONFIGS = {"tiny": EngineConfig.tiny, **CUDA_CONFIGS,
                     "tiny-lists": lambda: dataclasses.replace(EngineConfig.tiny(),
-                                                              device_graph="lists")}
+                                                              device_graph="lists"),
+                    "tiny-host-windows": lambda: dataclasses.replace(EngineConfig.tiny(),
+                                                                     device_windows=False)}
 WINDOWED_SETUPS = [pytest.param(("tiny", "cpu"), id="cpu")] + [
     pytest.param((name, "cuda"), id=f"{name}-cuda", marks=pytest.mark.gpu)
-    for name in ("tiny-pma", "tiny-pma-direct", "tiny-lists")]
+    for name in ("tiny-pma", "tiny-pma-direct", "tiny-lists", "tiny-host-windows")]
 
 
 @pytest.mark.parametrize("setup", WINDOWED_SETUPS)

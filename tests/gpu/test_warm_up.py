@@ -6,7 +6,8 @@ signatures each Numba dispatcher of the `gpu` package holds, then drives an engi
 the default config through a varied workload (hubs, leaf groups, edge labels, vertex
 records, one-edge batches, batches past the serial threshold, one-edge batches started
 together as a batch group, counting, listing, a backfill, a tail counted at a hub of
-1,199 neighbours) and reports every dispatcher
+1,199 neighbours; timed batches with retention and, undirected, windowed queries) and
+reports every dispatcher
 that gained a signature: each would have been compiled (or loaded from Numba's cache)
 while a client waited.  On CUDA it also reports every CuPy module built after the
 warm-up (a kernel of its own or one of CuPy's, compiled by NVRTC where CuPy's disk cache
@@ -120,6 +121,47 @@ def directed_workload(backend):
         engine.matches(qid, limit=5)
 
 
+def timed_workload(backend, directed):
+    """Timed batches with retention (refreshes, late arrivals, expiry), and on an
+    undirected graph windowed queries (with and without `before` pairs) counted, listed
+    and searched whole; one batch refreshes 150 edges (the CPU's parallel windowed
+    search)."""
+    from gpu.engine import Engine
+    from tests import reference as ref
+    from tests.gpu.test_event_time import timed_stream, with_times
+    from tests.gpu.test_oracle import to_labeled, to_query
+    rng = random.Random(31)
+    if directed:
+        from tests.gpu.test_directed import BATCH_KINDS, SHAPES, gen_batch, random_graph
+        g = random_graph(rng)
+        engine = Engine(to_labeled(g), backend=backend, directed=True, retention=20)
+        qids = [engine.add_query(to_query(SHAPES[name], name)) for name in sorted(SHAPES)]
+        windowed = []
+    else:
+        from tests.gpu.test_oracle import BATCH_KINDS, gen_batch, random_graph, random_queries
+        g = random_graph(rng, n=30, p=0.4)
+        engine = Engine(to_labeled(g), backend=backend, retention=20)
+        queries = [q for q in random_queries(rng, g).values() if q.edges]
+        qids = [engine.add_query(to_query(queries[0], "standing"))]
+        windowed = [engine.add_query(to_query(q, f"w{i}"), window=6,
+                                     before=[(0, 1)] if i % 2 and len(q.edges) > 1 else [])
+                    for i, q in enumerate(queries[:4])]
+    clock = [0]
+    listed = dict.fromkeys(qids + windowed, 5)
+    ends = (lambda key: key) if directed else (lambda key: tuple(sorted(key)))
+    edges = sorted((ends(key), label) for key, label in g.edges.items())[:150]
+    engine.apply(timed_stream([(ref.INSERT_EDGE, *key, label, i % 7)
+                               for i, (key, label) in enumerate(edges)]), list_limit=listed)
+    for step in range(24):
+        records = gen_batch(rng, g, BATCH_KINDS[step % len(BATCH_KINDS)])
+        engine.apply(timed_stream(with_times(rng, records, clock)),
+                     list_limit=listed if step % 3 == 0 else 0)
+        g.apply(records)
+    for qid in windowed:
+        engine.count(qid)
+        engine.matches(qid, limit=5)
+
+
 def main():
     backend, kind = sys.argv[1], sys.argv[2]
     warm_up(backend, directed=kind == "directed")
@@ -144,6 +186,7 @@ def main():
         directed_workload(backend)
     else:
         undirected_workload(backend)
+    timed_workload(backend, kind == "directed")
     after = signatures()
     compiled = {name: after[name] - before.get(name, 0) for name in after
                 if after[name] != before.get(name, 0)}

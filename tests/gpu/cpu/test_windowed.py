@@ -53,18 +53,19 @@ def _other(graph: DynamicGraph, times: dict, keys) -> tuple[np.ndarray, np.ndarr
 
 
 def _phase(ref_graph, times: dict, plan, window: int, updates, other_times: dict,
-           refreshed, structural, **parallel) -> int:
+           refreshed, structural, search=count_windowed, **parallel) -> int:
     """One phase: the graph as `ref_graph` with `times`, from `updates` (the structural
-    edges and the refreshed ones), the refreshed edges' times on the other side."""
+    edges and the refreshed ones), the refreshed edges' times on the other side; `search`
+    takes count_windowed's arguments."""
     graph = DynamicGraph.from_labeled(to_labeled(ref_graph))
     updates = list(updates)
     us, vs = _slots(graph, updates)
     graph.set_ranks(us.astype(np.int32), vs.astype(np.int32),
                     np.arange(1, len(us) + 1, dtype=np.int32))
     struct_keys = _keyed(*_slots(graph, structural))[0]
-    return count_windowed(graph, plan, window, us, vs, _times(graph, times),
-                          other=_other(graph, other_times, refreshed),
-                          structural=struct_keys, **parallel).count
+    return search(graph, plan, window, us, vs, _times(graph, times),
+                  other=_other(graph, other_times, refreshed), structural=struct_keys,
+                  **parallel).count
 
 
 def _timed_batch(rng: random.Random, g, times: dict, horizon: int) -> list[tuple]:
@@ -97,10 +98,10 @@ def random_before(rng: random.Random, num_edges: int) -> list[tuple[int, int]]:
     return [tuple(rng.sample(range(num_edges), 2)) for _ in range(rng.randint(0, 2))]
 
 
-def _check_seed(seed: int, **parallel) -> int:
+def check_seed(seed: int, search=count_windowed, **parallel) -> int:
     """Four timed batches on a random graph, a random windowed query each (with random
-    `before` pairs half the time): both phases against the reference; returns how many
-    matches the phases found."""
+    `before` pairs half the time): both phases, searched by `search` (count_windowed's
+    arguments), against the reference; returns how many matches the phases found."""
     rng = random.Random(seed)
     g = random_graph(rng)
     horizon = 12
@@ -122,9 +123,9 @@ def _check_seed(seed: int, **parallel) -> int:
         refreshed = [k for k in g.edges if k in before_graph.edges
                      and before_times[k] != times[k]]
         negative = _phase(before_graph, before_times, plan, window, deleted + refreshed,
-                          times, refreshed, deleted, **parallel)
+                          times, refreshed, deleted, search, **parallel)
         positive = _phase(g, times, plan, window, inserted + refreshed, before_times,
-                          refreshed, inserted, **parallel)
+                          refreshed, inserted, search, **parallel)
         assert (positive, negative) == (len(delta.positive), len(delta.negative)), \
             (seed, step, records, window, before)
         found += positive + negative
@@ -136,19 +137,19 @@ SEEDS = range(40)
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_phases_give_the_windowed_delta_of_the_reference(seed):
-    _check_seed(seed)
+    check_seed(seed)
 
 
 @pytest.mark.parametrize("seed", SEEDS[:12])
 def test_the_phases_counted_on_every_core_are_the_same(seed):
     """Counting only, the update edges in chunks of one on every core (count_windowed's
     parallel path; the seeds above take the serial one)."""
-    _check_seed(seed, parallel_from=0, chunk=1)
+    check_seed(seed, parallel_from=0, chunk=1)
 
 
 def test_the_random_phases_find_matches():
     """Not every case above is empty (else they could not fail)."""
-    assert sum(_check_seed(seed) for seed in SEEDS[:10]) > 0
+    assert sum(check_seed(seed) for seed in SEEDS[:10]) > 0
 
 
 def test_a_window_prunes_and_untimed_edges_are_outside_it():

@@ -1,0 +1,363 @@
+// Windowed counting on the device (issue 23): gpu/cpu/windowed.py's search, pruned by
+// time as it goes, one warp per task, the warp's lanes over a level's candidates.
+//
+// The graph is a phase's window subgraph, not the engine's graph: the edges timed within
+// the widest window of the phase's update edges' times, laid out on the host as a
+// compact CSR (gpu/cuda/windowed.py WindowGraph) and copied up once per phase.  `verts`
+// holds its vertices' slots, sorted; vertex verts[i]'s entries are vstart[i] ..
+// vstart[i + 1] - 1, sorted by (neighbour label, neighbour slot), each with the edge's
+// label, time and rank (1 + its index among the phase's update edges, 0 for the others).
+// Nothing in it is the size of the engine's graph.
+//
+// A task is (update edge e, task type t), the types whose root fits e (the host checked
+// the labels): the update edge u - v as the type's root query edge (a -> u, b -> v),
+// every match found once, from its lowest-ranked update edge (an entry ranked below the
+// task's own is off limits), automorphic images each found.  As on the CPU (see there
+// for the phases and `other`/`structural`): a partial match carries the span (lo, hi)
+// of its edges' times and is never extended once hi - lo exceeds the window, nor with a
+// `before` pair out of order (checked at the level that matches the pair's later edge);
+// with `check_other`, a complete match counts only if it uses a structural edge, or an
+// edge untimed on the other side of the batch, or the other side's times put it out of
+// the window or out of order.
+//
+// The warp's state (per level: the vertex matched, the candidate range, the span, the
+// flags; per query edge: its time on both sides) lives in shared memory.  A level is
+// scanned 32 candidates at a time, each lane checking one completely (labels, rank,
+// distinct vertices, the other backward edges by binary search, times, `before`); the
+// last level counts the ballot, an inner one keeps it as a mask and descends into its
+// candidates one by one (lane 0 writes the chosen one's state: the check again, which is
+// deterministic).  Tasks are taken from a counter, a warp at a time.
+
+#define FULL_MASK 0xffffffffu
+// What one warp's state holds: query vertices (levels) and query edges.  Larger windowed
+// queries are searched on the host (gpu/cuda/windowed.py fits).
+#define WIN_MAX_QUERY 16
+#define WIN_MAX_EDGES 64
+#define WIN_WARPS 4
+#define NO_TIME (-9223372036854775807LL - 1LL)
+
+struct WinState {
+    long long pos[WIN_MAX_QUERY], end[WIN_MAX_QUERY], base[WIN_MAX_QUERY];
+    long long lo[WIN_MAX_QUERY], hi[WIN_MAX_QUERY], lo2[WIN_MAX_QUERY], hi2[WIN_MAX_QUERY];
+    long long etime[WIN_MAX_EDGES], etime2[WIN_MAX_EDGES];
+    int m[WIN_MAX_QUERY], pivot[WIN_MAX_QUERY], flags[WIN_MAX_QUERY];
+    unsigned mask[WIN_MAX_QUERY];
+};
+
+struct WinGraph {
+    const int* verts; long long nverts; const long long* vstart;
+    const int* nbr; const int* nlab; const int* elab; const long long* etime;
+    const int* rank;
+};
+
+struct WinPlan {
+    int n; const int* q_label; const int* orders; const int* bw_count;
+    const int* bw_level; const int* bw_label; const int* root_edge; const int* bw_edge;
+    const int* bc_count; const int* bc_pairs; int pmax; const int* before; int nbefore;
+};
+
+struct WinOther {
+    int check; const long long* keys; const long long* times; long long count;
+    const long long* structural; long long structural_count;
+};
+
+__device__ __forceinline__ long long edge_key(int a, int b)
+{
+    const int lo = a < b ? a : b, hi = a < b ? b : a;
+    return ((long long)lo << 32) | (long long)(unsigned)hi;
+}
+
+// Index of `key` in the sorted keys[0..count), or -1.
+__device__ long long find_key(const long long* keys, long long count, long long key)
+{
+    long long lo = 0, hi = count;
+    while (lo < hi) {
+        const long long mid = (lo + hi) >> 1;
+        if (keys[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    return lo < count && keys[lo] == key ? lo : -1;
+}
+
+// Vertex x's entries [a, b) whose neighbour is labelled `want` (empty when x has none).
+__device__ void label_segment(const WinGraph& g, int x, int want, long long* a,
+                              long long* b)
+{
+    long long lo = 0, hi = g.nverts;
+    while (lo < hi) {
+        const long long mid = (lo + hi) >> 1;
+        if (g.verts[mid] < x) lo = mid + 1; else hi = mid;
+    }
+    if (lo >= g.nverts || g.verts[lo] != x) { *a = *b = 0; return; }
+    long long s = g.vstart[lo], e = g.vstart[lo + 1];
+    lo = s; hi = e;
+    while (lo < hi) {
+        const long long mid = (lo + hi) >> 1;
+        if (g.nlab[mid] < want) lo = mid + 1; else hi = mid;
+    }
+    *a = lo;
+    hi = e;
+    while (lo < hi) {
+        const long long mid = (lo + hi) >> 1;
+        if (g.nlab[mid] <= want) lo = mid + 1; else hi = mid;
+    }
+    *b = lo;
+}
+
+// The entry of edge y - w (w labelled lw) in y's list, or -1.
+__device__ long long find_entry(const WinGraph& g, int y, int w, int lw)
+{
+    long long lo, hi;
+    label_segment(g, y, lw, &lo, &hi);
+    const long long end = hi;
+    while (lo < hi) {
+        const long long mid = (lo + hi) >> 1;
+        if (g.nbr[mid] < w) lo = mid + 1; else hi = mid;
+    }
+    return lo < end && g.nbr[lo] == w ? lo : -1;
+}
+
+// The time of query edge e as a candidate at `level` of type t would have it: the
+// candidate's own (local, per backward entry) where `level` matches e, else the state's.
+__device__ __forceinline__ long long time_of(const WinPlan& p, int t, int level,
+                                            const long long* state_times,
+                                            const long long* local, int e)
+{
+    const int n = p.n;
+    for (int j = 0; j < p.bw_count[t * n + level]; ++j)
+        if (p.bw_edge[(t * n + level) * n + j] == e) return local[j];
+    return state_times[e];
+}
+
+// Whether entry `at` is a valid candidate for `level` of type t (module comment); with
+// `write`, its state goes into S (the level's vertex, span, flags, edge times).  `last`
+// reports, at the last level, whether the complete match counts.
+__device__ bool check_candidate(const WinGraph& g, const WinPlan& p, const WinOther& o,
+                                long long window, WinState& S, int t, int level,
+                                long long at, int cur, bool write, bool* counts)
+{
+    const int n = p.n;
+    const int w = g.nbr[at];
+    const int j0 = S.pivot[level];
+    const int row = t * n + level;
+    if (g.elab[at] != p.bw_label[row * n + j0]) return false;
+    if (g.rank[at] != 0 && g.rank[at] < cur) return false;
+    for (int i = 0; i < level; ++i)
+        if (S.m[i] == w) return false;
+    long long tl = S.lo[level - 1], th = S.hi[level - 1];
+    long long tl2 = S.lo2[level - 1], th2 = S.hi2[level - 1];
+    int f = S.flags[level - 1];
+    long long te_j[WIN_MAX_QUERY], t2_j[WIN_MAX_QUERY];
+    const int lw = g.nlab[at];
+    for (int j = 0; j < p.bw_count[row]; ++j) {
+        const int y = S.m[p.bw_level[row * n + j]];
+        long long q = at;
+        if (j != j0) {
+            q = find_entry(g, y, w, lw);
+            if (q < 0 || g.elab[q] != p.bw_label[row * n + j] ||
+                (g.rank[q] != 0 && g.rank[q] < cur)) return false;
+        }
+        const long long te = g.etime[q];
+        if (te == NO_TIME) return false;
+        tl = te < tl ? te : tl;
+        th = te > th ? te : th;
+        if (th - tl > window) return false;     // the span only grows: prune here
+        te_j[j] = te;
+        t2_j[j] = te;
+        if (o.check) {
+            const long long key = edge_key(y, w);
+            const long long i = find_key(o.keys, o.count, key);
+            const long long t2 = i >= 0 ? o.times[i] : te;
+            t2_j[j] = t2;
+            if (t2 == NO_TIME) {
+                f |= 2;
+            } else {
+                tl2 = t2 < tl2 ? t2 : tl2;
+                th2 = t2 > th2 ? t2 : th2;
+            }
+            if (find_key(o.structural, o.structural_count, key) >= 0) f |= 1;
+        }
+    }
+    for (int c = 0; c < p.bc_count[row]; ++c) {
+        const int* pair = p.bc_pairs + ((long long)row * p.pmax + c) * 2;
+        if (time_of(p, t, level, S.etime, te_j, pair[0]) >=
+            time_of(p, t, level, S.etime, te_j, pair[1])) return false;
+    }
+    if (level == n - 1) {
+        bool valid = !o.check || (f & 3) || th2 - tl2 > window;
+        for (int c = 0; !valid && c < p.nbefore; ++c)
+            if (time_of(p, t, level, S.etime2, t2_j, p.before[2 * c]) >=
+                time_of(p, t, level, S.etime2, t2_j, p.before[2 * c + 1])) valid = true;
+        *counts = valid;
+    }
+    if (write) {
+        S.m[level] = w;
+        S.lo[level] = tl; S.hi[level] = th; S.lo2[level] = tl2; S.hi2[level] = th2;
+        S.flags[level] = f;
+        for (int j = 0; j < p.bw_count[row]; ++j) {
+            S.etime[p.bw_edge[row * n + j]] = te_j[j];
+            S.etime2[p.bw_edge[row * n + j]] = t2_j[j];
+        }
+    }
+    return true;
+}
+
+// A level's candidates: the label segment of its backward neighbour with the shortest one
+// (lane 0 writes it).
+__device__ void open_level(const WinGraph& g, const WinPlan& p, WinState& S, int t,
+                           int level, int lane)
+{
+    const int n = p.n, row = t * n + level;
+    const int want = p.q_label[p.orders[row]];
+    int best = -1;
+    long long best_a = 0, best_b = 0;
+    for (int j = 0; j < p.bw_count[row]; ++j) {
+        long long a, b;
+        label_segment(g, S.m[p.bw_level[row * n + j]], want, &a, &b);
+        if (best < 0 || b - a < best_b - best_a) { best = j; best_a = a; best_b = b; }
+    }
+    if (lane == 0) {
+        S.pivot[level] = best; S.pos[level] = best_a; S.end[level] = best_b;
+        S.mask[level] = 0;
+    }
+    __syncwarp();
+}
+
+// Write the complete match (the state's levels, `w` at the last) as a row, by query
+// vertex, while there is room; `slot` from the launch's counter.
+__device__ __forceinline__ void list_match(const WinPlan& p, const WinState& S, int t,
+                                           int w, int* out, long long limit,
+                                           unsigned long long* filled)
+{
+    const unsigned long long slot = atomicAdd(filled, 1ull);
+    if ((long long)slot >= limit) return;
+    const int n = p.n;
+    for (int l = 0; l < n - 1; ++l) out[slot * n + p.orders[t * n + l]] = S.m[l];
+    out[slot * n + p.orders[t * n + n - 1]] = w;
+}
+
+// The matches of one task (all lanes call it; the count is lane 0's).
+__device__ long long run_task(const WinGraph& g, const WinPlan& p, const WinOther& o,
+                              long long window, WinState& S, int t, int u, int v,
+                              long long first, int cur, int lane, int* out, long long limit,
+                              unsigned long long* filled)
+{
+    const int n = p.n;
+    if (lane == 0) {
+        S.m[0] = u; S.m[1] = v;
+        S.lo[1] = S.hi[1] = first;
+        S.lo2[1] = S.hi2[1] = first;
+        S.etime[p.root_edge[t]] = S.etime2[p.root_edge[t]] = first;
+        int f = 0;
+        if (o.check) {
+            const long long key = edge_key(u, v);
+            const long long i = find_key(o.keys, o.count, key);
+            const long long t2 = i >= 0 ? o.times[i] : first;
+            S.lo2[1] = S.hi2[1] = t2;
+            S.etime2[p.root_edge[t]] = t2;
+            if (t2 == NO_TIME) f |= 2;
+            if (find_key(o.structural, o.structural_count, key) >= 0) f |= 1;
+        }
+        S.flags[1] = f;
+    }
+    __syncwarp();
+    if (n == 2) {
+        long long found = 0;
+        if (lane == 0) {
+            bool valid = !o.check || (S.flags[1] & 3) || S.hi2[1] - S.lo2[1] > window;
+            for (int c = 0; !valid && c < p.nbefore; ++c)
+                if (S.etime2[p.before[2 * c]] >= S.etime2[p.before[2 * c + 1]]) valid = true;
+            if (valid) {
+                found = 1;
+                if (limit > 0) {
+                    const unsigned long long slot = atomicAdd(filled, 1ull);
+                    if ((long long)slot < limit) {
+                        out[slot * 2 + p.orders[t * 2]] = u;
+                        out[slot * 2 + p.orders[t * 2 + 1]] = v;
+                    }
+                }
+            }
+        }
+        __syncwarp();
+        return found;
+    }
+    long long count = 0;
+    int level = 2;
+    open_level(g, p, S, t, level, lane);
+    while (level >= 2) {
+        if (S.mask[level] == 0) {
+            if (S.pos[level] >= S.end[level]) { --level; continue; }
+            const long long at = S.pos[level] + lane;
+            bool counts = false;
+            const bool ok = at < S.end[level] &&
+                check_candidate(g, p, o, window, S, t, level, at, cur, false, &counts);
+            if (level == n - 1) {
+                const unsigned found = __ballot_sync(FULL_MASK, ok && counts);
+                if (lane == 0) count += __popc(found);
+                if (limit > 0 && ok && counts)
+                    list_match(p, S, t, g.nbr[at], out, limit, filled);
+                __syncwarp();
+                if (lane == 0) S.pos[level] += 32;
+            } else {
+                const unsigned found = __ballot_sync(FULL_MASK, ok);
+                __syncwarp();
+                if (lane == 0) {
+                    S.mask[level] = found; S.base[level] = S.pos[level]; S.pos[level] += 32;
+                }
+            }
+            __syncwarp();
+            continue;
+        }
+        const unsigned mask = S.mask[level];
+        const int b = __ffs(mask) - 1;
+        const long long at = S.base[level] + b;
+        __syncwarp();
+        if (lane == 0) {
+            S.mask[level] = mask & ~(1u << b);
+            bool counts;
+            check_candidate(g, p, o, window, S, t, level, at, cur, true, &counts);
+        }
+        __syncwarp();
+        ++level;
+        open_level(g, p, S, t, level, lane);
+    }
+    return count;
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WIN_WARPS) match_window(
+    const int* __restrict__ verts, long long nverts, const long long* __restrict__ vstart,
+    const int* __restrict__ nbr, const int* __restrict__ nlab, const int* __restrict__ elab,
+    const long long* __restrict__ etime, const int* __restrict__ rank,
+    const int* __restrict__ task_edge, const int* __restrict__ task_type, long long ntasks,
+    const int* __restrict__ us, const int* __restrict__ vs,
+    const long long* __restrict__ first_time,
+    int n, const int* __restrict__ q_label, const int* __restrict__ orders,
+    const int* __restrict__ bw_count, const int* __restrict__ bw_level,
+    const int* __restrict__ bw_label, const int* __restrict__ root_edge,
+    const int* __restrict__ bw_edge, const int* __restrict__ bc_count,
+    const int* __restrict__ bc_pairs, int pmax, const int* __restrict__ before, int nbefore,
+    long long window, int check_other, const long long* __restrict__ other_keys,
+    const long long* __restrict__ other_times, long long nother,
+    const long long* __restrict__ structural, long long nstructural,
+    int* __restrict__ out, long long limit, unsigned long long* __restrict__ counters)
+{
+    // counters: [0] the next task, [1] the matches counted, [2] the rows handed out.
+    __shared__ WinState states[WIN_WARPS];
+    const int lane = threadIdx.x & 31;
+    WinState& S = states[threadIdx.x >> 5];
+    const WinGraph g = {verts, nverts, vstart, nbr, nlab, elab, etime, rank};
+    const WinPlan p = {n, q_label, orders, bw_count, bw_level, bw_label, root_edge, bw_edge,
+                       bc_count, bc_pairs, pmax, before, nbefore};
+    const WinOther o = {check_other, other_keys, other_times, nother, structural,
+                        nstructural};
+    long long count = 0;
+    while (true) {
+        long long task = 0;
+        if (lane == 0) task = (long long)atomicAdd(&counters[0], 1ull);
+        task = __shfl_sync(FULL_MASK, task, 0);
+        if (task >= ntasks) break;
+        const int e = task_edge[task];
+        count += run_task(g, p, o, window, S, task_type[task], us[e], vs[e], first_time[e],
+                          e + 1, lane, out, limit, &counters[2]);
+    }
+    if (lane == 0 && count) atomicAdd(&counters[1], (unsigned long long)count);
+}

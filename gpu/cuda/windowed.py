@@ -1,0 +1,207 @@
+"""Windowed counting on the CUDA executor (issue 23): a phase's window subgraph laid out
+and copied up, the windowed query's plan on the device, and the typed launcher of
+gpu/cuda/kernels/window.cu's match_window.
+
+gpu/event_time.py decides what a phase searches, for both executors: the edges timed
+within the widest window of its update edges' times (`WindowEdges`, read from the times
+table and window-sized), the update edges, the refreshed edges' other-side times and the
+structural edges.  The CPU executor fills a DynamicGraph with them and runs
+gpu/cpu/windowed.py; this module lays them out as a compact CSR (`WindowGraph`: only the
+subgraph's vertices, so nothing here follows the engine's graph), copies that up once
+per phase, and runs the same search in the kernel, from the same `WindowPlan` (shared
+with the CPU, uploaded once per query).  Both return a MatchSet.  The CPU's candidate
+bits are not used (on CUDA they are not kept for windowed queries: they only filter).
+
+Only import this module where `gpu.cuda.device.cuda_available()` is true.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import cupy as cp
+import numpy as np
+
+from gpu.cpu.windowed import WindowEdges, WindowPlan
+from gpu.cuda.loader import check_array, kernel, upload_together
+from gpu.results import MatchSet
+
+# window.cu's per-warp state: WIN_MAX_QUERY levels, WIN_MAX_EDGES query edges.
+WIN_MAX_QUERY = 16
+WIN_MAX_EDGES = 64
+WIN_WARPS = 4
+_NO_KEYS = np.empty(0, dtype=np.int64)
+
+
+class WindowGraph(NamedTuple):
+    """window.cu's graph on the device: vertex verts[i]'s entries are vstart[i] ..
+    vstart[i + 1] - 1, sorted by (neighbour label, neighbour)."""
+    verts: cp.ndarray       # int32 [V], ascending slots
+    vstart: cp.ndarray      # int64 [V + 1]
+    nbr: cp.ndarray         # int32 [2E]
+    nlab: cp.ndarray        # int32 [2E]: the neighbour's vertex label
+    elab: cp.ndarray        # int32 [2E]
+    etime: cp.ndarray       # int64 [2E]
+    rank: cp.ndarray        # int32 [2E]: 1 + the edge's index among the update edges, or 0
+
+
+class DeviceWindowPlan(NamedTuple):
+    """A WindowPlan's arrays on the device (int32), and its sizes."""
+    n: int
+    pmax: int
+    nbefore: int
+    q_label: cp.ndarray
+    orders: cp.ndarray
+    bw_count: cp.ndarray
+    bw_level: cp.ndarray
+    bw_label: cp.ndarray
+    root_edge: cp.ndarray
+    bw_edge: cp.ndarray
+    bc_count: cp.ndarray
+    bc_pairs: cp.ndarray
+    before: cp.ndarray
+
+
+def fits(plan: WindowPlan) -> bool:
+    """Whether window.cu's per-warp state holds the plan's query (else the host searches)."""
+    edges = 1 + max(int(plan.root_edge.max()), int(plan.bw_edge.max()))
+    return plan.orders.shape[1] <= WIN_MAX_QUERY and edges <= WIN_MAX_EDGES
+
+
+def device_plan(plan: WindowPlan) -> DeviceWindowPlan:
+    """The plan copied up (once per query)."""
+    def up(a):
+        return cp.asarray(np.ascontiguousarray(a, dtype=np.int32))
+    return DeviceWindowPlan(int(plan.orders.shape[1]), int(plan.bc_pairs.shape[2]),
+                            int(plan.before.shape[0]), up(plan.q_label), up(plan.orders),
+                            up(plan.bw_count), up(plan.bw_level), up(plan.bw_label),
+                            up(plan.root_edge), up(plan.bw_edge), up(plan.bc_count),
+                            up(plan.bc_pairs), up(plan.before.reshape(-1)))
+
+
+def layout(edges: WindowEdges, vertex_label: np.ndarray, update_keys: np.ndarray
+           ) -> tuple[np.ndarray, ...]:
+    """WindowGraph's arrays on the host: every edge in both directions, sorted by (vertex,
+    neighbour label, neighbour); `update_keys` (ascending) give the ranks."""
+    u = (edges.keys >> 32).astype(np.int32)
+    v = (edges.keys & 0xFFFFFFFF).astype(np.int32)
+    at = np.searchsorted(update_keys, edges.keys)
+    hit = at < len(update_keys)
+    hit[hit] = update_keys[at[hit]] == edges.keys[hit]
+    rank = np.where(hit, at + 1, 0).astype(np.int32)
+    src, dst = np.concatenate((u, v)), np.concatenate((v, u))
+    nlab = vertex_label[dst].astype(np.int32)
+    order = np.lexsort((dst, nlab, src))
+    src, dst, nlab = src[order], dst[order], nlab[order]
+    both = np.concatenate((np.arange(len(u)), np.arange(len(u))))[order]
+    verts, first = np.unique(src, return_index=True)
+    vstart = np.append(first, len(src)).astype(np.int64)
+    return (verts.astype(np.int32), vstart, dst, nlab,
+            edges.labels[both].astype(np.int32), edges.times[both].astype(np.int64),
+            rank[both])
+
+
+def root_tasks(edges: WindowEdges, vertex_label: np.ndarray, plan: WindowPlan,
+               update_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(update edge index, task type) of every task whose root fits: the update edge in
+    the subgraph, its ends' and its own labels those of the type's root (gpu/cpu/windowed.py
+    _count_edges' tests, but the candidate bits)."""
+    at = np.searchsorted(edges.keys, update_keys)
+    present = at < len(edges.keys)
+    present[present] = edges.keys[at[present]] == update_keys[present]
+    index = np.flatnonzero(present)
+    label = edges.labels[at[index]]
+    u, v = update_keys[index] >> 32, update_keys[index] & 0xFFFFFFFF
+    a, b = plan.orders[:, 0], plan.orders[:, 1]
+    fit = (vertex_label[u][:, None] == plan.q_label[a][None, :]) \
+        & (vertex_label[v][:, None] == plan.q_label[b][None, :]) \
+        & (label[:, None] == plan.root_label[None, :])
+    edge, kind = np.nonzero(fit)
+    return index[edge].astype(np.int32), kind.astype(np.int32)
+
+
+def match_window(graph: WindowGraph, task_edge: cp.ndarray, task_type: cp.ndarray,
+                 us: cp.ndarray, vs: cp.ndarray, first_time: cp.ndarray,
+                 plan: DeviceWindowPlan, window: int, other: tuple[cp.ndarray, cp.ndarray]
+                 | None, structural: cp.ndarray, out: cp.ndarray, limit: int,
+                 counters: cp.ndarray, blocks: int) -> None:
+    """Queue window.cu's match_window: the tasks (task_edge[i], task_type[i]) of the
+    update edges us - vs (their times first_time), the count added to counters[1], the
+    first `limit` matches listed into `out` (int32 [limit, n]); counters (uint64 [3])
+    must start at zero.  `other`: (sorted keys, times) of the refreshed edges on the other
+    side of the batch, None: every match found counts (module docstring of
+    gpu/cpu/windowed.py)."""
+    for name in WindowGraph._fields:
+        check_array(name, getattr(graph, name), _GRAPH_DTYPES[name], 1)
+    for name, array, dtype in (("task_edge", task_edge, np.int32),
+                               ("task_type", task_type, np.int32), ("us", us, np.int32),
+                               ("vs", vs, np.int32), ("first_time", first_time, np.int64),
+                               ("structural", structural, np.int64),
+                               ("counters", counters, np.uint64)):
+        check_array(name, array, dtype, 1)
+    check_array("out", out, np.int32)
+    if task_edge.shape[0] != task_type.shape[0]:
+        raise ValueError(f"{task_edge.shape[0]} task edges, {task_type.shape[0]} types")
+    if out.size < limit * plan.n:
+        raise ValueError(f"out holds {out.size} entries, not {limit} rows of {plan.n}")
+    check_other = other is not None
+    keys, times = other if check_other else (structural[:0], structural[:0])
+    check_array("other keys", keys, np.int64, 1)
+    check_array("other times", times, np.int64, 1)
+    if task_edge.shape[0] == 0:
+        return
+    i32, i64 = np.int32, np.int64
+    kernel("window", "match_window")(
+        (blocks,), (32 * WIN_WARPS,),
+        (graph.verts, i64(graph.verts.shape[0]), graph.vstart, graph.nbr, graph.nlab,
+         graph.elab, graph.etime, graph.rank, task_edge, task_type,
+         i64(task_edge.shape[0]), us, vs, first_time, i32(plan.n), plan.q_label,
+         plan.orders, plan.bw_count, plan.bw_level, plan.bw_label, plan.root_edge,
+         plan.bw_edge, plan.bc_count, plan.bc_pairs, i32(plan.pmax), plan.before,
+         i32(plan.nbefore), i64(window), i32(check_other), keys, times,
+         i64(keys.shape[0]), structural, i64(structural.shape[0]), out, i64(limit),
+         counters))
+
+
+_GRAPH_DTYPES = {"verts": np.int32, "vstart": np.int64, "nbr": np.int32, "nlab": np.int32,
+                 "elab": np.int32, "etime": np.int64, "rank": np.int32}
+
+
+def _blocks(tasks: int) -> int:
+    """Enough warps for the tasks, at most 8 blocks a multiprocessor."""
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    return max(1, min(-(-tasks // WIN_WARPS), 8 * sms))
+
+
+def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray, plan: WindowPlan,
+                          dplan: DeviceWindowPlan, window: int, update_keys: np.ndarray,
+                          update_times: np.ndarray, other=None, structural=None,
+                          limit: int = 0) -> MatchSet:
+    """gpu/cpu/windowed.py count_windowed on the device: the valid matches using at least
+    one of the update edges `update_keys` (ascending, timed: `update_times`), searched in
+    the window subgraph `edges`; `other`, `structural` and `limit` as there (the rows:
+    slots in query-vertex order; which ones when more are found is not specified)."""
+    update_keys = np.asarray(update_keys, dtype=np.int64)
+    task_edge, task_type = root_tasks(edges, vertex_label, plan, update_keys)
+    n = dplan.n
+    limit = max(0, int(limit))
+    if len(task_edge) == 0:
+        return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
+    verts, vstart, nbr, nlab, elab, etime, rank = layout(edges, vertex_label, update_keys)
+    other_keys, other_times = (_NO_KEYS, _NO_KEYS) if other is None else other
+    # One copy up: the subgraph, the update edges, the tasks, the other side's times.
+    (vstart, etime, first_time, other_keys, other_times, structural, verts, nbr, nlab, elab,
+     rank, us, vs, task_edge, task_type) = upload_together(
+        vstart, etime, np.asarray(update_times, np.int64), np.asarray(other_keys, np.int64),
+        np.asarray(other_times, np.int64),
+        np.asarray(structural if structural is not None else _NO_KEYS, np.int64),
+        verts, nbr, nlab, elab, rank, (update_keys >> 32).astype(np.int32),
+        (update_keys & 0xFFFFFFFF).astype(np.int32), task_edge, task_type)
+    graph = WindowGraph(verts, vstart, nbr, nlab, elab, etime, rank)
+    out = cp.zeros((max(limit, 1), n), dtype=np.int32)
+    counters = cp.zeros(3, dtype=np.uint64)
+    match_window(graph, task_edge, task_type, us, vs, first_time, dplan, window,
+                 None if other is None else (other_keys, other_times), structural, out,
+                 limit, counters, _blocks(task_edge.shape[0]))
+    count = int(counters[1].get())
+    rows = out[:min(count, limit)].get() if limit else np.empty((0, n), dtype=np.int32)
+    return MatchSet(count, rows, rows.shape[0] < count)
