@@ -237,11 +237,9 @@ def windowed_phase(engine: Engine, keys: np.ndarray, other, structural,
     edges = _window_edges(engine, sorted_union(keys, taken), int(at.min()) - widest,
                           int(at.max()) + widest, absent)
     on_device = [qid for qid in qids if _searched_on_device(engine, qid)]
-    for qid in on_device:
-        w = engine._windowed[qid]
-        found[qid] = _count_on_device(edges, engine.graph.label, w.plan,
-                                           _device_plan(w), w.window, keys, at, other,
-                                           structural, list_limit.get(qid, 0))
+    if on_device:
+        found.update(zip(on_device, _count_on_device(engine, edges, keys, at, on_device,
+                                                     other, structural, list_limit)))
     on_host = [qid for qid in qids if qid not in on_device]
     if not on_host:
         return found
@@ -268,17 +266,21 @@ def _searched_on_device(engine: Engine, qid: int) -> bool:
     return fits(engine._windowed[qid].plan)
 
 
-def _count_on_device(*args) -> MatchSet:
-    from gpu.cuda.windowed import count_windowed_device
-    return count_windowed_device(*args)
-
-
-def _device_plan(windowed):
-    """The windowed query's plan on the device, copied up at its first phase."""
-    if windowed.device_plan is None:
-        from gpu.cuda.windowed import device_plan
-        windowed.device_plan = device_plan(windowed.plan)
-    return windowed.device_plan
+def _count_on_device(engine: Engine, edges: WindowEdges, keys: np.ndarray, at: np.ndarray,
+                     qids: list[int], other, structural,
+                     list_limit: Mapping[int, int]) -> list[MatchSet]:
+    """The windowed queries `qids` of a phase searched in the CUDA kernel, together (one
+    copy of the window up, one read-back); each query's plan copied up at its first."""
+    from gpu.cuda.windowed import WindowedSearch, count_windowed_device, device_plan
+    searches = []
+    for qid in qids:
+        w = engine._windowed[qid]
+        if w.device_plan is None:
+            w.device_plan = device_plan(w.plan)
+        searches.append(WindowedSearch(w.plan, w.device_plan, w.window,
+                                       list_limit.get(qid, 0)))
+    return count_windowed_device(edges, engine.graph.label, keys, at, searches, other,
+                                 structural)
 
 
 def _no_matches(engine: Engine, qid: int) -> MatchSet:

@@ -16,6 +16,7 @@ Only import this module where `gpu.cuda.device.cuda_available()` is true.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import cupy as cp
@@ -166,26 +167,43 @@ _GRAPH_DTYPES = {"verts": np.int32, "vstart": np.int64, "nbr": np.int32, "nlab":
                  "elab": np.int32, "etime": np.int64, "rank": np.int32}
 
 
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    return cp.cuda.Device(device).attributes["MultiProcessorCount"]
+
+
 def _blocks(tasks: int) -> int:
     """Enough warps for the tasks, at most 8 blocks a multiprocessor."""
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    sms = _multiprocessors(cp.cuda.Device().id)
     return max(1, min(-(-tasks // WIN_WARPS), 8 * sms))
 
 
-def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray, plan: WindowPlan,
-                          dplan: DeviceWindowPlan, window: int, update_keys: np.ndarray,
-                          update_times: np.ndarray, other=None, structural=None,
-                          limit: int = 0) -> MatchSet:
-    """gpu/cpu/windowed.py count_windowed on the device: the valid matches using at least
-    one of the update edges `update_keys` (ascending, timed: `update_times`), searched in
-    the window subgraph `edges`; `other`, `structural` and `limit` as there (the rows:
-    slots in query-vertex order; which ones when more are found is not specified)."""
+class WindowedSearch(NamedTuple):
+    """One windowed query's search in a phase: its plan (host and device), window, and
+    how many matches to list."""
+    plan: WindowPlan
+    device_plan: DeviceWindowPlan
+    window: int
+    limit: int
+
+
+def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray,
+                          update_keys: np.ndarray, update_times: np.ndarray,
+                          searches: list[WindowedSearch], other=None, structural=None
+                          ) -> list[MatchSet]:
+    """gpu/cpu/windowed.py count_windowed on the device, for every query of a phase: the
+    valid matches using at least one of the update edges `update_keys` (ascending, timed:
+    `update_times`), searched in the window subgraph `edges` (laid out and copied up
+    once, with every query's tasks); `other` and `structural` as there, each search's
+    first `limit` matches listed (slots in query-vertex order; which ones when more are
+    found is not specified).  One launch per query, one read-back for all."""
     update_keys = np.asarray(update_keys, dtype=np.int64)
-    task_edge, task_type = root_tasks(edges, vertex_label, plan, update_keys)
-    n = dplan.n
-    limit = max(0, int(limit))
-    if len(task_edge) == 0:
-        return MatchSet(0, np.empty((0, n), dtype=np.int32), False)
+    tasks = [root_tasks(edges, vertex_label, s.plan, update_keys) for s in searches]
+    found = [MatchSet(0, np.empty((0, s.device_plan.n), dtype=np.int32), False)
+             for s in searches]
+    offsets = np.cumsum([0] + [len(edge) for edge, _ in tasks])
+    if offsets[-1] == 0:
+        return found
     verts, vstart, nbr, nlab, elab, etime, rank = layout(edges, vertex_label, update_keys)
     other_keys, other_times = (_NO_KEYS, _NO_KEYS) if other is None else other
     # One copy up: the subgraph, the update edges, the tasks, the other side's times.
@@ -195,13 +213,26 @@ def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray, plan: Wi
         np.asarray(other_times, np.int64),
         np.asarray(structural if structural is not None else _NO_KEYS, np.int64),
         verts, nbr, nlab, elab, rank, (update_keys >> 32).astype(np.int32),
-        (update_keys & 0xFFFFFFFF).astype(np.int32), task_edge, task_type)
+        (update_keys & 0xFFFFFFFF).astype(np.int32),
+        np.concatenate([edge for edge, _ in tasks]),
+        np.concatenate([kind for _, kind in tasks]))
     graph = WindowGraph(verts, vstart, nbr, nlab, elab, etime, rank)
-    out = cp.zeros((max(limit, 1), n), dtype=np.int32)
-    counters = cp.zeros(3, dtype=np.uint64)
-    match_window(graph, task_edge, task_type, us, vs, first_time, dplan, window,
-                 None if other is None else (other_keys, other_times), structural, out,
-                 limit, counters, _blocks(task_edge.shape[0]))
-    count = int(counters[1].get())
-    rows = out[:min(count, limit)].get() if limit else np.empty((0, n), dtype=np.int32)
-    return MatchSet(count, rows, rows.shape[0] < count)
+    counters = cp.zeros(3 * len(searches), dtype=np.uint64)
+    outs = []
+    for q, s in enumerate(searches):
+        lo, hi = int(offsets[q]), int(offsets[q + 1])
+        limit = max(0, int(s.limit))
+        out = cp.empty((max(limit, 1) if hi > lo else 1, s.device_plan.n), dtype=np.int32)
+        outs.append(out)
+        if hi > lo:
+            match_window(graph, task_edge[lo:hi], task_type[lo:hi], us, vs, first_time,
+                         s.device_plan, s.window,
+                         None if other is None else (other_keys, other_times), structural,
+                         out, limit, counters[3 * q:3 * q + 3], _blocks(hi - lo))
+    counts = counters.get()[1::3]
+    for q, s in enumerate(searches):
+        count, limit = int(counts[q]), max(0, int(s.limit))
+        rows = outs[q][:min(count, limit)].get() if limit and count \
+            else found[q].rows
+        found[q] = MatchSet(count, rows, rows.shape[0] < count)
+    return found

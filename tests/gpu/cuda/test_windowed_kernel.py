@@ -34,14 +34,14 @@ def _on_device(graph, plan, window, us, vs, table, other=None, structural=None,
     """count_windowed's arguments, searched by the kernel: the window holding every timed
     edge, the update edges timed and ascending (ranks follow; the count does not depend
     on the order)."""
-    from gpu.cuda.windowed import count_windowed_device, device_plan
+    from gpu.cuda.windowed import WindowedSearch, count_windowed_device, device_plan
     keys = np.unique((np.minimum(us, vs).astype(np.int64) << 32)
                      | np.maximum(us, vs).astype(np.int64))
     times = table.get(keys)
     timed = times != NO_TIME
-    return count_windowed_device(_window_edges(graph, table), graph.label, plan,
-                                 device_plan(plan), window, keys[timed], times[timed],
-                                 other, structural, limit)
+    search = WindowedSearch(plan, device_plan(plan), window, limit)
+    return count_windowed_device(_window_edges(graph, table), graph.label, keys[timed],
+                                 times[timed], [search], other, structural)[0]
 
 
 def _rows(found) -> set:
