@@ -52,6 +52,7 @@ class DeviceWindowPlan(NamedTuple):
     nbefore: int
     q_label: cp.ndarray
     orders: cp.ndarray
+    root_label: cp.ndarray
     bw_count: cp.ndarray
     bw_level: cp.ndarray
     bw_label: cp.ndarray
@@ -74,9 +75,9 @@ def device_plan(plan: WindowPlan) -> DeviceWindowPlan:
         return cp.asarray(np.ascontiguousarray(a, dtype=np.int32))
     return DeviceWindowPlan(int(plan.orders.shape[1]), int(plan.bc_pairs.shape[2]),
                             int(plan.before.shape[0]), up(plan.q_label), up(plan.orders),
-                            up(plan.bw_count), up(plan.bw_level), up(plan.bw_label),
-                            up(plan.root_edge), up(plan.bw_edge), up(plan.bc_count),
-                            up(plan.bc_pairs), up(plan.before.reshape(-1)))
+                            up(plan.root_label), up(plan.bw_count), up(plan.bw_level),
+                            up(plan.bw_label), up(plan.root_edge), up(plan.bw_edge),
+                            up(plan.bc_count), up(plan.bc_pairs), up(plan.before.reshape(-1)))
 
 
 def layout(edges: WindowEdges, vertex_label: np.ndarray, update_keys: np.ndarray
@@ -101,68 +102,64 @@ def layout(edges: WindowEdges, vertex_label: np.ndarray, update_keys: np.ndarray
             rank[both])
 
 
-def root_tasks(edges: WindowEdges, vertex_label: np.ndarray, plan: WindowPlan,
-               update_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(update edge index, task type) of every task whose root fits: the update edge in
-    the subgraph, its ends' and its own labels those of the type's root (gpu/cpu/windowed.py
-    _count_edges' tests, but the candidate bits)."""
+def update_edges(edges: WindowEdges, vertex_label: np.ndarray, update_keys: np.ndarray
+                 ) -> tuple[np.ndarray, ...]:
+    """What the kernel tests a task's root with, per update edge: its ends, their labels
+    and its label in the subgraph (-1 where the subgraph lacks it: the expired edges a
+    phase leaves out)."""
     at = np.searchsorted(edges.keys, update_keys)
     present = at < len(edges.keys)
     present[present] = edges.keys[at[present]] == update_keys[present]
-    index = np.flatnonzero(present)
-    label = edges.labels[at[index]]
-    u, v = update_keys[index] >> 32, update_keys[index] & 0xFFFFFFFF
-    a, b = plan.orders[:, 0], plan.orders[:, 1]
-    fit = (vertex_label[u][:, None] == plan.q_label[a][None, :]) \
-        & (vertex_label[v][:, None] == plan.q_label[b][None, :]) \
-        & (label[:, None] == plan.root_label[None, :])
-    edge, kind = np.nonzero(fit)
-    return index[edge].astype(np.int32), kind.astype(np.int32)
+    label = np.full(len(update_keys), -1, dtype=np.int32)
+    label[present] = edges.labels[at[present]]
+    u = (update_keys >> 32).astype(np.int32)
+    v = (update_keys & 0xFFFFFFFF).astype(np.int32)
+    return u, v, vertex_label[u].astype(np.int32), vertex_label[v].astype(np.int32), label
 
 
-def match_window(graph: WindowGraph, task_edge: cp.ndarray, task_type: cp.ndarray,
-                 us: cp.ndarray, vs: cp.ndarray, first_time: cp.ndarray,
+def match_window(graph: WindowGraph, updates: tuple[cp.ndarray, ...],
                  plan: DeviceWindowPlan, window: int, other: tuple[cp.ndarray, cp.ndarray]
                  | None, structural: cp.ndarray, out: cp.ndarray, limit: int,
                  counters: cp.ndarray, blocks: int) -> None:
-    """Queue window.cu's match_window: the tasks (task_edge[i], task_type[i]) of the
-    update edges us - vs (their times first_time), the count added to counters[1], the
-    first `limit` matches listed into `out` (int32 [limit, n]); counters (uint64 [3])
-    must start at zero.  `other`: (sorted keys, times) of the refreshed edges on the other
-    side of the batch, None: every match found counts (module docstring of
-    gpu/cpu/windowed.py)."""
+    """Queue window.cu's match_window over every (update edge, task type) pair: `updates`
+    = (us, vs, their times, us' labels, vs' labels, their labels in the subgraph or -1),
+    the update edge i ranked i + 1; the count added to counters[1], the first `limit`
+    matches listed into `out` (int32 [limit, n]); counters (uint64 [3]) must start at
+    zero.  `other`: (sorted keys, times) of the refreshed edges on the other side of the
+    batch, None: every match found counts (gpu/cpu/windowed.py's module docstring)."""
     for name in WindowGraph._fields:
         check_array(name, getattr(graph, name), _GRAPH_DTYPES[name], 1)
-    for name, array, dtype in (("task_edge", task_edge, np.int32),
-                               ("task_type", task_type, np.int32), ("us", us, np.int32),
-                               ("vs", vs, np.int32), ("first_time", first_time, np.int64),
-                               ("structural", structural, np.int64),
-                               ("counters", counters, np.uint64)):
+    for name, array, dtype in zip(("us", "vs", "first_time", "u_label", "v_label",
+                                   "root_elab"), updates, _UPDATE_DTYPES, strict=True):
         check_array(name, array, dtype, 1)
+        if array.shape[0] != updates[0].shape[0]:
+            raise ValueError(f"{name}: {array.shape[0]} entries, us {updates[0].shape[0]}")
+    check_array("structural", structural, np.int64, 1)
+    check_array("counters", counters, np.uint64, 1)
     check_array("out", out, np.int32)
-    if task_edge.shape[0] != task_type.shape[0]:
-        raise ValueError(f"{task_edge.shape[0]} task edges, {task_type.shape[0]} types")
     if out.size < limit * plan.n:
         raise ValueError(f"out holds {out.size} entries, not {limit} rows of {plan.n}")
     check_other = other is not None
     keys, times = other if check_other else (structural[:0], structural[:0])
     check_array("other keys", keys, np.int64, 1)
     check_array("other times", times, np.int64, 1)
-    if task_edge.shape[0] == 0:
+    edges = updates[0].shape[0]
+    types = plan.orders.shape[0]
+    if edges == 0:
         return
     i32, i64 = np.int32, np.int64
     kernel("window", "match_window")(
         (blocks,), (32 * WIN_WARPS,),
         (graph.verts, i64(graph.verts.shape[0]), graph.vstart, graph.nbr, graph.nlab,
-         graph.elab, graph.etime, graph.rank, task_edge, task_type,
-         i64(task_edge.shape[0]), us, vs, first_time, i32(plan.n), plan.q_label,
-         plan.orders, plan.bw_count, plan.bw_level, plan.bw_label, plan.root_edge,
-         plan.bw_edge, plan.bc_count, plan.bc_pairs, i32(plan.pmax), plan.before,
-         i32(plan.nbefore), i64(window), i32(check_other), keys, times,
-         i64(keys.shape[0]), structural, i64(structural.shape[0]), out, i64(limit),
-         counters))
+         graph.elab, graph.etime, graph.rank, *updates, i64(edges), i32(types),
+         i32(plan.n), plan.q_label, plan.orders, plan.root_label, plan.bw_count,
+         plan.bw_level, plan.bw_label, plan.root_edge, plan.bw_edge, plan.bc_count,
+         plan.bc_pairs, i32(plan.pmax), plan.before, i32(plan.nbefore), i64(window),
+         i32(check_other), keys, times, i64(keys.shape[0]), structural,
+         i64(structural.shape[0]), out, i64(limit), counters))
 
 
+_UPDATE_DTYPES = (np.int32, np.int32, np.int64, np.int32, np.int32, np.int32)
 _GRAPH_DTYPES = {"verts": np.int32, "vstart": np.int64, "nbr": np.int32, "nlab": np.int32,
                  "elab": np.int32, "etime": np.int64, "rank": np.int32}
 
@@ -173,7 +170,7 @@ def _multiprocessors(device: int) -> int:
 
 
 def _blocks(tasks: int) -> int:
-    """Enough warps for the tasks, at most 8 blocks a multiprocessor."""
+    """Enough warps for the pairs, at most 8 blocks a multiprocessor."""
     sms = _multiprocessors(cp.cuda.Device().id)
     return max(1, min(-(-tasks // WIN_WARPS), 8 * sms))
 
@@ -194,45 +191,38 @@ def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray,
     """gpu/cpu/windowed.py count_windowed on the device, for every query of a phase: the
     valid matches using at least one of the update edges `update_keys` (ascending, timed:
     `update_times`), searched in the window subgraph `edges` (laid out and copied up
-    once, with every query's tasks); `other` and `structural` as there, each search's
+    once, with the update edges); `other` and `structural` as there, each search's
     first `limit` matches listed (slots in query-vertex order; which ones when more are
     found is not specified).  One launch per query, one read-back for all."""
     update_keys = np.asarray(update_keys, dtype=np.int64)
-    tasks = [root_tasks(edges, vertex_label, s.plan, update_keys) for s in searches]
     found = [MatchSet(0, np.empty((0, s.device_plan.n), dtype=np.int32), False)
              for s in searches]
-    offsets = np.cumsum([0] + [len(edge) for edge, _ in tasks])
-    if offsets[-1] == 0:
+    if len(update_keys) == 0 or not searches:
         return found
+    us, vs, u_label, v_label, root_elab = update_edges(edges, vertex_label, update_keys)
     verts, vstart, nbr, nlab, elab, etime, rank = layout(edges, vertex_label, update_keys)
     other_keys, other_times = (_NO_KEYS, _NO_KEYS) if other is None else other
-    # One copy up: the subgraph, the update edges, the tasks, the other side's times.
+    # One copy up: the subgraph, the update edges, the other side's times.
     (vstart, etime, first_time, other_keys, other_times, structural, verts, nbr, nlab, elab,
-     rank, us, vs, task_edge, task_type) = upload_together(
+     rank, us, vs, u_label, v_label, root_elab) = upload_together(
         vstart, etime, np.asarray(update_times, np.int64), np.asarray(other_keys, np.int64),
         np.asarray(other_times, np.int64),
         np.asarray(structural if structural is not None else _NO_KEYS, np.int64),
-        verts, nbr, nlab, elab, rank, (update_keys >> 32).astype(np.int32),
-        (update_keys & 0xFFFFFFFF).astype(np.int32),
-        np.concatenate([edge for edge, _ in tasks]),
-        np.concatenate([kind for _, kind in tasks]))
+        verts, nbr, nlab, elab, rank, us, vs, u_label, v_label, root_elab)
     graph = WindowGraph(verts, vstart, nbr, nlab, elab, etime, rank)
+    updates = (us, vs, first_time, u_label, v_label, root_elab)
     counters = cp.zeros(3 * len(searches), dtype=np.uint64)
     outs = []
     for q, s in enumerate(searches):
-        lo, hi = int(offsets[q]), int(offsets[q + 1])
         limit = max(0, int(s.limit))
-        out = cp.empty((max(limit, 1) if hi > lo else 1, s.device_plan.n), dtype=np.int32)
-        outs.append(out)
-        if hi > lo:
-            match_window(graph, task_edge[lo:hi], task_type[lo:hi], us, vs, first_time,
-                         s.device_plan, s.window,
-                         None if other is None else (other_keys, other_times), structural,
-                         out, limit, counters[3 * q:3 * q + 3], _blocks(hi - lo))
+        outs.append(cp.empty((max(limit, 1), s.device_plan.n), dtype=np.int32))
+        match_window(graph, updates, s.device_plan, s.window,
+                     None if other is None else (other_keys, other_times), structural,
+                     outs[q], limit, counters[3 * q:3 * q + 3],
+                     _blocks(len(update_keys) * s.plan.orders.shape[0]))
     counts = counters.get()[1::3]
     for q, s in enumerate(searches):
         count, limit = int(counts[q]), max(0, int(s.limit))
-        rows = outs[q][:min(count, limit)].get() if limit and count \
-            else found[q].rows
+        rows = outs[q][:min(count, limit)].get() if limit and count else found[q].rows
         found[q] = MatchSet(count, rows, rows.shape[0] < count)
     return found

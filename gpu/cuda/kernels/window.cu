@@ -9,8 +9,8 @@
 // label, time and rank (1 + its index among the phase's update edges, 0 for the others).
 // Nothing in it is the size of the engine's graph.
 //
-// A task is (update edge e, task type t), the types whose root fits e (the host checked
-// the labels): the update edge u - v as the type's root query edge (a -> u, b -> v),
+// A task is (update edge e, task type t), every pair taken from a counter by a warp, which
+// drops at once the pairs whose root does not fit (labels): the update edge u - v as the type's root query edge (a -> u, b -> v),
 // every match found once, from its lowest-ranked update edge (an entry ranked below the
 // task's own is off limits), automorphic images each found.  As on the CPU (see there
 // for the phases and `other`/`structural`): a partial match carries the span (lo, hi)
@@ -26,7 +26,7 @@
 // distinct vertices, the other backward edges by binary search, times, `before`); the
 // last level counts the ballot, an inner one keeps it as a mask and descends into its
 // candidates one by one (lane 0 writes the chosen one's state: the check again, which is
-// deterministic).  Tasks are taken from a counter, a warp at a time.
+// deterministic).
 
 #define FULL_MASK 0xffffffffu
 // What one warp's state holds: query vertices (levels) and query edges.  Larger windowed
@@ -327,10 +327,11 @@ extern "C" __global__ void __launch_bounds__(32 * WIN_WARPS) match_window(
     const int* __restrict__ verts, long long nverts, const long long* __restrict__ vstart,
     const int* __restrict__ nbr, const int* __restrict__ nlab, const int* __restrict__ elab,
     const long long* __restrict__ etime, const int* __restrict__ rank,
-    const int* __restrict__ task_edge, const int* __restrict__ task_type, long long ntasks,
     const int* __restrict__ us, const int* __restrict__ vs,
-    const long long* __restrict__ first_time,
-    int n, const int* __restrict__ q_label, const int* __restrict__ orders,
+    const long long* __restrict__ first_time, const int* __restrict__ u_label,
+    const int* __restrict__ v_label, const int* __restrict__ root_elab, long long nedges,
+    int types, int n, const int* __restrict__ q_label, const int* __restrict__ orders,
+    const int* __restrict__ root_label,
     const int* __restrict__ bw_count, const int* __restrict__ bw_level,
     const int* __restrict__ bw_label, const int* __restrict__ root_edge,
     const int* __restrict__ bw_edge, const int* __restrict__ bc_count,
@@ -349,15 +350,22 @@ extern "C" __global__ void __launch_bounds__(32 * WIN_WARPS) match_window(
                        bc_count, bc_pairs, pmax, before, nbefore};
     const WinOther o = {check_other, other_keys, other_times, nother, structural,
                         nstructural};
+    const long long ntasks = nedges * types;
     long long count = 0;
     while (true) {
         long long task = 0;
         if (lane == 0) task = (long long)atomicAdd(&counters[0], 1ull);
         task = __shfl_sync(FULL_MASK, task, 0);
         if (task >= ntasks) break;
-        const int e = task_edge[task];
-        count += run_task(g, p, o, window, S, task_type[task], us[e], vs[e], first_time[e],
-                          e + 1, lane, out, limit, &counters[2]);
+        const int e = (int)(task / types), t = (int)(task - (long long)e * types);
+        // The root's test (gpu/cpu/windowed.py _count_edges', but the candidate bits):
+        // the update edge in the subgraph (root_elab >= 0) with the labels of the type's
+        // root.  Most pairs fail it.
+        if (root_elab[e] < 0 || root_elab[e] != root_label[t] ||
+            u_label[e] != q_label[orders[t * n]] || v_label[e] != q_label[orders[t * n + 1]])
+            continue;
+        count += run_task(g, p, o, window, S, t, us[e], vs[e], first_time[e], e + 1, lane,
+                          out, limit, &counters[2]);
     }
     if (lane == 0 && count) atomicAdd(&counters[1], (unsigned long long)count);
 }
