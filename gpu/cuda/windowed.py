@@ -92,12 +92,23 @@ def layout(edges: WindowEdges, vertex_label: np.ndarray, update_keys: np.ndarray
     rank = np.where(hit, at + 1, 0).astype(np.int32)
     src, dst = np.concatenate((u, v)), np.concatenate((v, u))
     nlab = vertex_label[dst].astype(np.int32)
-    order = np.lexsort((dst, nlab, src))
-    src, dst, nlab = src[order], dst[order], nlab[order]
+    # Sorted by (vertex, neighbour): each vertex's run; then inside the runs by
+    # (neighbour label, neighbour) in one sort of 64-bit keys (run index, label, neighbour:
+    # 23, 8 and 32 bits).  np.lexsort of the three is ~10x slower on a window's ~6,000.
+    first = np.argsort((src.astype(np.int64) << 32) | dst)
+    runs = np.r_[True, src[first][1:] != src[first][:-1]]
+    run = np.cumsum(runs) - 1
+    if len(src) and run[-1] < 1 << 23 and 0 <= nlab.min() and nlab.max() < 1 << 8:
+        order = first[np.argsort((run.astype(np.int64) << 40)
+                                 | (nlab[first].astype(np.int64) << 32)
+                                 | dst[first].astype(np.int64))]
+    else:
+        order = np.lexsort((dst, nlab, src))
     both = np.concatenate((np.arange(len(u)), np.arange(len(u))))[order]
-    verts, first = np.unique(src, return_index=True)
-    vstart = np.append(first, len(src)).astype(np.int64)
-    return (verts.astype(np.int32), vstart, dst, nlab,
+    starts = np.flatnonzero(runs)
+    verts = src[first][starts]
+    vstart = np.append(starts, len(src)).astype(np.int64)
+    return (verts.astype(np.int32), vstart, dst[order], nlab[order],
             edges.labels[both].astype(np.int32), edges.times[both].astype(np.int64),
             rank[both])
 
