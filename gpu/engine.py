@@ -78,8 +78,8 @@ class _Windowed:
     # No leaf counts: kept only so that the per-batch upkeep of candidate bits, whose
     # entries carry them, takes this query's with the standing ones'.
     leaves: LeafCounts
-    # On CUDA: the plan on the device, copied up at the query's first phase there.
-    device_plan: object = None
+    # On CUDA: the plan packed for window.cu (gpu/cuda/windowed.py), at its first phase.
+    packed_plan: object = None
 
 
 def executor_for(backend: str) -> str:

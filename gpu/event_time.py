@@ -270,14 +270,14 @@ def _count_on_device(engine: Engine, edges: WindowEdges, keys: np.ndarray, at: n
                      qids: list[int], other, structural,
                      list_limit: Mapping[int, int]) -> list[MatchSet]:
     """The windowed queries `qids` of a phase searched in the CUDA kernel, together (one
-    copy of the window up, one read-back); each query's plan copied up at its first."""
-    from gpu.cuda.windowed import WindowedSearch, count_windowed_device, device_plan
+    copy up, one launch, one read-back); each query's plan packed at its first."""
+    from gpu.cuda.windowed import WindowedSearch, count_windowed_device, pack
     searches = []
     for qid in qids:
         w = engine._windowed[qid]
-        if w.device_plan is None:
-            w.device_plan = device_plan(w.plan)
-        searches.append(WindowedSearch(w.plan, w.device_plan, w.window,
+        if w.packed_plan is None:
+            w.packed_plan = pack(w.plan)
+        searches.append(WindowedSearch(w.plan, w.packed_plan, w.window,
                                        list_limit.get(qid, 0)))
     return count_windowed_device(edges, engine.graph.label, keys, at, searches, other,
                                  structural)

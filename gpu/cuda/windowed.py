@@ -45,22 +45,20 @@ class WindowGraph(NamedTuple):
     rank: cp.ndarray        # int32 [2E]: 1 + the edge's index among the update edges, or 0
 
 
-class DeviceWindowPlan(NamedTuple):
-    """A WindowPlan's arrays on the device (int32), and its sizes."""
+# window.cu's plan header: the sizes, then each array's offset in the blob.
+_HEAD = ("n", "types", "pmax", "nbefore", "q_label", "orders", "root_label", "bw_count",
+         "bw_level", "bw_label", "root_edge", "bw_edge", "bc_count", "bc_pairs", "before")
+_ARRAYS = _HEAD[4:]
+
+
+class PackedWindowPlan(NamedTuple):
+    """A WindowPlan as window.cu reads it: its arrays in one int32 blob and a header of
+    the sizes and their offsets (from the blob's start); a launch concatenates the blobs
+    of the phase's queries and shifts the offsets (`packed`)."""
     n: int
-    pmax: int
-    nbefore: int
-    q_label: cp.ndarray
-    orders: cp.ndarray
-    root_label: cp.ndarray
-    bw_count: cp.ndarray
-    bw_level: cp.ndarray
-    bw_label: cp.ndarray
-    root_edge: cp.ndarray
-    bw_edge: cp.ndarray
-    bc_count: cp.ndarray
-    bc_pairs: cp.ndarray
-    before: cp.ndarray
+    types: int
+    head: np.ndarray        # int32 [len(_HEAD)]
+    blob: np.ndarray        # int32
 
 
 def fits(plan: WindowPlan) -> bool:
@@ -69,15 +67,26 @@ def fits(plan: WindowPlan) -> bool:
     return plan.orders.shape[1] <= WIN_MAX_QUERY and edges <= WIN_MAX_EDGES
 
 
-def device_plan(plan: WindowPlan) -> DeviceWindowPlan:
-    """The plan copied up (once per query)."""
-    def up(a):
-        return cp.asarray(np.ascontiguousarray(a, dtype=np.int32))
-    return DeviceWindowPlan(int(plan.orders.shape[1]), int(plan.bc_pairs.shape[2]),
-                            int(plan.before.shape[0]), up(plan.q_label), up(plan.orders),
-                            up(plan.root_label), up(plan.bw_count), up(plan.bw_level),
-                            up(plan.bw_label), up(plan.root_edge), up(plan.bw_edge),
-                            up(plan.bc_count), up(plan.bc_pairs), up(plan.before.reshape(-1)))
+def pack(plan: WindowPlan) -> PackedWindowPlan:
+    """The plan packed for the kernel (once per query)."""
+    arrays = [np.ascontiguousarray(getattr(plan, name), dtype=np.int32).ravel()
+              for name in _ARRAYS]
+    offsets = np.cumsum([0] + [len(a) for a in arrays])[:-1]
+    n, types = int(plan.orders.shape[1]), int(plan.orders.shape[0])
+    head = np.array([n, types, int(plan.bc_pairs.shape[2]), int(plan.before.shape[0]),
+                     *offsets], dtype=np.int32)
+    return PackedWindowPlan(n, types, head, np.concatenate(arrays))
+
+
+def packed(plans: list[PackedWindowPlan]) -> tuple[np.ndarray, np.ndarray]:
+    """(heads, blob) of several plans, each header's offsets shifted to its blob's place."""
+    heads, base = [], 0
+    for plan in plans:
+        head = plan.head.copy()
+        head[4:] += base
+        heads.append(head)
+        base += len(plan.blob)
+    return np.concatenate(heads), np.concatenate([plan.blob for plan in plans])
 
 
 def layout(edges: WindowEdges, vertex_label: np.ndarray, update_keys: np.ndarray
@@ -129,15 +138,19 @@ def update_edges(edges: WindowEdges, vertex_label: np.ndarray, update_keys: np.n
 
 
 def match_window(graph: WindowGraph, updates: tuple[cp.ndarray, ...],
-                 plan: DeviceWindowPlan, window: int, other: tuple[cp.ndarray, cp.ndarray]
-                 | None, structural: cp.ndarray, out: cp.ndarray, limit: int,
-                 counters: cp.ndarray, blocks: int) -> None:
-    """Queue window.cu's match_window over every (update edge, task type) pair: `updates`
-    = (us, vs, their times, us' labels, vs' labels, their labels in the subgraph or -1),
-    the update edge i ranked i + 1; the count added to counters[1], the first `limit`
-    matches listed into `out` (int32 [limit, n]); counters (uint64 [3]) must start at
-    zero.  `other`: (sorted keys, times) of the refreshed edges on the other side of the
-    batch, None: every match found counts (gpu/cpu/windowed.py's module docstring)."""
+                 queries: tuple[cp.ndarray, ...], other: tuple[cp.ndarray, cp.ndarray]
+                 | None, structural: cp.ndarray, out: cp.ndarray, counters: cp.ndarray,
+                 blocks: int) -> None:
+    """Queue window.cu's match_window for every windowed query of a phase, over every
+    (update edge, task type) pair: `updates` = (us, vs, their times, us' labels, vs'
+    labels, their labels in the subgraph or -1), the update edge i ranked i + 1;
+    `queries` = (task_start [Q + 1], heads, blob, windows [Q], limits [Q], out_at [Q]):
+    query q's pairs are numbered task_start[q] .. task_start[q + 1] - 1, its plan is
+    packed in heads/blob (`packed`), its first limits[q] matches listed as rows at
+    out[out_at[q]:] (int32, n per row); its count is added to counters[1 + 2q] (uint64
+    [1 + 2Q], zero at the start).  `other`: (sorted keys, times) of the refreshed edges on
+    the other side of the batch, None: every match found counts (gpu/cpu/windowed.py's
+    module docstring)."""
     for name in WindowGraph._fields:
         check_array(name, getattr(graph, name), _GRAPH_DTYPES[name], 1)
     for name, array, dtype in zip(("us", "vs", "first_time", "u_label", "v_label",
@@ -145,31 +158,33 @@ def match_window(graph: WindowGraph, updates: tuple[cp.ndarray, ...],
         check_array(name, array, dtype, 1)
         if array.shape[0] != updates[0].shape[0]:
             raise ValueError(f"{name}: {array.shape[0]} entries, us {updates[0].shape[0]}")
+    for name, array, dtype in zip(("task_start", "heads", "blob", "windows", "limits",
+                                   "out_at"), queries, _QUERY_DTYPES, strict=True):
+        check_array(name, array, dtype, 1)
+    task_start, heads = queries[0], queries[1]
+    count = task_start.shape[0] - 1
+    if heads.shape[0] != count * len(_HEAD) or counters.shape[0] != 1 + 2 * count:
+        raise ValueError(f"{count} queries: {heads.shape[0]} header ints, "
+                         f"{counters.shape[0]} counters")
     check_array("structural", structural, np.int64, 1)
     check_array("counters", counters, np.uint64, 1)
-    check_array("out", out, np.int32)
-    if out.size < limit * plan.n:
-        raise ValueError(f"out holds {out.size} entries, not {limit} rows of {plan.n}")
+    check_array("out", out, np.int32, 1)
     check_other = other is not None
     keys, times = other if check_other else (structural[:0], structural[:0])
     check_array("other keys", keys, np.int64, 1)
     check_array("other times", times, np.int64, 1)
-    edges = updates[0].shape[0]
-    types = plan.orders.shape[0]
-    if edges == 0:
+    if updates[0].shape[0] == 0 or count == 0:
         return
     i32, i64 = np.int32, np.int64
     kernel("window", "match_window")(
         (blocks,), (32 * WIN_WARPS,),
         (graph.verts, i64(graph.verts.shape[0]), graph.vstart, graph.nbr, graph.nlab,
-         graph.elab, graph.etime, graph.rank, *updates, i64(edges), i32(types),
-         i32(plan.n), plan.q_label, plan.orders, plan.root_label, plan.bw_count,
-         plan.bw_level, plan.bw_label, plan.root_edge, plan.bw_edge, plan.bc_count,
-         plan.bc_pairs, i32(plan.pmax), plan.before, i32(plan.nbefore), i64(window),
+         graph.elab, graph.etime, graph.rank, *updates, i32(count), *queries,
          i32(check_other), keys, times, i64(keys.shape[0]), structural,
-         i64(structural.shape[0]), out, i64(limit), counters))
+         i64(structural.shape[0]), out, counters))
 
 
+_QUERY_DTYPES = (np.int64, np.int32, np.int32, np.int64, np.int64, np.int64)
 _UPDATE_DTYPES = (np.int32, np.int32, np.int64, np.int32, np.int32, np.int32)
 _GRAPH_DTYPES = {"verts": np.int32, "vstart": np.int64, "nbr": np.int32, "nlab": np.int32,
                  "elab": np.int32, "etime": np.int64, "rank": np.int32}
@@ -187,10 +202,10 @@ def _blocks(tasks: int) -> int:
 
 
 class WindowedSearch(NamedTuple):
-    """One windowed query's search in a phase: its plan (host and device), window, and
+    """One windowed query's search in a phase: its plan (host and packed), window, and
     how many matches to list."""
     plan: WindowPlan
-    device_plan: DeviceWindowPlan
+    packed: PackedWindowPlan
     window: int
     limit: int
 
@@ -201,39 +216,46 @@ def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray,
                           ) -> list[MatchSet]:
     """gpu/cpu/windowed.py count_windowed on the device, for every query of a phase: the
     valid matches using at least one of the update edges `update_keys` (ascending, timed:
-    `update_times`), searched in the window subgraph `edges` (laid out and copied up
-    once, with the update edges); `other` and `structural` as there, each search's
-    first `limit` matches listed (slots in query-vertex order; which ones when more are
-    found is not specified).  One launch per query, one read-back for all."""
+    `update_times`), searched in the window subgraph `edges`; `other` and `structural` as
+    there, each search's first `limit` matches listed (slots in query-vertex order; which
+    ones when more are found is not specified).  One copy up (the subgraph, the update
+    edges, the plans), one launch, one read-back of the counts (and one of the rows)."""
     update_keys = np.asarray(update_keys, dtype=np.int64)
-    found = [MatchSet(0, np.empty((0, s.device_plan.n), dtype=np.int32), False)
+    found = [MatchSet(0, np.empty((0, s.packed.n), dtype=np.int32), False)
              for s in searches]
     if len(update_keys) == 0 or not searches:
         return found
     us, vs, u_label, v_label, root_elab = update_edges(edges, vertex_label, update_keys)
     verts, vstart, nbr, nlab, elab, etime, rank = layout(edges, vertex_label, update_keys)
     other_keys, other_times = (_NO_KEYS, _NO_KEYS) if other is None else other
-    # One copy up: the subgraph, the update edges, the other side's times.
-    (vstart, etime, first_time, other_keys, other_times, structural, verts, nbr, nlab, elab,
-     rank, us, vs, u_label, v_label, root_elab) = upload_together(
+    heads, blob = packed([s.packed for s in searches])
+    starts = np.cumsum([0] + [len(update_keys) * s.packed.types for s in searches])
+    limits = np.array([max(0, int(s.limit)) for s in searches], dtype=np.int64)
+    out_at = np.cumsum(np.r_[0, limits * [s.packed.n for s in searches]])
+    # One copy up: the subgraph, the update edges, the other side's times, the plans.
+    (vstart, etime, first_time, other_keys, other_times, structural, task_start, windows,
+     limits_up, out_at_up, verts, nbr, nlab, elab, rank, us, vs, u_label, v_label,
+     root_elab, heads, blob) = upload_together(
         vstart, etime, np.asarray(update_times, np.int64), np.asarray(other_keys, np.int64),
         np.asarray(other_times, np.int64),
         np.asarray(structural if structural is not None else _NO_KEYS, np.int64),
-        verts, nbr, nlab, elab, rank, us, vs, u_label, v_label, root_elab)
-    graph = WindowGraph(verts, vstart, nbr, nlab, elab, etime, rank)
-    updates = (us, vs, first_time, u_label, v_label, root_elab)
-    counters = cp.zeros(3 * len(searches), dtype=np.uint64)
-    outs = []
+        starts.astype(np.int64), np.array([s.window for s in searches], np.int64),
+        limits, out_at[:-1].astype(np.int64),
+        verts, nbr, nlab, elab, rank, us, vs, u_label, v_label, root_elab, heads, blob)
+    out = cp.empty(max(1, int(out_at[-1])), dtype=np.int32)
+    counters = cp.zeros(1 + 2 * len(searches), dtype=np.uint64)
+    match_window(WindowGraph(verts, vstart, nbr, nlab, elab, etime, rank),
+                 (us, vs, first_time, u_label, v_label, root_elab),
+                 (task_start, heads, blob, windows, limits_up, out_at_up),
+                 None if other is None else (other_keys, other_times), structural, out,
+                 counters, _blocks(int(starts[-1])))
+    counts = counters.get()[1::2]
     for q, s in enumerate(searches):
-        limit = max(0, int(s.limit))
-        outs.append(cp.empty((max(limit, 1), s.device_plan.n), dtype=np.int32))
-        match_window(graph, updates, s.device_plan, s.window,
-                     None if other is None else (other_keys, other_times), structural,
-                     outs[q], limit, counters[3 * q:3 * q + 3],
-                     _blocks(len(update_keys) * s.plan.orders.shape[0]))
-    counts = counters.get()[1::3]
-    for q, s in enumerate(searches):
-        count, limit = int(counts[q]), max(0, int(s.limit))
-        rows = outs[q][:min(count, limit)].get() if limit and count else found[q].rows
+        count, limit, n = int(counts[q]), int(limits[q]), s.packed.n
+        if limit and count:
+            lo = int(out_at[q])
+            rows = out[lo:lo + min(count, limit) * n].get().reshape(-1, n)
+        else:
+            rows = found[q].rows
         found[q] = MatchSet(count, rows, rows.shape[0] < count)
     return found

@@ -323,49 +323,71 @@ __device__ long long run_task(const WinGraph& g, const WinPlan& p, const WinOthe
     return count;
 }
 
+// A query's plan in the launch's plan blob (gpu/cuda/windowed.py PackedWindowPlan): its
+// header, HEAD_INTS ints at heads + q * HEAD_INTS, gives the sizes and each array's
+// offset in `blob`.
+#define HEAD_INTS 15
+enum { H_N, H_TYPES, H_PMAX, H_NBEFORE, H_Q_LABEL, H_ORDERS, H_ROOT_LABEL, H_BW_COUNT,
+       H_BW_LEVEL, H_BW_LABEL, H_ROOT_EDGE, H_BW_EDGE, H_BC_COUNT, H_BC_PAIRS, H_BEFORE };
+
+__device__ __forceinline__ WinPlan plan_of(const int* heads, const int* blob, int q)
+{
+    const int* h = heads + q * HEAD_INTS;
+    return WinPlan{h[H_N], blob + h[H_Q_LABEL], blob + h[H_ORDERS], blob + h[H_BW_COUNT],
+                   blob + h[H_BW_LEVEL], blob + h[H_BW_LABEL], blob + h[H_ROOT_EDGE],
+                   blob + h[H_BW_EDGE], blob + h[H_BC_COUNT], blob + h[H_BC_PAIRS],
+                   h[H_PMAX], blob + h[H_BEFORE], h[H_NBEFORE]};
+}
+
+// Every windowed query of a phase in one launch: query q's tasks are the pairs (update
+// edge e, type t) numbered task_start[q] .. task_start[q + 1] - 1 (e * types + t), its
+// window windows[q], its first limits[q] matches listed at out + out_at[q].
 extern "C" __global__ void __launch_bounds__(32 * WIN_WARPS) match_window(
     const int* __restrict__ verts, long long nverts, const long long* __restrict__ vstart,
     const int* __restrict__ nbr, const int* __restrict__ nlab, const int* __restrict__ elab,
     const long long* __restrict__ etime, const int* __restrict__ rank,
     const int* __restrict__ us, const int* __restrict__ vs,
     const long long* __restrict__ first_time, const int* __restrict__ u_label,
-    const int* __restrict__ v_label, const int* __restrict__ root_elab, long long nedges,
-    int types, int n, const int* __restrict__ q_label, const int* __restrict__ orders,
-    const int* __restrict__ root_label,
-    const int* __restrict__ bw_count, const int* __restrict__ bw_level,
-    const int* __restrict__ bw_label, const int* __restrict__ root_edge,
-    const int* __restrict__ bw_edge, const int* __restrict__ bc_count,
-    const int* __restrict__ bc_pairs, int pmax, const int* __restrict__ before, int nbefore,
-    long long window, int check_other, const long long* __restrict__ other_keys,
+    const int* __restrict__ v_label, const int* __restrict__ root_elab,
+    int queries, const long long* __restrict__ task_start, const int* __restrict__ heads,
+    const int* __restrict__ blob, const long long* __restrict__ windows,
+    const long long* __restrict__ limits, const long long* __restrict__ out_at,
+    int check_other, const long long* __restrict__ other_keys,
     const long long* __restrict__ other_times, long long nother,
     const long long* __restrict__ structural, long long nstructural,
-    int* __restrict__ out, long long limit, unsigned long long* __restrict__ counters)
+    int* __restrict__ out, unsigned long long* __restrict__ counters)
 {
-    // counters: [0] the next task, [1] the matches counted, [2] the rows handed out.
+    // counters: [0] the next task; per query q, [1 + 2q] its matches counted and [2 + 2q]
+    // its rows handed out.
     __shared__ WinState states[WIN_WARPS];
     const int lane = threadIdx.x & 31;
     WinState& S = states[threadIdx.x >> 5];
     const WinGraph g = {verts, nverts, vstart, nbr, nlab, elab, etime, rank};
-    const WinPlan p = {n, q_label, orders, bw_count, bw_level, bw_label, root_edge, bw_edge,
-                       bc_count, bc_pairs, pmax, before, nbefore};
     const WinOther o = {check_other, other_keys, other_times, nother, structural,
                         nstructural};
-    const long long ntasks = nedges * types;
-    long long count = 0;
+    const long long ntasks = task_start[queries];
+    int q = 0;
     while (true) {
         long long task = 0;
         if (lane == 0) task = (long long)atomicAdd(&counters[0], 1ull);
         task = __shfl_sync(FULL_MASK, task, 0);
         if (task >= ntasks) break;
-        const int e = (int)(task / types), t = (int)(task - (long long)e * types);
+        while (task >= task_start[q + 1]) ++q;      // tasks come in increasing order
+        const int* h = heads + q * HEAD_INTS;
+        const int types = h[H_TYPES], n = h[H_N];
+        const long long local = task - task_start[q];
+        const int e = (int)(local / types), t = (int)(local - (long long)e * types);
         // The root's test (gpu/cpu/windowed.py _count_edges', but the candidate bits):
         // the update edge in the subgraph (root_elab >= 0) with the labels of the type's
         // root.  Most pairs fail it.
-        if (root_elab[e] < 0 || root_elab[e] != root_label[t] ||
+        const int* q_label = blob + h[H_Q_LABEL];
+        const int* orders = blob + h[H_ORDERS];
+        if (root_elab[e] < 0 || root_elab[e] != blob[h[H_ROOT_LABEL] + t] ||
             u_label[e] != q_label[orders[t * n]] || v_label[e] != q_label[orders[t * n + 1]])
             continue;
-        count += run_task(g, p, o, window, S, t, us[e], vs[e], first_time[e], e + 1, lane,
-                          out, limit, &counters[2]);
+        const long long found = run_task(g, plan_of(heads, blob, q), o, windows[q], S, t,
+                                         us[e], vs[e], first_time[e], e + 1, lane,
+                                         out + out_at[q], limits[q], &counters[2 + 2 * q]);
+        if (lane == 0 && found) atomicAdd(&counters[1 + 2 * q], (unsigned long long)found);
     }
-    if (lane == 0 && count) atomicAdd(&counters[1], (unsigned long long)count);
 }

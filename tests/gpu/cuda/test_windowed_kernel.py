@@ -34,12 +34,12 @@ def _on_device(graph, plan, window, us, vs, table, other=None, structural=None,
     """count_windowed's arguments, searched by the kernel: the window holding every timed
     edge, the update edges timed and ascending (ranks follow; the count does not depend
     on the order)."""
-    from gpu.cuda.windowed import WindowedSearch, count_windowed_device, device_plan
+    from gpu.cuda.windowed import WindowedSearch, count_windowed_device, pack
     keys = np.unique((np.minimum(us, vs).astype(np.int64) << 32)
                      | np.maximum(us, vs).astype(np.int64))
     times = table.get(keys)
     timed = times != NO_TIME
-    search = WindowedSearch(plan, device_plan(plan), window, limit)
+    search = WindowedSearch(plan, pack(plan), window, limit)
     return count_windowed_device(_window_edges(graph, table), graph.label, keys[timed],
                                  times[timed], [search], other, structural)[0]
 
@@ -97,3 +97,44 @@ def test_a_listing_cut_short_counts_every_match():
         assert cut.rows.shape[0] == min(2, whole.count)
         assert cut.truncated == (whole.count > 2)
         assert {tuple(r) for r in cut.rows.tolist()} <= _rows(whole)
+
+
+def test_the_queries_of_a_phase_share_one_launch():
+    """Several windowed queries in one call (one launch over all their pairs), each with
+    its own window, `before` pairs and listing limit (none, cut short, all): each equals
+    the CPU's search of it alone."""
+    import random
+
+    from gpu.cuda.windowed import WindowedSearch, count_windowed_device, pack
+    from gpu.graph.lists import DynamicGraph
+    from gpu.graph.times import TimeTable
+    rng = random.Random(9)
+    compared = 0
+    for _ in range(15):
+        g = random_graph(rng)
+        queries = [q for q in random_queries(rng, g).values() if q.edges]
+        graph = DynamicGraph.from_labeled(to_labeled(g))
+        us, vs, _ = graph.edges()
+        keys = np.unique((np.minimum(us, vs).astype(np.int64) << 32) | np.maximum(us, vs))
+        table = TimeTable()
+        table.set(keys, np.array([rng.randint(0, 9) for _ in keys], dtype=np.int64))
+        updates = np.sort(rng.sample(list(keys), max(1, len(keys) // 2)))
+        ku, kv = updates >> 32, updates & 0xFFFFFFFF
+        graph.set_ranks(ku.astype(np.int32), kv.astype(np.int32),
+                        np.arange(1, len(updates) + 1, dtype=np.int32))
+        searches, expected = [], []
+        for i in range(4):
+            query = rng.choice(queries)
+            plan = window_plan(to_query(query, "q"),
+                               random_before(rng, len(query.edge_list())))
+            window, limit = rng.randint(0, 9), (0, 1, BIG)[i % 3]
+            searches.append(WindowedSearch(plan, pack(plan), window, limit))
+            expected.append(count_windowed(graph, plan, window, ku, kv, table, limit=BIG))
+        found = count_windowed_device(_window_edges(graph, table), graph.label, updates,
+                                      table.get(updates), searches)
+        for search, got, want in zip(searches, found, expected, strict=True):
+            assert got.count == want.count
+            assert got.rows.shape[0] == min(search.limit, want.count)
+            assert {tuple(r) for r in got.rows.tolist()} <= _rows(want)
+            compared += want.count
+    assert compared > 0
