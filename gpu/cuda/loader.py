@@ -7,8 +7,9 @@ when the module is first asked for, inside `gpu.clock.compiling()`, so no batch 
 for it.  Launchers check the dtypes of their arrays and cast their scalars, so a wrong
 argument fails with a message instead of corrupting memory.  The launchers live beside
 this module, one module per kernel family: `match_launchers` (match.cu, tasks.cu,
-ranks.cu), `pma_launchers` (pma.cu, view.cu), `signature_launchers` (signature.cu), and
-`id_mirror` (idmap.cu).  `Prepared` keeps one kernel's
+ranks.cu, leaves.cu), `group_launchers` (groups.cu), `pma_launchers` (pma.cu, view.cu),
+`prep_launchers` (prep.cu), `signature_launchers` (signature.cu), `windowed` (window.cu),
+and `id_mirror` (idmap.cu).  `Prepared` keeps one kernel's
 arguments as C values for launches that repeat (gpu/cuda/small_phase.py), and
 `upload_together` copies a launch's host arrays up in one copy.  Only import this
 module where `gpu.cuda.device.cuda_available()` is true.

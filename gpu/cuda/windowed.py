@@ -1,15 +1,16 @@
 """Windowed counting on the CUDA executor (issue 23): a phase's window subgraph laid out
-and copied up, the windowed query's plan on the device, and the typed launcher of
-gpu/cuda/kernels/window.cu's match_window.
+and copied up, the windowed queries' plans packed for the kernel, and the typed launcher
+of gpu/cuda/kernels/window.cu's match_window.
 
 gpu/event_time.py decides what a phase searches, for both executors: the edges timed
 within the widest window of its update edges' times (`WindowEdges`, read from the times
 table and window-sized), the update edges, the refreshed edges' other-side times and the
 structural edges.  The CPU executor fills a DynamicGraph with them and runs
 gpu/cpu/windowed.py; this module lays them out as a compact CSR (`WindowGraph`: only the
-subgraph's vertices, so nothing here follows the engine's graph), copies that up once
-per phase, and runs the same search in the kernel, from the same `WindowPlan` (shared
-with the CPU, uploaded once per query).  Both return a MatchSet.  The CPU's candidate
+subgraph's vertices, so nothing here follows the engine's graph), copies it up once per
+phase with the phase's update edges and its queries' plans, and runs the same search in
+one launch for all of them, from the same `WindowPlan` (the CPU's, packed once per
+query: `pack`).  Both return a MatchSet.  The CPU's candidate
 bits are not used (on CUDA they are not kept for windowed queries: they only filter).
 
 Only import this module where `gpu.cuda.device.cuda_available()` is true.
