@@ -198,9 +198,10 @@ def _multiprocessors(device: int) -> int:
 
 
 def _blocks(tasks: int) -> int:
-    """Enough warps for the pairs, at most 8 blocks a multiprocessor."""
+    """Enough warps for the triples, 32 a warp at a time, at most 8 blocks a
+    multiprocessor."""
     sms = _multiprocessors(cp.cuda.Device().id)
-    return max(1, min(-(-tasks // WIN_WARPS), 8 * sms))
+    return max(1, min(-(-tasks // (32 * WIN_WARPS)), 8 * sms))
 
 
 class WindowedSearch(NamedTuple):

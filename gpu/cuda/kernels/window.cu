@@ -12,8 +12,9 @@
 // the host lays it out in one sort and a merge instead of three sorts.
 // Nothing in it is the size of the engine's graph.
 //
-// A task is (update edge e, task type t), every pair taken from a counter by a warp, which
-// drops at once the pairs whose root does not fit (labels): the update edge u - v as the type's root query edge (a -> u, b -> v),
+// A task is (update edge e, task type t), every pair taken from a counter 32 at a time by a
+// warp, whose lanes drop at once the pairs whose root does not fit (labels): the update
+// edge u - v as the type's root query edge (a -> u, b -> v),
 // every match found once, from its lowest-ranked update edge (an entry ranked below the
 // task's own is off limits), automorphic images each found.  As on the CPU (see there
 // for the phases and `other`/`structural`): a partial match carries the span (lo, hi)
@@ -356,28 +357,51 @@ extern "C" __global__ void __launch_bounds__(32 * WIN_WARPS) match_window(
     const WinOther o = {check_other, other_keys, other_times, nother, structural,
                         nstructural};
     const long long ntasks = task_start[queries];
-    int q = 0;
     while (true) {
-        long long task = 0;
-        if (lane == 0) task = (long long)atomicAdd(&counters[0], 1ull);
-        task = __shfl_sync(FULL_MASK, task, 0);
-        if (task >= ntasks) break;
-        while (task >= task_start[q + 1]) ++q;      // tasks come in increasing order
-        const int* h = heads + q * HEAD_INTS;
-        const int types = h[H_TYPES], n = h[H_N];
-        const long long local = task - task_start[q];
-        const int e = (int)(local / types), t = (int)(local - (long long)e * types);
-        // The root's test (gpu/cpu/windowed.py _count_edges', but the candidate bits):
-        // the update edge in the subgraph (root_elab >= 0) with the labels of the type's
-        // root.  Most pairs fail it.
-        const int* q_label = blob + h[H_Q_LABEL];
-        const int* orders = blob + h[H_ORDERS];
-        if (root_elab[e] < 0 || root_elab[e] != blob[h[H_ROOT_LABEL] + t] ||
-            u_label[e] != q_label[orders[t * n]] || v_label[e] != q_label[orders[t * n + 1]])
-            continue;
-        const long long found = run_task(g, plan_of(heads, blob, q), o, windows[q], S, t,
-                                         us[e], vs[e], first_time[e], e + 1, lane,
-                                         out + out_at[q], limits[q], &counters[2 + 2 * q]);
-        if (lane == 0 && found) atomicAdd(&counters[1 + 2 * q], (unsigned long long)found);
+        // 32 triples a warp at a time, a lane testing each one's root (most fail it): one
+        // atomic per 32 triples, where one per triple made a phase's ~240,000 triples the
+        // launch's floor (docs/benchmarks.md, "Windowed queries in the kernel").
+        long long base = 0;
+        if (lane == 0) base = (long long)atomicAdd(&counters[0], 32ull);
+        base = __shfl_sync(FULL_MASK, base, 0);
+        if (base >= ntasks) break;
+        const long long task = base + lane;
+        int q = 0, e = 0, t = 0;
+        bool fits = false;
+        if (task < ntasks) {
+            int lo = 0, hi = queries - 1;       // the query whose triples hold `task`
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (task_start[mid] <= task) lo = mid; else hi = mid - 1;
+            }
+            q = lo;
+            const int* h = heads + q * HEAD_INTS;
+            const int types = h[H_TYPES], n = h[H_N];
+            const long long local = task - task_start[q];
+            e = (int)(local / types);
+            t = (int)(local - (long long)e * types);
+            // The root's test (gpu/cpu/windowed.py _count_edges', but the candidate bits):
+            // the update edge in the subgraph (root_elab >= 0) with the labels of the
+            // type's root.
+            const int* q_label = blob + h[H_Q_LABEL];
+            const int* orders = blob + h[H_ORDERS];
+            fits = root_elab[e] >= 0 && root_elab[e] == blob[h[H_ROOT_LABEL] + t] &&
+                   u_label[e] == q_label[orders[t * n]] &&
+                   v_label[e] == q_label[orders[t * n + 1]];
+        }
+        unsigned todo = __ballot_sync(FULL_MASK, fits);
+        while (todo) {
+            const int b = __ffs(todo) - 1;
+            todo &= todo - 1;
+            const int qb = __shfl_sync(FULL_MASK, q, b);
+            const int eb = __shfl_sync(FULL_MASK, e, b);
+            const int tb = __shfl_sync(FULL_MASK, t, b);
+            const long long found = run_task(g, plan_of(heads, blob, qb), o, windows[qb], S,
+                                             tb, us[eb], vs[eb], first_time[eb], eb + 1, lane,
+                                             out + out_at[qb], limits[qb],
+                                             &counters[2 + 2 * qb]);
+            if (lane == 0 && found)
+                atomicAdd(&counters[1 + 2 * qb], (unsigned long long)found);
+        }
     }
 }
