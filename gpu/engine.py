@@ -78,7 +78,9 @@ class _Windowed:
     # No leaf counts: kept only so that the per-batch upkeep of candidate bits, whose
     # entries carry them, takes this query's with the standing ones'.
     leaves: LeafCounts
-    # On CUDA: the plan packed for window.cu (gpu/cuda/windowed.py), at its first phase.
+    # On CUDA: whether window.cu holds the query (gpu/cuda/windowed.py fits) and its plan
+    # packed for it, both at its first phase.
+    fits_device: bool | None = None
     packed_plan: object = None
 
 

@@ -262,8 +262,11 @@ def _searched_on_device(engine: Engine, qid: int) -> bool:
     on a CUDA engine with EngineConfig.device_windows, the query small enough for it."""
     if engine._device is None or not engine.config.device_windows:
         return False
-    from gpu.cuda.windowed import fits
-    return fits(engine._windowed[qid].plan)
+    w = engine._windowed[qid]
+    if w.fits_device is None:           # once: a phase asks for every query
+        from gpu.cuda.windowed import fits
+        w.fits_device = fits(w.plan)
+    return w.fits_device
 
 
 def _count_on_device(engine: Engine, edges: WindowEdges, keys: np.ndarray, at: np.ndarray,
@@ -277,7 +280,7 @@ def _count_on_device(engine: Engine, edges: WindowEdges, keys: np.ndarray, at: n
         w = engine._windowed[qid]
         if w.packed_plan is None:
             w.packed_plan = pack(w.plan)
-        searches.append(WindowedSearch(w.plan, w.packed_plan, w.window,
+        searches.append(WindowedSearch(w.packed_plan, w.window,
                                        list_limit.get(qid, 0)))
     return count_windowed_device(edges, engine.graph.label, keys, at, searches, other,
                                  structural)
@@ -329,6 +332,10 @@ class _WindowedPhases:
         # Expired edges out of the graph but still timed (start_timed sets and clears it).
         self.absent = NO_KEYS
         # The refreshed edges that stay and whose time changes, with both times.
+        self.refreshed = self.old = self.new = NO_KEYS
+        if len(effect.refreshed_keys) == 0:
+            self.seconds = clock.now() - t0
+            return
         stays = ~np.isin(effect.refreshed_keys, effect.expired)
         keys, new = effect.refreshed_keys[stays], effect.refreshed_times[stays]
         old = engine.times.get_many(keys)

@@ -206,6 +206,10 @@ class ExpiryIndex:
         # A spent run is dropped, so a long stream keeps no trace of its old batches.
         self._runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._cursor: dict[int, int] = {}
+        # Each run's first and last time as Python ints: `between` tests every live run
+        # (~150 at a retention of 150 batches), and a NumPy scalar's read and comparison
+        # cost ~10 times a Python int's.
+        self._span: dict[int, tuple[int, int]] = {}
         self._heap: list[tuple[int, int]] = []                   # (head time, run)
         self._next_run = 0
 
@@ -222,6 +226,7 @@ class ExpiryIndex:
         self._runs[run] = (np.asarray(times, dtype=np.int64)[order],
                            np.asarray(keys, dtype=np.int64)[order])
         self._cursor[run] = 0
+        self._span[run] = (int(self._runs[run][0][0]), int(self._runs[run][0][-1]))
         heapq.heappush(self._heap, (int(self._runs[run][0][0]), run))
 
     def between(self, lo: int, hi: int) -> np.ndarray:
@@ -229,9 +234,10 @@ class ExpiryIndex:
         a binary search per run whose times reach into [lo, hi] (a stream in time order
         has few), so the cost follows those runs and the entries found."""
         found = [NO_KEYS]
-        for run, (times, keys) in self._runs.items():
-            if times[-1] < lo or times[0] > hi:     # a run's times are sorted
+        for run, (first, last) in self._span.items():
+            if last < lo or first > hi:             # a run's times are sorted
                 continue
+            times, keys = self._runs[run]
             c = self._cursor[run]
             a = c + int(np.searchsorted(times[c:], lo, side="left"))
             b = c + int(np.searchsorted(times[c:], hi, side="right"))
@@ -252,7 +258,7 @@ class ExpiryIndex:
             if hi < len(run_times):
                 heapq.heappush(self._heap, (int(run_times[hi]), run))
             else:       # spent: let it go
-                del self._runs[run], self._cursor[run]
+                del self._runs[run], self._cursor[run], self._span[run]
         if not keys:
             return NO_KEYS, NO_KEYS
         return np.concatenate(keys), np.concatenate(times)

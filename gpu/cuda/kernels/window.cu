@@ -3,13 +3,14 @@
 //
 // The graph is a phase's window subgraph, not the engine's graph: the edges timed within
 // the widest window of the phase's update edges' times, laid out on the host as a
-// compact CSR (gpu/cuda/windowed.py WindowGraph) and copied up once per phase.  `verts`
-// holds its vertices' slots, sorted; vertex verts[i]'s entries are vstart[i] ..
-// vstart[i + 1] - 1, sorted by neighbour slot, each with the neighbour's label, the
-// edge's label, time and rank (1 + its index among the phase's update edges, 0 for the
-// others).  A window's subgraph is sparse (GH's at W = 5,000: ~11,000 edges on 37,700
-// vertices), so a level scans its backward neighbour's whole list, not a label segment:
-// the host lays it out in one sort and a merge instead of three sorts.
+// compact CSR in the phase's one buffer (gpu/cuda/window_layout.py, with the update
+// edges, the other side's times and the plans; `part` finds each array in it) and copied
+// up once per phase.  `verts` holds its vertices' slots, sorted; vertex verts[i]'s entries
+// are vstart[i] .. vstart[i + 1] - 1, sorted by neighbour slot, each with the neighbour's
+// label, the edge's label, time and rank (1 + its index among the phase's update edges, 0
+// for the others).  A window's subgraph is sparse (GH's at W = 5,000: ~11,000 edges on
+// 37,700 vertices), so a level scans its backward neighbour's whole list, not a label
+// segment.
 // Nothing in it is the size of the engine's graph.
 //
 // A task is (update edge e, task type t), every pair taken from a counter 32 at a time by a
@@ -330,32 +331,55 @@ __device__ __forceinline__ WinPlan plan_of(const int* heads, const int* blob, in
                    h[H_PMAX], blob + h[H_BEFORE], h[H_NBEFORE]};
 }
 
-// Every windowed query of a phase in one launch: query q's tasks are the pairs (update
-// edge e, type t) numbered task_start[q] .. task_start[q + 1] - 1 (e * types + t), its
-// window windows[q], its first limits[q] matches listed at out + out_at[q].
-extern "C" __global__ void __launch_bounds__(32 * WIN_WARPS) match_window(
-    const int* __restrict__ verts, long long nverts, const long long* __restrict__ vstart,
-    const int* __restrict__ nbr, const int* __restrict__ nlab, const int* __restrict__ elab,
-    const long long* __restrict__ etime, const int* __restrict__ rank,
-    const int* __restrict__ us, const int* __restrict__ vs,
-    const long long* __restrict__ first_time, const int* __restrict__ u_label,
-    const int* __restrict__ v_label, const int* __restrict__ root_elab,
-    int queries, const long long* __restrict__ task_start, const int* __restrict__ heads,
-    const int* __restrict__ blob, const long long* __restrict__ windows,
-    const long long* __restrict__ limits, const long long* __restrict__ out_at,
-    int check_other, const long long* __restrict__ other_keys,
-    const long long* __restrict__ other_times, long long nother,
-    const long long* __restrict__ structural, long long nstructural,
-    int* __restrict__ out, unsigned long long* __restrict__ counters)
+// The phase's buffer (gpu/cuda/window_layout.py): HEAD int64 entries, the counts, then
+// each array's offset in bytes from the buffer's start, in window_layout.FIELDS' order.
+enum { P_NVERTS, P_NUPDATES, P_QUERIES, P_NOTHER, P_NSTRUCTURAL, P_CHECK_OTHER, P_WORDS,
+       P_VSTART, P_ETIME, P_FIRST_TIME, P_TASK_START, P_WINDOWS, P_LIMITS, P_OUT_AT,
+       P_OTHER_KEYS, P_OTHER_TIMES, P_STRUCTURAL, P_COUNTERS, P_VERTS, P_NBR, P_NLAB, P_ELAB,
+       P_RANK, P_US, P_VS, P_U_LABEL, P_V_LABEL, P_ROOT_ELAB, P_HEADS, P_BLOB, P_OUT,
+       P_HEAD };
+
+template <typename T>
+__device__ __forceinline__ const T* part(const long long* phase, int field)
 {
-    // counters: [0] the next task; per query q, [1 + 2q] its matches counted and [2 + 2q]
-    // its rows handed out.
+    return (const T*)((const char*)phase + phase[field]);
+}
+
+// Every windowed query of a phase in one launch: query q's tasks are the triples (update
+// edge e, type t) numbered task_start[q] .. task_start[q + 1] - 1 (e * types + t), its
+// window windows[q], its first limits[q] matches listed at out + out_at[q].  The phase's
+// buffer also holds what the launch writes: `counters` (zero when copied up: [0] the next
+// triple; per query q, [1 + 2q] its matches counted and [2 + 2q] its rows handed out)
+// and `out`, the rows.
+extern "C" __global__ void __launch_bounds__(32 * WIN_WARPS) match_window(
+    long long* __restrict__ phase)
+{
     __shared__ WinState states[WIN_WARPS];
     const int lane = threadIdx.x & 31;
     WinState& S = states[threadIdx.x >> 5];
-    const WinGraph g = {verts, nverts, vstart, nbr, nlab, elab, etime, rank};
-    const WinOther o = {check_other, other_keys, other_times, nother, structural,
-                        nstructural};
+    const int queries = (int)phase[P_QUERIES];
+    const WinGraph g = {part<int>(phase, P_VERTS), phase[P_NVERTS],
+                        part<long long>(phase, P_VSTART), part<int>(phase, P_NBR),
+                        part<int>(phase, P_NLAB), part<int>(phase, P_ELAB),
+                        part<long long>(phase, P_ETIME), part<int>(phase, P_RANK)};
+    const WinOther o = {(int)phase[P_CHECK_OTHER], part<long long>(phase, P_OTHER_KEYS),
+                        part<long long>(phase, P_OTHER_TIMES), phase[P_NOTHER],
+                        part<long long>(phase, P_STRUCTURAL), phase[P_NSTRUCTURAL]};
+    const int* __restrict__ us = part<int>(phase, P_US);
+    const int* __restrict__ vs = part<int>(phase, P_VS);
+    const long long* __restrict__ first_time = part<long long>(phase, P_FIRST_TIME);
+    const int* __restrict__ u_label = part<int>(phase, P_U_LABEL);
+    const int* __restrict__ v_label = part<int>(phase, P_V_LABEL);
+    const int* __restrict__ root_elab = part<int>(phase, P_ROOT_ELAB);
+    const long long* __restrict__ task_start = part<long long>(phase, P_TASK_START);
+    const int* __restrict__ heads = part<int>(phase, P_HEADS);
+    const int* __restrict__ blob = part<int>(phase, P_BLOB);
+    const long long* __restrict__ windows = part<long long>(phase, P_WINDOWS);
+    const long long* __restrict__ limits = part<long long>(phase, P_LIMITS);
+    const long long* __restrict__ out_at = part<long long>(phase, P_OUT_AT);
+    unsigned long long* counters =
+        (unsigned long long*)((char*)phase + phase[P_COUNTERS]);
+    int* out = (int*)((char*)phase + phase[P_OUT]);
     const long long ntasks = task_start[queries];
     while (true) {
         // 32 triples a warp at a time, a lane testing each one's root (most fail it): one

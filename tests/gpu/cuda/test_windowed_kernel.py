@@ -39,7 +39,7 @@ def _on_device(graph, plan, window, us, vs, table, other=None, structural=None,
                      | np.maximum(us, vs).astype(np.int64))
     times = table.get(keys)
     timed = times != NO_TIME
-    search = WindowedSearch(plan, pack(plan), window, limit)
+    search = WindowedSearch(pack(plan), window, limit)
     return count_windowed_device(_window_edges(graph, table), graph.label, keys[timed],
                                  times[timed], [search], other, structural)[0]
 
@@ -128,7 +128,7 @@ def test_the_queries_of_a_phase_share_one_launch():
             plan = window_plan(to_query(query, "q"),
                                random_before(rng, len(query.edge_list())))
             window, limit = rng.randint(0, 9), (0, 1, BIG)[i % 3]
-            searches.append(WindowedSearch(plan, pack(plan), window, limit))
+            searches.append(WindowedSearch(pack(plan), window, limit))
             expected.append(count_windowed(graph, plan, window, ku, kv, table, limit=BIG))
         found = count_windowed_device(_window_edges(graph, table), graph.label, updates,
                                       table.get(updates), searches)
