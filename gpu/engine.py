@@ -174,9 +174,10 @@ class Engine:
         """Register a standing query; returns its id.  With `window` W, a match counts
         only while its data edges are timed and their times lie within W of each other,
         and (`before`, pairs (i, j) of query edge indices, in `query.edges` order) edge
-        i's time is below edge j's (issue 23; undirected graphs for now, `before` only with
-        a window; on cuda their search runs in the device's kernel, over the subgraph of
-        the edges in the window copied up per phase: gpu/cuda/windowed.py)."""
+        i's time is below edge j's (issue 23; `before` only with a window; on cuda an
+        undirected query's search runs in the device's kernel, over the subgraph of the
+        edges in the window copied up per phase: gpu/cuda/windowed.py, a directed one's on
+        the host's cores)."""
         if query.directed != self.directed:
             kinds = ("undirected", "directed")
             raise ValueError(f"query {query.name}: a {kinds[query.directed]} query on a "
@@ -219,8 +220,6 @@ class Engine:
             problem = before_problem(query, before)
             if problem is not None:
                 return problem
-        if self.directed:
-            return "windowed queries take undirected graphs for now"
         return None
 
     def _add_windowed(self, query: QueryGraph, window, before) -> int:

@@ -157,10 +157,9 @@ def _timed(backend: str, config: EngineConfig, directed: bool) -> None:
     engine = Engine(graph, backend=backend, config=config, directed=directed,
                     retention=1_000)
     queries = _queries(directed)
-    qids = [engine.add_query(queries[0])]
-    if not directed:
-        qids += [engine.add_query(queries[0], window=50),
-                 engine.add_query(queries[1], window=50, before=[(0, 1)])]
+    qids = [engine.add_query(queries[0]),
+            engine.add_query(queries[0], window=50),
+            engine.add_query(queries[1], window=50, before=[(0, 1)])]
     timed = [(INSERT_EDGE, int(a), int(b), 0, i % 40) for i, (a, b) in
              enumerate(zip(src, dst))]
     for records in (timed, [(INSERT_EDGE, 0, 40, 0, 45), (DELETE_EDGE, 0, 1, NO_LABEL)],

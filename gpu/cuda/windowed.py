@@ -52,7 +52,10 @@ class PackedWindowPlan(NamedTuple):
 
 
 def fits(plan: WindowPlan) -> bool:
-    """Whether window.cu's per-warp state holds the plan's query (else the host searches)."""
+    """Whether window.cu searches the plan's query (else the host does): an undirected one
+    that its per-warp state holds (the kernel reads no arc directions)."""
+    if plan.directed:
+        return False
     edges = 1 + max(int(plan.root_edge.max()), int(plan.bw_edge.max()))
     return plan.orders.shape[1] <= WIN_MAX_QUERY and edges <= WIN_MAX_EDGES
 

@@ -600,14 +600,16 @@ def test_match_with_a_window_counts_and_lists_the_matches_within_it(capsys, tmp_
         [(2, 0), (6, 0), (0, 0)]
 
 
-def test_a_window_on_a_directed_graph_is_refused(capsys, tmp_path):
+def test_a_window_on_a_directed_graph_counts_the_arcs_within_it(capsys, tmp_path):
     graph = tmp_path / "g.graph"
     graph.write_text("v 1 0\nv 2 0\n")
-    arc = tmp_path / "arc.graph"
-    arc.write_text("v 0 0\nv 1 0\ne 0 1\n")
+    pair = tmp_path / "pair.graph"
+    pair.write_text("v 0 0\nv 1 0\ne 0 1\ne 1 0\n")
     updates = tmp_path / "u.txt"
-    updates.write_text("e 1 2 0 5\n")
-    status, lines, err = run(capsys, "match", "--graph", graph, "--query", arc, "--updates",
-                             updates, "--window", "3", "--directed")
-    assert status != 0 and lines == []
-    assert "--window: windowed queries take undirected graphs" in err
+    # 1 -> 2 at 5, 2 -> 1 at 7 (the pair spans 2), then 2 -> 1 refreshed to 9 (spans 4).
+    updates.write_text("e 1 2 0 5\ne 2 1 0 7\ne 2 1 0 9\n")
+    status, lines, _ = run(capsys, "match", "--graph", graph, "--query", pair, "--updates",
+                           updates, "--window", "3", "--directed", "--batch-size", "2",
+                           "--backend", "cpu")
+    assert status == 0
+    assert [(line["positive"], line["negative"]) for line in lines[:2]] == [(2, 0), (0, 2)]

@@ -69,9 +69,6 @@ DOCUMENTED: tuple[tuple[str, str, int, str, str], ...] = (
      r"^before\[\d+\]: \(\d+, \d+\) (names an edge the query lacks|orders an edge "
      r"before itself)",
      "`before` pairs index the pattern's edges: a relation between two values of the body"),
-    ("RejectedPositiveData", _PATTERN, 422,
-     r"^window: windowed queries take undirected graphs",
-     "the graph's kind is the service's state"),
     ("RejectedPositiveData", _CURSOR, 422, r"is past the (end|last batch)",
      "a cursor past the last id or batch given out depends on the state"),
     ("RejectedPositiveData", r"PUT /v1/graph", 422, r"apply to edge lists only",

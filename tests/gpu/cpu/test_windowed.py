@@ -211,8 +211,15 @@ def test_bad_before_pairs_are_refused(before, message):
         window_plan(query, before)
 
 
-def test_directed_queries_are_refused():
+def test_a_directed_plan_has_a_type_per_arc_and_checks_a_reciprocal_root():
+    """An update arc u -> v can only be a query arc a -> b as a -> u, b -> v: one task type
+    per arc (an undirected edge has two orientations); the root's reverse arc, when the
+    query has one, is level 1's entry."""
     from tests.reference import RefQuery
-    directed = to_query(RefQuery.build([0, 0], [(0, 1)], directed=True), "arc")
-    with pytest.raises(ValueError, match="undirected"):
-        window_plan(directed)
+    pair = window_plan(to_query(RefQuery.build([0, 0, 0], [(0, 1), (1, 0), (1, 2)],
+                                               directed=True), "pair"))
+    assert pair.directed and pair.orders.shape[0] == 3 and pair.bw_key.shape[2] == 6
+    assert pair.bw_count[:, 1].tolist() == [1, 1, 0]    # (1, 2) has no reverse arc
+    undirected = window_plan(to_query(RefQuery.build([0, 0, 0], [(0, 1), (1, 2)]), "path"))
+    assert not undirected.directed and undirected.orders.shape[0] == 4
+    assert undirected.bw_count[:, 1].tolist() == [0] * 4
