@@ -461,9 +461,10 @@ def count_windowed(graph, plan: WindowPlan, window: int, us, vs, times, other=No
     u << 32 | v with u < v, or arcs as they run (gpu/graph/times.py).  With `other` =
     (sorted keys, times) of the refreshed edges on the other side of the batch and
     `structural` the sorted keys of this phase's deleted or inserted edges, a match that
-    uses no structural edge counts only if the other side's times put it out of the window.  `cand`: the query's
-    candidate bits per slot (the engine's signatures: bit q set where a vertex may be
-    query vertex q, a necessary condition), None: every vertex may be any.  The first
+    uses no structural edge counts only if the other side's times put it out of the
+    window.  `cand`: the query's candidate bits per slot (the engine's signatures: bit q
+    set where a vertex may be query vertex q, a necessary condition), None: every vertex
+    may be any.  The first
     `limit` of the matches counted are listed (slots, in query-vertex order; which ones
     when more are found is not specified).  Counting only (`limit` 0), `parallel_from`
     update edges or more are searched on every core in chunks of `chunk`
