@@ -12,8 +12,10 @@ The buffer: HEAD int64 entries (the counts, then each array's offset in bytes fr
 buffer's start; `FIELDS` names them, window.cu's enum P_* follows the same order), then
 the arrays, 8-byte ones first so that each is aligned to its type.  The graph part, as
 window.cu reads it: vertex verts[i]'s entries are vstart[i] .. vstart[i + 1] - 1, sorted by
-neighbour slot, each with the neighbour's vertex label (nlab), the edge's label (elab),
-time (etime) and rank (1 + its index among the update edges, 0 for the others).  Only the
+neighbour slot (then direction), each with its list key (nlab: the neighbour's vertex
+label; on a directed graph 2 label + 0 for an arc out of the vertex, + 1 for one into it,
+as gpu/graph/lists.py files them), the edge's label (elab), time (etime) and rank (1 +
+its index among the update edges, 0 for the others).  Only the
 subgraph's vertices are held: nothing here is the size of the engine's graph.
 """
 from __future__ import annotations
@@ -49,14 +51,15 @@ def phase_buffer(keys: np.ndarray, times: np.ndarray, labels: np.ndarray,
                  update_times: np.ndarray, other_keys: np.ndarray, other_times: np.ndarray,
                  check_other: bool, structural: np.ndarray, heads: np.ndarray,
                  blob: np.ndarray, types: np.ndarray, windows: np.ndarray,
-                 limits: np.ndarray, out_at: np.ndarray) -> np.ndarray:
+                 limits: np.ndarray, out_at: np.ndarray, directed: bool = False
+                 ) -> np.ndarray:
     """The phase's buffer (module docstring): the window's edges `keys` (u << 32 | v, u < v,
-    ascending) with their `times` and `labels`; `update_keys` (ascending) with their
-    times; the refreshed edges' `other_keys` and times and the `structural` keys (sorted);
-    the queries' packed plans (`heads`, `blob`: gpu/cuda/windowed.py packed), task types,
-    windows, list limits and rows' places in the output (`out_at`: [Q + 1], int32s).
-    Returned: the buffer up to `out`, whose header's `words` says how large the device's
-    copy must be."""
+    or `directed` arcs u -> v, ascending) with their `times` and `labels`; `update_keys`
+    (ascending) with their times; the refreshed edges' `other_keys` and times and the
+    `structural` keys (sorted); the queries' packed plans (`heads`, `blob`:
+    gpu/cuda/windowed.py packed), task types, windows, list limits and rows' places in the
+    output (`out_at`: [Q + 1], int32s).  Returned: the buffer up to `out`, whose header's
+    `words` says how large the device's copy must be."""
     return _fill(np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(times, np.int64),
                  np.ascontiguousarray(labels, np.int32), vertex_label,
                  np.ascontiguousarray(update_keys, np.int64),
@@ -65,7 +68,8 @@ def phase_buffer(keys: np.ndarray, times: np.ndarray, labels: np.ndarray,
                  np.ascontiguousarray(other_times, np.int64), bool(check_other),
                  np.ascontiguousarray(structural, np.int64), heads, blob,
                  np.ascontiguousarray(types, np.int64), np.ascontiguousarray(windows, np.int64),
-                 np.ascontiguousarray(limits, np.int64), np.ascontiguousarray(out_at, np.int64))
+                 np.ascontiguousarray(limits, np.int64), np.ascontiguousarray(out_at, np.int64),
+                 bool(directed))
 
 
 @nb.njit(cache=True)
@@ -98,9 +102,12 @@ def _by_second_end(keys):
 
 @nb.njit(cache=True)
 def _entries(keys):
-    """Every edge in both directions, sorted by (vertex, neighbour): each entry's source,
-    neighbour and edge index.  The forward keys (u < v) are sorted already; the backward
-    ones are sorted (`_by_second_end`), then the two merged (no key is in both halves)."""
+    """Every edge's two entries, sorted by (vertex, neighbour, direction): each entry's
+    source, neighbour, edge index and direction (0 at u of the key u << 32 | v, 1 at v;
+    for an arc, 0 at its tail, 1 at its head).  The keys are sorted by (u, v) already, the
+    other ends are put in order (`_by_second_end`) and the two merged; only arcs can hold
+    the same (vertex, neighbour) in both halves (u -> v and v -> u), the forward one
+    first."""
     count = len(keys)
     order = _by_second_end(keys)
     back = np.empty(count, dtype=np.int64)
@@ -110,16 +117,17 @@ def _entries(keys):
     src = np.empty(2 * count, dtype=np.int32)
     dst = np.empty(2 * count, dtype=np.int32)
     edge = np.empty(2 * count, dtype=np.int64)
+    way = np.empty(2 * count, dtype=np.int32)
     i = j = 0
     for k in range(2 * count):
-        if j >= count or (i < count and keys[i] < back[j]):
-            key, e = keys[i], i
+        if j >= count or (i < count and keys[i] <= back[j]):
+            key, e, d = keys[i], i, 0
             i += 1
         else:
-            key, e = back[j], order[j]
+            key, e, d = back[j], order[j], 1
             j += 1
-        src[k], dst[k], edge[k] = key >> 32, key & 0xFFFFFFFF, e
-    return src, dst, edge
+        src[k], dst[k], edge[k], way[k] = key >> 32, key & 0xFFFFFFFF, e, d
+    return src, dst, edge, way
 
 
 @nb.njit(cache=True)
@@ -137,8 +145,9 @@ def _ranks(keys, update_keys):
 
 @nb.njit(cache=True)
 def _fill(keys, times, labels, vertex_label, update_keys, update_times, other_keys,
-          other_times, check_other, structural, heads, blob, types, windows, limits, out_at):
-    src, dst, edge = _entries(keys)
+          other_times, check_other, structural, heads, blob, types, windows, limits, out_at,
+          directed):
+    src, dst, edge, way = _entries(keys)
     rank = _ranks(keys, update_keys)
     entries = len(src)
     nverts = 0
@@ -174,7 +183,8 @@ def _fill(keys, times, labels, vertex_label, update_keys, update_times, other_ke
             buf[vstart + v] = k
         e = edge[k]
         w32[nbr + k] = dst[k]
-        w32[nlab + k] = vertex_label[dst[k]]
+        # The list key (gpu/graph/lists.py list_key): directed, 2 label + the direction.
+        w32[nlab + k] = 2 * vertex_label[dst[k]] + way[k] if directed else vertex_label[dst[k]]
         w32[elab + k] = labels[e]
         buf[etime + k] = times[e]
         w32[erank + k] = rank[e]

@@ -31,14 +31,18 @@ from gpu.results import MatchSet
 # window.cu's per-warp state: WIN_MAX_QUERY levels, WIN_MAX_EDGES query edges.
 WIN_MAX_QUERY = 16
 WIN_MAX_EDGES = 64
+WIN_MAX_BW = 32         # backward entries of a level (a directed level has up to 2 per vertex)
 WIN_WARPS = 4
 _NO_KEYS = np.empty(0, dtype=np.int64)
 
 
-# window.cu's plan header: the sizes, then each array's offset in the blob.
-_HEAD = ("n", "types", "pmax", "nbefore", "q_label", "orders", "root_label", "bw_count",
-         "bw_level", "bw_label", "root_edge", "bw_edge", "bc_count", "bc_pairs", "before")
-_ARRAYS = _HEAD[4:]
+# window.cu's plan header: the sizes (`width`: a backward entry row's, n or 2n; `directed`:
+# 1 for a directed query), then each array's offset in the blob.
+_HEAD = ("n", "types", "pmax", "nbefore", "width", "directed", "q_label", "orders",
+         "root_label", "bw_count", "bw_level", "bw_label", "root_edge", "bw_edge", "bc_count",
+         "bc_pairs", "before", "bw_key", "bw_arc")
+_SIZES = 6
+_ARRAYS = _HEAD[_SIZES:]
 
 
 class PackedWindowPlan(NamedTuple):
@@ -49,15 +53,15 @@ class PackedWindowPlan(NamedTuple):
     types: int
     head: np.ndarray        # int32 [len(_HEAD)]
     blob: np.ndarray        # int32
+    directed: bool = False
 
 
 def fits(plan: WindowPlan) -> bool:
-    """Whether window.cu searches the plan's query (else the host does): an undirected one
-    that its per-warp state holds (the kernel reads no arc directions)."""
-    if plan.directed:
-        return False
+    """Whether window.cu's per-warp state holds the plan's query (else the host searches
+    it): its vertices (levels), its edges, a level's backward entries."""
     edges = 1 + max(int(plan.root_edge.max()), int(plan.bw_edge.max()))
-    return plan.orders.shape[1] <= WIN_MAX_QUERY and edges <= WIN_MAX_EDGES
+    return (plan.orders.shape[1] <= WIN_MAX_QUERY and edges <= WIN_MAX_EDGES
+            and int(plan.bw_count.max()) <= WIN_MAX_BW)
 
 
 def pack(plan: WindowPlan) -> PackedWindowPlan:
@@ -67,8 +71,9 @@ def pack(plan: WindowPlan) -> PackedWindowPlan:
     offsets = np.cumsum([0] + [len(a) for a in arrays])[:-1]
     n, types = int(plan.orders.shape[1]), int(plan.orders.shape[0])
     head = np.array([n, types, int(plan.bc_pairs.shape[2]), int(plan.before.shape[0]),
-                     *offsets], dtype=np.int32)
-    return PackedWindowPlan(n, types, head, np.concatenate(arrays))
+                     int(plan.bw_level.shape[2]), int(plan.directed), *offsets],
+                    dtype=np.int32)
+    return PackedWindowPlan(n, types, head, np.concatenate(arrays), bool(plan.directed))
 
 
 def packed(plans: list[PackedWindowPlan]) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +81,7 @@ def packed(plans: list[PackedWindowPlan]) -> tuple[np.ndarray, np.ndarray]:
     heads, base = [], 0
     for plan in plans:
         head = plan.head.copy()
-        head[4:] += base
+        head[_SIZES:] += base
         heads.append(head)
         base += len(plan.blob)
     return np.concatenate(heads), np.concatenate([plan.blob for plan in plans])
@@ -139,7 +144,8 @@ def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray,
                           ) -> list[MatchSet]:
     """gpu/cpu/windowed.py count_windowed on the device, for every query of a phase: the
     valid matches using at least one of the update edges `update_keys` (ascending, timed:
-    `update_times`), searched in the window subgraph `edges`; `other` and `structural` as
+    `update_times`; arcs where the queries are directed), searched in the window subgraph
+    `edges`; `other` and `structural` as
     there, each search's first `limit` matches listed (slots in query-vertex order; which
     ones when more are found is not specified).  One copy up (the subgraph, the update
     edges, the plans), one launch, one read-back of the counts (and one of the rows)."""
@@ -148,6 +154,9 @@ def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray,
              for s in searches]
     if len(update_keys) == 0 or not searches:
         return found
+    directed = searches[0].packed.directed
+    if any(s.packed.directed != directed for s in searches):
+        raise ValueError("a phase's windowed queries are all of its graph's kind")
     other_keys, other_times = (_NO_KEYS, _NO_KEYS) if other is None else other
     heads, blob = _packed_once([s.packed for s in searches])
     types = np.array([s.packed.types for s in searches], dtype=np.int64)
@@ -157,7 +166,7 @@ def count_windowed_device(edges: WindowEdges, vertex_label: np.ndarray,
         edges.keys, edges.times, edges.labels, vertex_label, update_keys, update_times,
         other_keys, other_times, other is not None,
         _NO_KEYS if structural is None else structural, heads, blob, types,
-        np.array([s.window for s in searches], np.int64), limits, out_at)
+        np.array([s.window for s in searches], np.int64), limits, out_at, directed)
     counters = offset(buffer, "counters") // 8
     rows_at = offset(buffer, "out") // 4
     # One copy up (what comes before the rows), one launch, one read-back, on a stream of

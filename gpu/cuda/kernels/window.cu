@@ -13,6 +13,12 @@
 // segment.
 // Nothing in it is the size of the engine's graph.
 //
+// Directed graphs: entries are keyed 2 label + 0 for an arc out of the vertex, + 1 for one
+// into it (a vertex may hold a neighbour twice, an arc each way, adjacent); a type is a
+// query arc, each backward entry names the key to read and its arc (the arc's own time),
+// and level 1 checks the root's reverse arc when the query has one (as
+// gpu/cpu/windowed.py).
+//
 // A task is (update edge e, task type t), every pair taken from a counter 32 at a time by a
 // warp, whose lanes drop at once the pairs whose root does not fit (labels): the update
 // edge u - v as the type's root query edge (a -> u, b -> v),
@@ -38,6 +44,7 @@
 // queries are searched on the host (gpu/cuda/windowed.py fits).
 #define WIN_MAX_QUERY 16
 #define WIN_MAX_EDGES 64
+#define WIN_MAX_BW 32           // backward entries of a level (directed: two per vertex)
 #define WIN_WARPS 4
 #define NO_TIME (-9223372036854775807LL - 1LL)
 
@@ -55,11 +62,19 @@ struct WinGraph {
     const int* rank;
 };
 
+// A query's plan (gpu/cuda/windowed.py pack); the backward entries' rows are `w` wide (n,
+// or 2n for a directed query), each with the list key to read (bw_key) and its arc
+// (bw_arc, ARC_*).  Level 1 of a directed type holds the root's reverse arc, if any.
 struct WinPlan {
     int n; const int* q_label; const int* orders; const int* bw_count;
     const int* bw_level; const int* bw_label; const int* root_edge; const int* bw_edge;
     const int* bc_count; const int* bc_pairs; int pmax; const int* before; int nbefore;
+    int w; int directed; const int* bw_key; const int* bw_arc;
 };
+
+// bw_arc: an undirected edge (keyed by its ends in order), an arc from the placed vertex
+// to the new one, an arc from the new one to the placed one (gpu/cpu/windowed.py ARC_*).
+enum { ARC_NONE = 0, ARC_OUT = 1, ARC_IN = 2 };
 
 struct WinOther {
     int check; const long long* keys; const long long* times; long long count;
@@ -70,6 +85,14 @@ __device__ __forceinline__ long long edge_key(int a, int b)
 {
     const int lo = a < b ? a : b, hi = a < b ? b : a;
     return ((long long)lo << 32) | (long long)(unsigned)hi;
+}
+
+// The times table's key of an entry's edge between the placed vertex y and w.
+__device__ __forceinline__ long long arc_key(int y, int w, int arc)
+{
+    if (arc == ARC_OUT) return ((long long)y << 32) | (long long)(unsigned)w;
+    if (arc == ARC_IN) return ((long long)w << 32) | (long long)(unsigned)y;
+    return edge_key(y, w);
 }
 
 // Index of `key` in the sorted keys[0..count), or -1.
@@ -96,8 +119,9 @@ __device__ void vertex_range(const WinGraph& g, int x, long long* a, long long* 
     *b = g.vstart[lo + 1];
 }
 
-// The entry of edge y - w in y's list, or -1.
-__device__ long long find_entry(const WinGraph& g, int y, int w)
+// The entry of w under list key `key` in y's list, or -1 (a directed graph may file w
+// twice, an arc each way: adjacent, sorted by direction).
+__device__ long long find_entry(const WinGraph& g, int y, int w, int key)
 {
     long long lo, hi;
     vertex_range(g, y, &lo, &hi);
@@ -106,7 +130,9 @@ __device__ long long find_entry(const WinGraph& g, int y, int w)
         const long long mid = (lo + hi) >> 1;
         if (g.nbr[mid] < w) lo = mid + 1; else hi = mid;
     }
-    return lo < end && g.nbr[lo] == w ? lo : -1;
+    for (; lo < end && g.nbr[lo] == w; ++lo)
+        if (g.nlab[lo] == key) return lo;
+    return -1;
 }
 
 // The time of query edge e as a candidate at `level` of type t would have it: the
@@ -117,36 +143,39 @@ __device__ __forceinline__ long long time_of(const WinPlan& p, int t, int level,
 {
     const int n = p.n;
     for (int j = 0; j < p.bw_count[t * n + level]; ++j)
-        if (p.bw_edge[(t * n + level) * n + j] == e) return local[j];
+        if (p.bw_edge[(t * n + level) * p.w + j] == e) return local[j];
     return state_times[e];
 }
 
-// Whether entry `at` is a valid candidate for `level` of type t (module comment); with
-// `write`, its state goes into S (the level's vertex, span, flags, edge times).  `last`
-// reports, at the last level, whether the complete match counts.
+// Whether w (entry `at` of the level's pivot list; at < 0: none, every backward entry
+// looked up, as level 1 checks the root's reverse arc) is a valid candidate for `level` of
+// type t (module comment); with `write`, its state goes into S (the level's vertex, span,
+// flags, edge times).  `counts` reports, at the last level, whether the complete match
+// counts.  Levels read the span and flags of the level above (level 0: the root edge's).
 __device__ bool check_candidate(const WinGraph& g, const WinPlan& p, const WinOther& o,
-                                long long window, WinState& S, int t, int level,
+                                long long window, WinState& S, int t, int level, int w,
                                 long long at, int cur, bool write, bool* counts)
 {
-    const int n = p.n;
-    const int w = g.nbr[at];
-    const int j0 = S.pivot[level];
+    const int n = p.n, W = p.w;
+    const int j0 = at >= 0 ? S.pivot[level] : -1;
     const int row = t * n + level;
-    if (g.nlab[at] != p.q_label[p.orders[row]] || g.elab[at] != p.bw_label[row * n + j0])
-        return false;
-    if (g.rank[at] != 0 && g.rank[at] < cur) return false;
+    if (at >= 0) {
+        if (g.nlab[at] != p.bw_key[row * W + j0] || g.elab[at] != p.bw_label[row * W + j0])
+            return false;
+        if (g.rank[at] != 0 && g.rank[at] < cur) return false;
+    }
     for (int i = 0; i < level; ++i)
         if (S.m[i] == w) return false;
     long long tl = S.lo[level - 1], th = S.hi[level - 1];
     long long tl2 = S.lo2[level - 1], th2 = S.hi2[level - 1];
     int f = S.flags[level - 1];
-    long long te_j[WIN_MAX_QUERY], t2_j[WIN_MAX_QUERY];
+    long long te_j[WIN_MAX_BW], t2_j[WIN_MAX_BW];
     for (int j = 0; j < p.bw_count[row]; ++j) {
-        const int y = S.m[p.bw_level[row * n + j]];
+        const int y = S.m[p.bw_level[row * W + j]];
         long long q = at;
         if (j != j0) {
-            q = find_entry(g, y, w);
-            if (q < 0 || g.elab[q] != p.bw_label[row * n + j] ||
+            q = find_entry(g, y, w, p.bw_key[row * W + j]);
+            if (q < 0 || g.elab[q] != p.bw_label[row * W + j] ||
                 (g.rank[q] != 0 && g.rank[q] < cur)) return false;
         }
         const long long te = g.etime[q];
@@ -157,7 +186,7 @@ __device__ bool check_candidate(const WinGraph& g, const WinPlan& p, const WinOt
         te_j[j] = te;
         t2_j[j] = te;
         if (o.check) {
-            const long long key = edge_key(y, w);
+            const long long key = arc_key(y, w, p.bw_arc[row * W + j]);
             const long long i = find_key(o.keys, o.count, key);
             const long long t2 = i >= 0 ? o.times[i] : te;
             t2_j[j] = t2;
@@ -187,8 +216,8 @@ __device__ bool check_candidate(const WinGraph& g, const WinPlan& p, const WinOt
         S.lo[level] = tl; S.hi[level] = th; S.lo2[level] = tl2; S.hi2[level] = th2;
         S.flags[level] = f;
         for (int j = 0; j < p.bw_count[row]; ++j) {
-            S.etime[p.bw_edge[row * n + j]] = te_j[j];
-            S.etime2[p.bw_edge[row * n + j]] = t2_j[j];
+            S.etime[p.bw_edge[row * W + j]] = te_j[j];
+            S.etime2[p.bw_edge[row * W + j]] = t2_j[j];
         }
     }
     return true;
@@ -204,7 +233,7 @@ __device__ void open_level(const WinGraph& g, const WinPlan& p, WinState& S, int
     long long best_a = 0, best_b = 0;
     for (int j = 0; j < p.bw_count[row]; ++j) {
         long long a, b;
-        vertex_range(g, S.m[p.bw_level[row * n + j]], &a, &b);
+        vertex_range(g, S.m[p.bw_level[row * p.w + j]], &a, &b);
         if (best < 0 || b - a < best_b - best_a) { best = j; best_a = a; best_b = b; }
     }
     if (lane == 0) {
@@ -235,37 +264,39 @@ __device__ long long run_task(const WinGraph& g, const WinPlan& p, const WinOthe
 {
     const int n = p.n;
     if (lane == 0) {
+        // Level 0 holds the root edge's span and flags, level 1 those with the root's
+        // reverse arc (a directed type's level-1 entry), if it has one.
         S.m[0] = u; S.m[1] = v;
-        S.lo[1] = S.hi[1] = first;
-        S.lo2[1] = S.hi2[1] = first;
+        S.lo[0] = S.hi[0] = first;
+        S.lo2[0] = S.hi2[0] = first;
         S.etime[p.root_edge[t]] = S.etime2[p.root_edge[t]] = first;
         int f = 0;
         if (o.check) {
-            const long long key = edge_key(u, v);
+            const long long key = p.directed ? arc_key(u, v, ARC_OUT) : edge_key(u, v);
             const long long i = find_key(o.keys, o.count, key);
             const long long t2 = i >= 0 ? o.times[i] : first;
-            S.lo2[1] = S.hi2[1] = t2;
+            S.lo2[0] = S.hi2[0] = t2;
             S.etime2[p.root_edge[t]] = t2;
             if (t2 == NO_TIME) f |= 2;
             if (find_key(o.structural, o.structural_count, key) >= 0) f |= 1;
         }
-        S.flags[1] = f;
+        S.flags[0] = f;
+        bool counts = false;
+        const bool ok = check_candidate(g, p, o, window, S, t, 1, v, -1, cur, true, &counts);
+        S.mask[1] = ok ? (counts ? 3u : 1u) : 0u;   // level 1 keeps no candidate mask
     }
     __syncwarp();
+    const unsigned root = S.mask[1];
+    if (!(root & 1u)) return 0;
     if (n == 2) {
         long long found = 0;
-        if (lane == 0) {
-            bool valid = !o.check || (S.flags[1] & 3) || S.hi2[1] - S.lo2[1] > window;
-            for (int c = 0; !valid && c < p.nbefore; ++c)
-                if (S.etime2[p.before[2 * c]] >= S.etime2[p.before[2 * c + 1]]) valid = true;
-            if (valid) {
-                found = 1;
-                if (limit > 0) {
-                    const unsigned long long slot = atomicAdd(filled, 1ull);
-                    if ((long long)slot < limit) {
-                        out[slot * 2 + p.orders[t * 2]] = u;
-                        out[slot * 2 + p.orders[t * 2 + 1]] = v;
-                    }
+        if (lane == 0 && (root & 2u)) {
+            found = 1;
+            if (limit > 0) {
+                const unsigned long long slot = atomicAdd(filled, 1ull);
+                if ((long long)slot < limit) {
+                    out[slot * 2 + p.orders[t * 2]] = u;
+                    out[slot * 2 + p.orders[t * 2 + 1]] = v;
                 }
             }
         }
@@ -281,7 +312,8 @@ __device__ long long run_task(const WinGraph& g, const WinPlan& p, const WinOthe
             const long long at = S.pos[level] + lane;
             bool counts = false;
             const bool ok = at < S.end[level] &&
-                check_candidate(g, p, o, window, S, t, level, at, cur, false, &counts);
+                check_candidate(g, p, o, window, S, t, level, g.nbr[at], at, cur, false,
+                                &counts);
             if (level == n - 1) {
                 const unsigned found = __ballot_sync(FULL_MASK, ok && counts);
                 if (lane == 0) count += __popc(found);
@@ -306,7 +338,7 @@ __device__ long long run_task(const WinGraph& g, const WinPlan& p, const WinOthe
         if (lane == 0) {
             S.mask[level] = mask & ~(1u << b);
             bool counts;
-            check_candidate(g, p, o, window, S, t, level, at, cur, true, &counts);
+            check_candidate(g, p, o, window, S, t, level, g.nbr[at], at, cur, true, &counts);
         }
         __syncwarp();
         ++level;
@@ -318,9 +350,10 @@ __device__ long long run_task(const WinGraph& g, const WinPlan& p, const WinOthe
 // A query's plan in the launch's plan blob (gpu/cuda/windowed.py PackedWindowPlan): its
 // header, HEAD_INTS ints at heads + q * HEAD_INTS, gives the sizes and each array's
 // offset in `blob`.
-#define HEAD_INTS 15
-enum { H_N, H_TYPES, H_PMAX, H_NBEFORE, H_Q_LABEL, H_ORDERS, H_ROOT_LABEL, H_BW_COUNT,
-       H_BW_LEVEL, H_BW_LABEL, H_ROOT_EDGE, H_BW_EDGE, H_BC_COUNT, H_BC_PAIRS, H_BEFORE };
+#define HEAD_INTS 19
+enum { H_N, H_TYPES, H_PMAX, H_NBEFORE, H_WIDTH, H_DIRECTED, H_Q_LABEL, H_ORDERS,
+       H_ROOT_LABEL, H_BW_COUNT, H_BW_LEVEL, H_BW_LABEL, H_ROOT_EDGE, H_BW_EDGE, H_BC_COUNT,
+       H_BC_PAIRS, H_BEFORE, H_BW_KEY, H_BW_ARC };
 
 __device__ __forceinline__ WinPlan plan_of(const int* heads, const int* blob, int q)
 {
@@ -328,7 +361,8 @@ __device__ __forceinline__ WinPlan plan_of(const int* heads, const int* blob, in
     return WinPlan{h[H_N], blob + h[H_Q_LABEL], blob + h[H_ORDERS], blob + h[H_BW_COUNT],
                    blob + h[H_BW_LEVEL], blob + h[H_BW_LABEL], blob + h[H_ROOT_EDGE],
                    blob + h[H_BW_EDGE], blob + h[H_BC_COUNT], blob + h[H_BC_PAIRS],
-                   h[H_PMAX], blob + h[H_BEFORE], h[H_NBEFORE]};
+                   h[H_PMAX], blob + h[H_BEFORE], h[H_NBEFORE], h[H_WIDTH], h[H_DIRECTED],
+                   blob + h[H_BW_KEY], blob + h[H_BW_ARC]};
 }
 
 // The phase's buffer (gpu/cuda/window_layout.py): HEAD int64 entries, the counts, then

@@ -1,6 +1,7 @@
 """gpu/cuda/window_layout.py's phase buffer (on the CPU: it is Numba, not CUDA), read back
 field by field and compared with the layout built the obvious way: every entry of every
-edge in both directions, sorted by (vertex, neighbour)."""
+edge in both directions, sorted by (vertex, neighbour, direction), on undirected graphs
+and on directed ones (list keys with the arc's direction)."""
 import random
 
 import numpy as np
@@ -27,8 +28,10 @@ def _read(buf: np.ndarray) -> dict:
     return fields
 
 
-def _case(rng: random.Random, vertices: int, edges: int):
-    pairs = {tuple(sorted(rng.sample(range(vertices), 2))) for _ in range(edges)}
+def _case(rng: random.Random, vertices: int, edges: int, directed: bool = False):
+    # Directed: arcs as drawn, a pair's two arcs often both present.
+    pairs = {tuple(rng.sample(range(vertices), 2)) if directed else
+             tuple(sorted(rng.sample(range(vertices), 2))) for _ in range(edges)}
     keys = np.array(sorted((u << 32) | v for u, v in pairs), dtype=np.int64)
     times = np.array([rng.randint(-5, 50) for _ in keys], dtype=np.int64)
     labels = np.array([rng.randint(0, 3) for _ in keys], dtype=np.int32)
@@ -36,16 +39,19 @@ def _case(rng: random.Random, vertices: int, edges: int):
     # Update edges: some of the window's, and some it lacks (expired: label -1).
     absent = {(u << 32) | v for u, v in (tuple(sorted(rng.sample(range(vertices), 2)))
                                            for _ in range(3))} - set(keys.tolist())
+    if directed:
+        absent |= {(v << 32) | u for u, v in pairs} - set(keys.tolist())
     chosen = rng.sample(keys.tolist(), min(len(keys), rng.randint(0, 6)))
     updates = np.array(sorted(set(chosen) | absent), dtype=np.int64)
     return keys, times, labels, vertex_label, updates
 
 
+@pytest.mark.parametrize("directed", [False, True])
 @pytest.mark.parametrize("seed", range(12))
-def test_the_buffer_holds_the_obvious_layout(seed):
+def test_the_buffer_holds_the_obvious_layout(seed, directed):
     rng = random.Random(seed)
     keys, times, labels, vertex_label, updates = _case(rng, rng.randint(2, 30),
-                                                      rng.randint(0, 60))
+                                                      rng.randint(0, 60), directed)
     update_times = np.arange(len(updates), dtype=np.int64) * 7
     other_keys = np.sort(rng.sample(keys.tolist(), min(2, len(keys)))).astype(np.int64)
     other_times = np.arange(len(other_keys), dtype=np.int64) + 100
@@ -57,20 +63,23 @@ def test_the_buffer_holds_the_obvious_layout(seed):
     limits, out_at = np.array([0, 5]), np.array([0, 0, 5 * 3])
     got = _read(phase_buffer(keys, times, labels, vertex_label, updates, update_times,
                              other_keys, other_times, True, structural, heads, blob,
-                             types, windows, limits, out_at))
+                             types, windows, limits, out_at, directed))
 
-    # The obvious layout: each edge's entries, sorted by (vertex, neighbour).
+    # The obvious layout: each edge's entries (direction d: 0 at the key's first end, 1 at
+    # its second), sorted by (vertex, neighbour, direction).
     rank = {int(k): i + 1 for i, k in enumerate(updates)}
-    entries = sorted((int(k) >> 32 if d == 0 else int(k) & 0xFFFFFFFF,
-                      int(k) & 0xFFFFFFFF if d == 0 else int(k) >> 32, e)
-                     for e, k in enumerate(keys) for d in (0, 1))
+    full = sorted((int(k) >> 32 if d == 0 else int(k) & 0xFFFFFFFF,
+                   int(k) & 0xFFFFFFFF if d == 0 else int(k) >> 32, d, e)
+                  for e, k in enumerate(keys) for d in (0, 1))
+    entries = [(s, w, e) for s, w, _, e in full]
     verts = sorted({s for s, _, _ in entries})
     assert got["nverts"] == len(verts) and got["verts"].tolist() == verts
     assert got["vstart"].tolist() == [
         next(i for i, (s, _, _) in enumerate(entries) if s == x) for x in verts] + \
         [len(entries)]
     assert got["nbr"].tolist() == [w for _, w, _ in entries]
-    assert got["nlab"].tolist() == [vertex_label[w] for _, w, _ in entries]
+    assert got["nlab"].tolist() == [2 * vertex_label[w] + d if directed else vertex_label[w]
+                                    for _, w, d, _ in full]
     assert got["elab"].tolist() == [labels[e] for _, _, e in entries]
     assert got["etime"].tolist() == [times[e] for _, _, e in entries]
     assert got["rank"].tolist() == [rank.get(int(keys[e]), 0) for _, _, e in entries]
