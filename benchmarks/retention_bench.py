@@ -52,13 +52,15 @@ def timed_batches(graph: LabeledGraph, size: int, seed: int = 0) -> list[UpdateS
 def run(graph: LabeledGraph, queries: list[QueryGraph], batches: list[UpdateStream],
         retention: int | None, backend: str, window: int | None = None,
         after_batch: Callable[[bool], None] | None = None,
-        config: EngineConfig | None = None) -> dict:
+        config: EngineConfig | None = None, directed: bool = False) -> dict:
     """The stream on a fresh engine with this retention (the queries standing with this
     window: benchmarks/window_bench.py); steady-state latency and counts.  `after_batch`
     is called after each batch with whether it is a steady-state one (window_bench's
-    split of the matching phase); `config` the engine's (None: the default)."""
+    split of the matching phase); `config` the engine's (None: the default); `directed`: the
+    graph's kind (the queries must be of it)."""
     empty = LabeledGraph(graph.vertex_ids, graph.vertex_labels, [], [], [])
-    engine = Engine(empty, backend=backend, retention=retention, config=config)
+    engine = Engine(empty, backend=backend, retention=retention, config=config,
+                    directed=directed)
     for q in queries:
         engine.add_query(q, window=window)
     seconds, matching, expired_edges = [], [], []
@@ -105,14 +107,23 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", nargs="+", default=["dense"])
     p.add_argument("--queries", type=int, default=3, help="queries of each kind standing")
     p.add_argument("--batch", type=int, default=1000, help="edges per batch")
+    p.add_argument("--directed", action="store_true",
+                   help="GH's edges as arcs (each oriented by seed 0, as directed_table's "
+                        "default), the queries from --queries-dir's _directed0 sibling")
 
 
 def load_stream(args) -> tuple[LabeledGraph, list[QueryGraph], list[UpdateStream]]:
     """(the graph, the standing queries, the timed batches) of add_stream_args' options."""
     graph = load_graph(args.graph, num_labels=5, seed=0)
-    queries = [QueryGraph.from_labeled(read_query(path), path.stem)
+    folder = args.queries_dir
+    if getattr(args, "directed", False):
+        from benchmarks.directed_table import orient
+        graph = orient(graph, 0)
+        folder = folder.with_name(f"{folder.name}_directed0")
+    queries = [QueryGraph.from_labeled(read_query(path), path.stem,
+                                       directed=getattr(args, "directed", False))
                for kind in args.kinds for path in
-               (args.queries_dir / f"{kind}_{i}.graph" for i in range(args.queries))]
+               (folder / f"{kind}_{i}.graph" for i in range(args.queries))]
     return graph, queries, timed_batches(graph, args.batch)
 
 
@@ -128,12 +139,14 @@ def main(argv=None) -> int:
     header = run_header(args.backend, "benchmarks.retention_bench")
     print(json.dumps(header), flush=True)
     graph, queries, batches = load_stream(args)
-    run(graph, queries, batches[:3], None, args.backend)      # compiles: not timed
+    run(graph, queries, batches[:3], None, args.backend,       # compiles: not timed
+        directed=args.directed)
     # positive - negative summed over the stream is the matches at its end: checked per run.
     print("| retention | steady batches | p50 ms | p99 ms | expired edges/batch | edges held "
           "| positive | negative | expired |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for retention in [None, *args.windows]:
-        record = run(graph, queries, batches, retention, args.backend)
+        record = run(graph, queries, batches, retention, args.backend,
+                     directed=args.directed)
         assert record["positive"] - record["negative"] == record["final_matches"], record
         print(f"| {retention if retention is not None else 'none'} | "
               f"{record['steady_batches']} | {record['p50_ms']} | {record['p99_ms']} | "

@@ -103,7 +103,8 @@ def main(argv=None) -> int:
                              for c in ((None, host) if args.host_windows else (None,))]
     # Compiles, not timed: no window, and the first window with each search.
     for window, config in [r for r in runs if r[0] in (None, args.windows[0])]:
-        run(graph, queries, batches[:3], args.retention, args.backend, window, config=config)
+        run(graph, queries, batches[:3], args.retention, args.backend, window, config=config,
+            directed=args.directed)
     print("| window | steady batches | apply p50 ms | apply p99 ms | matching p50 ms | positive "
           "| negative | matches at the end | apply p50 ratio | matching p50 ratio |\n"
           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -113,7 +114,8 @@ def main(argv=None) -> int:
         split = PhaseSplit() if args.split and window is not None else None
         with split.timing() if split else nullcontext():
             record = run(graph, queries, batches, args.retention, args.backend, window,
-                         after_batch=split.after_batch if split else None, config=config)
+                         after_batch=split.after_batch if split else None, config=config,
+                         directed=args.directed)
         if split:
             record["split_ms"] = split.medians_ms()
         assert record["positive"] - record["negative"] == record["final_matches"], record

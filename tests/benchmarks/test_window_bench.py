@@ -27,6 +27,23 @@ def test_a_window_wider_than_the_stream_counts_every_match_and_a_narrow_one_fewe
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_directed_runs_count_the_cycles_a_wide_window_keeps_all_of(backend):
+    """--directed: the same stream as arcs (orient), a directed 3-cycle standing; a window
+    wider than the stream takes every match, a narrow one fewer."""
+    from benchmarks.directed_table import orient
+    graph = orient(_graph(), 0)
+    cycle = QueryGraph.build("cycle", [0, 1, 2], [0, 0, 0], [(0, 1), (1, 2), (2, 0)],
+                             directed=True)
+    batches = timed_batches(graph, 20)
+    keys = ("positive", "negative", "final_matches")
+    plain = run(graph, [cycle], batches, None, backend, directed=True)
+    wide = run(graph, [cycle], batches, None, backend, window=graph.num_edges, directed=True)
+    narrow = run(graph, [cycle], batches, None, backend, window=15, directed=True)
+    assert [wide[k] for k in keys] == [plain[k] for k in keys] and plain["positive"] > 0
+    assert plain["positive"] > narrow["positive"]
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_the_split_times_the_windowed_phases_subgraphs_and_searches_only_while_on(backend):
     """window_bench --split: per steady batch, the windowed phases' subgraph fills and
     host searches take time on the CPU executor, the device's searches on CUDA, an
