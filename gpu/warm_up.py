@@ -147,8 +147,8 @@ def warm_up(backend: str, config: EngineConfig | None = None, directed: bool = F
 def _timed(backend: str, config: EngineConfig, directed: bool) -> None:
     """Timed batches (gpu/event_time.py) on an engine with retention: the ring's edges
     timed (refreshes, over serial_below_tasks update edges: the CPU's parallel windowed
-    search), a new edge and a deletion, then a batch whose time expires the lot; on an
-    undirected graph with windowed queries standing (one with a `before` pair: on CUDA
+    search), a new edge and a deletion, then a batch whose time expires the lot; with
+    windowed queries standing on either kind of graph (one with a `before` pair; on CUDA
     window.cu), one counted and one listed in every batch, each then counted and listed
     whole."""
     src, dst = _ring([1, 2])
