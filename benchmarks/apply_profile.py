@@ -25,6 +25,7 @@ import io
 import os
 import pstats
 import statistics
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -62,12 +63,17 @@ def batches(held_out: UpdateStream, size: int, count: int, position: int = 0):
 
 
 class Sections:
-    """Own time per wrapped function (a stack subtracts the wrapped callees)."""
+    """Own time per wrapped function (a stack per thread subtracts the wrapped callees)."""
 
     def __init__(self) -> None:
         self.own: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
-        self._stack: list[float] = []     # callees' time of each open call
+        self._local = threading.local()     # .stack: callees' time of each open call
+
+    def reset(self) -> None:
+        """Start the counts afresh (calls open now still add their own time when done)."""
+        self.own.clear()
+        self.calls.clear()
 
     def wrap(self, owner, name: str, label: str | None = None) -> None:
         fn = getattr(owner, name, None)
@@ -77,17 +83,20 @@ class Sections:
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            self._stack.append(0.0)
+            stack = getattr(self._local, "stack", None)
+            if stack is None:
+                stack = self._local.stack = []
+            stack.append(0.0)
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - t0
-                inner = self._stack.pop()
+                inner = stack.pop()
                 self.own[label] += elapsed - inner
                 self.calls[label] += 1
-                if self._stack:
-                    self._stack[-1] += elapsed
+                if stack:
+                    stack[-1] += elapsed
         setattr(owner, name, timed)
 
 

@@ -14,7 +14,9 @@
 #   service-bench  benchmarks.service_bench on cuda (SERVICE_ARGS adds flags;
 #                SERVICE_BACKEND=cpu runs it on the CPU executor, on the device host's cores;
 #                SERVICE_PROFILE=1 writes the server's per-thread profile to
-#                $OUT/service-profile.txt, benchmarks/sampler.py: py-spy cannot attach there)
+#                $OUT/service-profile.txt, benchmarks/sampler.py: py-spy cannot attach there;
+#                SERVICE_SECTIONS=1 each step's wall time per call to
+#                $OUT/service-sections.txt, benchmarks/sections.py)
 #   apply-profile  benchmarks.apply_profile (the CPU executor on the host's cores; APPLY_ARGS
 #                adds flags, e.g. "--queued 1 8 --group-region-edges 4 64"; APPLY_TIMEOUT
 #                bounds it, seconds, default 400)
@@ -100,6 +102,7 @@ for stage in "${stages[@]}"; do
         service-bench)
             python3 -m benchmarks.service_bench --graph "$GRAPH" --backend "${SERVICE_BACKEND:-cuda}" \
                 --json "$OUT/service-bench.jsonl" ${SERVICE_PROFILE:+--profile "$OUT/service-profile.txt"} \
+                ${SERVICE_SECTIONS:+--sections "$OUT/service-sections.txt"} \
                 ${SERVICE_ARGS:-} 2>&1 \
                 | tee "$OUT/service-bench.txt" | tail -20 ;;
         apply-profile)

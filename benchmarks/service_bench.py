@@ -73,12 +73,19 @@ def _parse_args(argv):
     p.add_argument("--profile", type=Path,
                    help="run the server under benchmarks.sampler and write its per-thread "
                         "profile of the load (start-up left out) here when it stops")
+    p.add_argument("--sections", type=Path,
+                   help="run the server under benchmarks.sections and write each engine and "
+                        "service step's wall time per call during the load here when it "
+                        "stops (not with --profile)")
     p.add_argument("--plot", action="store_true", help=PLOT_HELP)
     p.add_argument("--log", type=Path, default=REPO / "bench-out" / "service-bench-server.log",
                    help="the server's log")
     args = p.parse_args(argv)
     if args.plot and not args.json:
         p.error("--plot draws the --json file: give --json")
+    if args.profile and args.sections:
+        p.error("--profile and --sections each run the server under their own wrapper: "
+                "give one")
     return args
 
 
@@ -221,9 +228,12 @@ class SseSubscriber(threading.Thread):
 
 def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
     # With --profile the server runs under the ptrace-free sampler (benchmarks/sampler.py),
-    # which writes its report when the server stops.
+    # with --sections under the per-call timers (benchmarks/sections.py); either writes its
+    # report when the server stops.
     profile = ([] if args.profile is None else
                ["-m", "benchmarks.sampler", "--top", "150", "--out", str(args.profile)])
+    if args.sections is not None:
+        profile = ["-m", "benchmarks.sections", "--out", str(args.sections)]
     command = [sys.executable, *profile, "-m", "service.cli", "serve",
                "--data-dir", str(data_dir), "--port", str(args.port), "--backend", args.backend,
                "--graph", str(graph_file),
@@ -340,7 +350,7 @@ def main(argv=None) -> int:
                 subscribers = [SseSubscriber(args.port, qid) for qid in ids[: args.subscribers]]
                 for s in subscribers:
                     s.start()
-                if args.profile is not None:
+                if args.profile is not None or args.sections is not None:
                     proc.send_signal(signal.SIGUSR1)    # the report counts the load only
                 for size in args.sizes:
                     encode = _json_body if size <= 1000 else _npy_body
