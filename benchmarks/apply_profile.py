@@ -63,9 +63,12 @@ def batches(held_out: UpdateStream, size: int, count: int, position: int = 0):
 
 
 class Sections:
-    """Own time per wrapped function (a stack per thread subtracts the wrapped callees)."""
+    """Own time per wrapped function (a stack per thread subtracts the wrapped callees).
+    Without `wrap_compiled`, Numba's compiled functions are left as they are: a compiled
+    caller typed after the wrap (a cold cache) would find a Python function there."""
 
-    def __init__(self) -> None:
+    def __init__(self, wrap_compiled: bool = True) -> None:
+        self.wrap_compiled = wrap_compiled
         self.own: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self._local = threading.local()     # .stack: callees' time of each open call
@@ -78,6 +81,8 @@ class Sections:
     def wrap(self, owner, name: str, label: str | None = None) -> None:
         fn = getattr(owner, name, None)
         if fn is None:      # not in this version of the code
+            return
+        if not self.wrap_compiled and hasattr(fn, "py_func"):     # a Numba dispatcher
             return
         label = label or f"{getattr(owner, '__name__', owner)}.{name}"
 

@@ -112,7 +112,7 @@ def main(argv=None) -> None:
     for name, values in rates.items():
         print(f"  {name}: " + ", ".join(f"{v:,.0f}" for v in values), flush=True)
     if args.sections:
-        sections = apply_profile.Sections()
+        sections = apply_profile.Sections(wrap_compiled=False)
         apply_profile.instrument(sections)
         bursts.set(*args.sections)
         t0 = time.perf_counter()

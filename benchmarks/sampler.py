@@ -97,34 +97,50 @@ class Sampler:
         return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.sampler",
-                                description=__doc__.split("\n", 1)[0])
+def module_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options of a runner of a module (this one, benchmarks/sections.py): --out, and
+    -m MODULE with its arguments."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--out", type=Path, required=True, help="where the report goes")
-    p.add_argument("--interval", type=float, default=0.005, help="seconds between samples")
-    p.add_argument("--top", type=int, default=60, help="functions listed per thread")
     p.add_argument("-m", dest="module", required=True, help="the module to run as __main__")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
-    args = p.parse_args(argv)
-    if args.interval <= 0:
-        p.error("--interval must be positive")
+    return p
 
+
+def run_module(module: str, args: list[str], reset, finish) -> None:
+    """Run `module` as __main__ with `args`; SIGUSR1 calls `reset()`, SIGTERM ends the run
+    as a normal exit (a server's own shutdown runs first), and `finish()` runs when the
+    module returns, raises or is ended."""
     def terminate(signum, frame):
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
-    sampler = Sampler(args.interval)
-    signal.signal(signal.SIGUSR1, lambda signum, frame: sampler.reset())
-    sys.argv = [args.module, *args.args]
-    sampler.start()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: reset())
+    sys.argv = [module, *args]
     try:
-        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:
+        finish()
+
+
+def main(argv=None) -> None:
+    p = module_parser("python -m benchmarks.sampler", __doc__.split("\n", 1)[0])
+    p.add_argument("--interval", type=float, default=0.005, help="seconds between samples")
+    p.add_argument("--top", type=int, default=60, help="functions listed per thread")
+    args = p.parse_args(argv)
+    if args.interval <= 0:
+        p.error("--interval must be positive")
+    sampler = Sampler(args.interval)
+
+    def finish() -> None:
         sampler.stop()
         report = sampler.report(args.top)
         args.out.write_text(f"# {args.module} {' '.join(args.args)}: "
                             f"{time.perf_counter() - sampler.started:.1f} s counted\n"
                             + report)
+
+    sampler.start()
+    run_module(args.module, args.args, sampler.reset, finish)
 
 
 if __name__ == "__main__":

@@ -11,19 +11,16 @@ is timed from its entry to its return, waits included, so the same step can be c
 in the service and in the engine alone (`benchmarks.apply_profile`, gil_noise).  The
 report is written when the module returns, raises, or gets SIGTERM; SIGUSR1 starts the
 counts afresh (`service_bench --sections` sends it when its load begins).  A wrapper costs
-about half a microsecond a call.
+about half a microsecond a call.  Numba's compiled functions are not wrapped (a compiled
+caller typed after the wrap would find a Python function): their time is their caller's.
 """
 from __future__ import annotations
 
-import argparse
-import runpy
-import signal
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 from benchmarks.apply_profile import Sections, instrument
+from benchmarks.sampler import module_parser, run_module
 
 
 def instrument_service(sections: Sections, sizes: Counter) -> None:
@@ -65,32 +62,22 @@ def report(sections: Sections, sizes: Counter, seconds: float) -> str:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.sections",
-                                description=__doc__.split("\n", 1)[0])
-    p.add_argument("--out", type=Path, required=True, help="where the report goes")
-    p.add_argument("-m", dest="module", required=True, help="the module to run as __main__")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
-    args = p.parse_args(argv)
-    sections, sizes = Sections(), Counter()
+    args = module_parser("python -m benchmarks.sections",
+                         __doc__.split("\n", 1)[0]).parse_args(argv)
+    sections, sizes = Sections(wrap_compiled=False), Counter()
     instrument(sections)
     instrument_service(sections, sizes)
     started = [time.perf_counter()]
 
-    def reset(signum, frame):
+    def reset() -> None:
         sections.reset()
         sizes.clear()
         started[0] = time.perf_counter()
 
-    def terminate(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGUSR1, reset)
-    signal.signal(signal.SIGTERM, terminate)
-    sys.argv = [args.module, *args.args]
-    try:
-        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
-    finally:
+    def finish() -> None:
         args.out.write_text(report(sections, sizes, time.perf_counter() - started[0]))
+
+    run_module(args.module, args.args, reset, finish)
 
 
 if __name__ == "__main__":
