@@ -230,11 +230,11 @@ def _server(args, graph_file: Path, data_dir: Path, log) -> subprocess.Popen:
     # With --profile the server runs under the ptrace-free sampler (benchmarks/sampler.py),
     # with --sections under the per-call timers (benchmarks/sections.py); either writes its
     # report when the server stops.
-    profile = ([] if args.profile is None else
-               ["-m", "benchmarks.sampler", "--top", "150", "--out", str(args.profile)])
-    if args.sections is not None:
-        profile = ["-m", "benchmarks.sections", "--out", str(args.sections)]
-    command = [sys.executable, *profile, "-m", "service.cli", "serve",
+    wrapper = (["-m", "benchmarks.sampler", "--top", "150", "--out", str(args.profile)]
+               if args.profile is not None else
+               ["-m", "benchmarks.sections", "--out", str(args.sections)]
+               if args.sections is not None else [])
+    command = [sys.executable, *wrapper, "-m", "service.cli", "serve",
                "--data-dir", str(data_dir), "--port", str(args.port), "--backend", args.backend,
                "--graph", str(graph_file),
                "--synchronous", args.synchronous, "--log-level", "warning"]
