@@ -253,6 +253,33 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
          elab, deg, pma.deg, np.int32(min(long_from, 2**31 - 1))))
 
 
+def entry_keys(us: cp.ndarray, vs: cp.ndarray, slot_labels: cp.ndarray, vertex_bits: int,
+               directed: bool, labels: cp.ndarray | None = None
+               ) -> tuple[cp.ndarray, cp.ndarray | None]:
+    """Launch gpu/cuda/kernels/view.cu:entry_keys: the keys (uint64) of both list entries
+    of each edge us[i] - vs[i] (int32 born slots; `directed`: the arc us[i] -> vs[i]), the
+    entries at us first, then those at vs, each neighbour's label index read from
+    `slot_labels`; with `labels` (int32, one per edge) the entries' values too (else
+    None)."""
+    _check_all((("us", np.int32, us), ("vs", np.int32, vs),
+                ("slot_labels", np.int32, slot_labels))
+               + ((("labels", np.int32, labels),) if labels is not None else ()))
+    count = us.shape[0]
+    if vs.shape[0] != count or (labels is not None and labels.shape[0] != count):
+        raise ValueError(f"us, vs and labels differ in length: {count}, {vs.shape[0]}, "
+                         f"{None if labels is None else labels.shape[0]}")
+    keys = cp.empty(2 * count, dtype=np.uint64)
+    vals = cp.empty(2 * count, dtype=np.int32) if labels is not None else None
+    if count:
+        kernel("view", "entry_keys")(
+            (-(-2 * count // 256),), (256,),
+            (us, vs, np.int64(count), slot_labels, np.int32(vertex_bits),
+             np.int32(1 if directed else 0),
+             labels if labels is not None else np.uint64(0), np.int32(labels is not None),
+             keys, vals if vals is not None else np.uint64(0)))
+    return keys, vals
+
+
 FIND_KEYS_ARGS = ("keys", "vals", "cnt", "capacity", "seg_shift", "wanted", "count", "slots",
                   "values")
 
