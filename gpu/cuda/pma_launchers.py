@@ -329,6 +329,24 @@ def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray
     return iseg, dseg, windows[:int(count.get()[0])]
 
 
+def locate_batch(pma, ik: cp.ndarray, dk: cp.ndarray) -> tuple[cp.ndarray, cp.ndarray]:
+    """Launch gpu/cuda/kernels/pma.cu:locate_batch on sorted insert keys `ik` and delete
+    keys `dk` (all stored) of the packed memory array `pma`, any number: marks the deletes
+    DEAD and moves the degrees; returns (iseg, dseg), queued (nothing read back)."""
+    _check_all((("ik", np.uint64, ik), ("dk", np.uint64, dk), ("keys", np.uint64, pma.keys),
+                ("vals", np.int32, pma.vals), ("deg", np.int32, pma.deg)))
+    n_ins, n_del = ik.shape[0], dk.shape[0]
+    out = cp.empty(n_ins + n_del, dtype=np.int64)
+    iseg, dseg = out[:n_ins], out[n_ins:]
+    if n_ins + n_del:
+        kernel("pma", "locate_batch")(
+            (-(-(n_ins + n_del) // 256),), (256,),
+            (pma.keys, pma.vals, np.int64(pma.capacity), np.int32(pma.S.bit_length() - 1),
+             np.int64(pma.nseg), ik, np.int64(n_ins), dk, np.int64(n_del), pma.deg, iseg,
+             dseg))
+    return iseg, dseg
+
+
 UPDATE_SMALL_ARGS = ("keys", "vals", "cnt", "deg", "row", "capacity", "seg_shift", "nseg",
                      "num_vertices", "ik", "iv", "n_ins", "dk", "n_del", "upper_count",
                      "lower_count", "scratch")
