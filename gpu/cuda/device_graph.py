@@ -219,7 +219,10 @@ class PmaGraph:
                 self._load_whole(graph)
             return None
         self.labels.of(batch.add_labels)
-        self._label_slots(graph, batch.add_slots)
+        # Written on the engine's stream and read by the keys' kernel on the array's
+        # (device_entry_keys): recorded as a read, so that the array's stream waits for it.
+        with self.streams.reading():
+            self._label_slots(graph, batch.add_slots)
         with self.streams.changing():
             uploaded = self._apply(graph, batch, touched)
             if batch.device is not None:
