@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import cProfile
 import functools
+import inspect
 import io
 import os
 import pstats
@@ -85,6 +86,7 @@ class Sections:
         if not self.wrap_compiled and hasattr(fn, "py_func"):     # a Numba dispatcher
             return
         label = label or f"{getattr(owner, '__name__', owner)}.{name}"
+        static = isinstance(inspect.getattr_static(owner, name, None), staticmethod)
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
@@ -102,7 +104,7 @@ class Sections:
                 self.calls[label] += 1
                 if stack:
                     stack[-1] += elapsed
-        setattr(owner, name, timed)
+        setattr(owner, name, staticmethod(timed) if static else timed)
 
 
 def instrument(sections: Sections) -> None:
@@ -113,11 +115,16 @@ def instrument(sections: Sections) -> None:
     except ImportError:
         pass
     else:
-        for name in ("sync", "set_ranks", "clear_ranks"):
+        for name in ("sync", "set_ranks", "clear_ranks", "touched"):
             wrap(cuda_executor.DeviceMirror, name, f"DeviceMirror.{name}")
         for name in ("_apply", "_refresh_view", "_label_slots", "stored_labels"):
             wrap(device_graph.PmaGraph, name, f"PmaGraph.{name}")
         wrap(cuda_sig.DeviceSignatures, "apply", "DeviceSignatures.apply")
+        wrap(device_graph.PmaGraph, "device_entry_keys", "PmaGraph.device_entry_keys")
+        wrap(device_graph.DeviceEdgeGraph, "follow_degrees", "DeviceEdgeGraph.follow_degrees")
+        from gpu.graph.pma import device_update
+        for name in ("update_on_device", "locate", "locate_small", "update_small"):
+            wrap(device_update, name, f"device_update.{name}")
         wrap(pma_array.PackedMemoryArray, "apply", "PackedMemoryArray.apply")
         wrap(pma_view.ListView, "refresh", "ListView.refresh")
         wrap(cuda_executor, "launch_cuda_counts", "launch_cuda_counts")

@@ -103,7 +103,8 @@ def module_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--out", type=Path, required=True, help="where the report goes")
     p.add_argument("-m", dest="module", required=True, help="the module to run as __main__")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    p.add_argument("args", nargs=argparse.REMAINDER,
+                   help="its arguments (after --, where the first is an option)")
     return p
 
 
@@ -116,7 +117,7 @@ def run_module(module: str, args: list[str], reset, finish) -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGUSR1, lambda signum, frame: reset())
-    sys.argv = [module, *args]
+    sys.argv = [module, *(args[1:] if args[:1] == ["--"] else args)]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:

@@ -78,3 +78,19 @@ def test_gil_noise_reports_every_configuration_and_the_steps_under_one(tmp_path,
         assert len(rates) == 1 and len(rates[0].split(":")[1].split(", ")) == 2, out
     assert "steps under bursts of 1 ms every 4 ms" in out and "Engine._start" in out, out
     assert "40 batch groups of 120 batches" in out, out
+
+
+def test_a_wrapped_static_method_stays_static_and_is_timed():
+    """A static method (DeviceMirror.touched is one) wrapped on its class is still called
+    without the instance and counted once a call."""
+    from benchmarks.apply_profile import Sections
+
+    class Owner:
+        @staticmethod
+        def double(x):
+            return 2 * x
+
+    sections = Sections()
+    sections.wrap(Owner, "double")
+    assert Owner().double(3) == 6 and Owner.double(4) == 8
+    assert sections.calls["Owner.double"] == 2
