@@ -7,7 +7,9 @@
 #   tests        every test (the gpu-marked ones run: cuda against cpu and the oracle)
 #   pytest       pytest with PYTEST_ARGS (files, -m, -n ...): a chosen set of tests
 #   gpu-tests    only the gpu-marked tests (GPU_TESTS_ARGS adds pytest flags, e.g.
-#                "--ignore tests/gpu/graph/test_pma.py" when the packed memory array is unchanged)
+#                "--ignore tests/gpu/graph/test_pma.py" when the packed memory array is unchanged);
+#                $OUT/gpu-tests.txt names each result as it comes (-v), so a run that a
+#                time limit stops still says which tests failed (grep FAILED)
 #   service-tests  the service and storage tests with the service on the cuda executor
 #                (MOTIFSTREAM_TEST_DEVICE_GRAPH=lists: on the mirrored host lists;
 #                SERVICE_TESTS_ROUNDS=N: N times, stopping at the first round that fails)
@@ -86,9 +88,9 @@ for stage in "${stages[@]}"; do
                 | tee "$OUT/pytest.txt" | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         gpu-tests)
-            python3 -m pytest -q -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
+            python3 -m pytest -v -rfE -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
                 | tee "$OUT/gpu-tests.txt" \
-                | tail -15
+                | grep -v " PASSED \| SKIPPED " | tail -25
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         service-tests)
             # SERVICE_TESTS_ROUNDS runs them again (a fault that hits one start in hundreds);
