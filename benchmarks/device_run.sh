@@ -9,7 +9,9 @@
 #   gpu-tests    only the gpu-marked tests (GPU_TESTS_ARGS adds pytest flags, e.g.
 #                "--ignore tests/gpu/graph/test_pma.py" when the packed memory array is unchanged);
 #                $OUT/gpu-tests.txt names each result as it comes (-v), so a run that a
-#                time limit stops still says which tests failed (grep FAILED)
+#                time limit stops still says which tests failed (grep FAILED);
+#                GPU_TESTS_ROUNDS=N: N times, stopping at the first round that fails (a
+#                failure that comes and goes between runs of one code)
 #   service-tests  the service and storage tests with the service on the cuda executor
 #                (MOTIFSTREAM_TEST_DEVICE_GRAPH=lists: on the mirrored host lists;
 #                SERVICE_TESTS_ROUNDS=N: N times, stopping at the first round that fails)
@@ -88,10 +90,12 @@ for stage in "${stages[@]}"; do
                 | tee "$OUT/pytest.txt" | tail -15
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         gpu-tests)
-            python3 -m pytest -v -rfE -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
-                | tee "$OUT/gpu-tests.txt" \
-                | grep -v " PASSED \| SKIPPED " | tail -25
-            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+            for round in $(seq "${GPU_TESTS_ROUNDS:-1}"); do
+                python3 -m pytest -v -rfE -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
+                    | tee "$OUT/gpu-tests.txt" \
+                    | grep -v " PASSED \| SKIPPED " | tail -25
+                [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; echo "failed in round $round"; break; }
+            done ;;
         service-tests)
             # SERVICE_TESTS_ROUNDS runs them again (a fault that hits one start in hundreds);
             # the first round that fails stops the stage, its log kept.
