@@ -117,10 +117,10 @@ def instrument(sections: Sections) -> None:
     else:
         for name in ("sync", "set_ranks", "clear_ranks", "touched"):
             wrap(cuda_executor.DeviceMirror, name, f"DeviceMirror.{name}")
-        for name in ("_apply", "_refresh_view", "_label_slots", "stored_labels"):
+        for name in ("_apply", "_refresh_view", "_label_slots", "stored_labels",
+                     "device_entry_keys"):
             wrap(device_graph.PmaGraph, name, f"PmaGraph.{name}")
         wrap(cuda_sig.DeviceSignatures, "apply", "DeviceSignatures.apply")
-        wrap(device_graph.PmaGraph, "device_entry_keys", "PmaGraph.device_entry_keys")
         wrap(device_graph.DeviceEdgeGraph, "follow_degrees", "DeviceEdgeGraph.follow_degrees")
         from gpu.graph.pma import device_update
         for name in ("update_on_device", "locate", "locate_small", "update_small"):
