@@ -645,16 +645,22 @@ class Engine:
             if self._device is not None:
                 listed = [q for q in self._queries if q not in counted]
                 list_them = functools.partial(self._list_on_device, list_limit=list_limit)
+                launched = []
                 for qids, launch in ((counted, self._count_on_device), (listed, list_them)):
-                    if not qids:
-                        continue
+                    if qids:
+                        t0 = clock.now()
+                        launched.append((qids, launch(qids, edges), clock.now() - t0))
+                # Queued behind the searches on the engine's stream before any wait for
+                # them, so that the clearing runs while the host waits, not after.
+                self._device.clear_ranks()
+                ranked = False
+                for qids, pending, spent in launched:
                     t0 = clock.now()
-                    pending = launch(qids, edges)
                     found = ([Deferred(pending, i) for i in range(len(qids))] if defer
                              else pending.resolve())
                     results.update(zip(qids, found, strict=True))
                     seconds.update(dict.fromkeys(qids,
-                                                 (clock.now() - t0) / len(qids)))
+                                                 (spent + clock.now() - t0) / len(qids)))
             for qid, standing in self._queries.items():
                 if qid in results:
                     continue

@@ -21,12 +21,13 @@ the host graph (tests).  Importing this module needs CuPy; `gpu.cuda.device` dec
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import cupy as cp
 import numpy as np
 
-from gpu.cuda import match_launchers
+from gpu.cuda import match_launchers, pma_launchers
 from gpu.cuda.loader import upload_together
 from gpu.cuda.array_stream import ArrayStream
 from gpu.cuda.small_phase import SmallLookup
@@ -218,7 +219,10 @@ class PmaGraph:
                 self._load_whole(graph)
             return None
         self.labels.of(batch.add_labels)
-        self._label_slots(graph, batch.add_slots)
+        # Written on the engine's stream and read by the keys' kernel on the array's
+        # (device_entry_keys): recorded as a read, so that the array's stream waits for it.
+        with self.streams.reading():
+            self._label_slots(graph, batch.add_slots)
         with self.streams.changing():
             uploaded = self._apply(graph, batch, touched)
             if batch.device is not None:
@@ -273,26 +277,25 @@ class PmaGraph:
 
     def _apply_from_device(self, edges) -> None:
         """_apply of a batch whose changes are on the device already (EdgeArrays): keyed
-        there through each slot's label index, so nothing is made or uploaded here."""
-        def both_ways(us, vs):
-            incoming = cp.arange(2 * us.shape[0]) >= us.shape[0]
-            return self.device_keys(cp.concatenate([us, vs]), cp.concatenate([vs, us]),
-                                    incoming)
-        inserted = both_ways(edges.insert_u, edges.insert_v)
-        deleted = both_ways(edges.delete_u, edges.delete_v)
-        vals = cp.concatenate([edges.insert_labels, edges.insert_labels])
+        there (device_entry_keys, one launch a side), so nothing is made or uploaded here."""
+        inserted, vals = self.device_entry_keys(edges.insert_u, edges.insert_v,
+                                                edges.insert_labels)
+        deleted, _ = self.device_entry_keys(edges.delete_u, edges.delete_v)
         self.pma.apply(inserted, vals, deleted, check=self.checks)
 
-    def device_keys(self, us: cp.ndarray, vs: cp.ndarray, incoming=False) -> cp.ndarray:
-        """The keys of entries us -> vs (born slots, device arrays), each destination's
-        label index read from the slots' label indices kept with the view (directed: the
-        entries of arcs us -> vs, or where `incoming`, of arcs vs -> us; _list_keys)."""
+    def device_entry_keys(self, us: cp.ndarray, vs: cp.ndarray,
+                          labels: cp.ndarray | None = None
+                          ) -> tuple[cp.ndarray, cp.ndarray | None]:
+        """The keys of both entries of each edge us - vs (born slots, device arrays;
+        directed: the arc us -> vs), the ones at us first, each neighbour's label index
+        read from the slots' label indices kept with the view (_list_keys); with `labels`
+        the entries' values (the edges' labels) too.  One launch
+        (gpu/cuda/kernels/view.cu)."""
         assert self.view is not None, "the slots' label indices are kept with the view"
-        key = self._slot_labels[vs].astype(np.uint64)
-        if self.directed:
-            key = 2 * key + cp.asarray(incoming).astype(np.uint64)
-        return ((us.astype(np.uint64) << np.uint64(32))
-                + (key << np.uint64(self.vertex_bits)) + vs.astype(np.uint64))
+        as32 = functools.partial(cp.ascontiguousarray, dtype=np.int32)
+        return pma_launchers.entry_keys(as32(us), as32(vs), self._slot_labels,
+                                        self.vertex_bits, self.directed,
+                                        None if labels is None else as32(labels))
 
     def _refresh_view(self, graph, batch, touched=None, touched_on_device=None) -> None:
         """Copy again the view's lists of the vertices whose edges `batch` changed (or of
@@ -360,7 +363,8 @@ class PmaGraph:
         if us.shape[0] == 0:
             return cp.empty(0, dtype=np.int32)
         born = (us < num_slots) & (vs < num_slots)
-        keys = self.device_keys(cp.where(born, us, 0), cp.where(born, vs, 0))
+        keys = self.device_entry_keys(cp.where(born, us, 0),
+                                      cp.where(born, vs, 0))[0][:us.shape[0]]
         found = self.pma.lookup(keys, values=True)[1]
         return cp.where(born, found, -1).astype(np.int32)
 

@@ -253,6 +253,33 @@ def refresh_lists(pma, vertices: cp.ndarray, start: cp.ndarray, nbr: cp.ndarray,
          elab, deg, pma.deg, np.int32(min(long_from, 2**31 - 1))))
 
 
+def entry_keys(us: cp.ndarray, vs: cp.ndarray, slot_labels: cp.ndarray, vertex_bits: int,
+               directed: bool, labels: cp.ndarray | None = None
+               ) -> tuple[cp.ndarray, cp.ndarray | None]:
+    """Launch gpu/cuda/kernels/view.cu:entry_keys: the keys (uint64) of both list entries
+    of each edge us[i] - vs[i] (int32 born slots; `directed`: the arc us[i] -> vs[i]), the
+    entries at us first, then those at vs, each neighbour's label index read from
+    `slot_labels`; with `labels` (int32, one per edge) the entries' values too (else
+    None)."""
+    _check_all((("us", np.int32, us), ("vs", np.int32, vs),
+                ("slot_labels", np.int32, slot_labels))
+               + ((("labels", np.int32, labels),) if labels is not None else ()))
+    count = us.shape[0]
+    if vs.shape[0] != count or (labels is not None and labels.shape[0] != count):
+        raise ValueError(f"us, vs and labels differ in length: {count}, {vs.shape[0]}, "
+                         f"{None if labels is None else labels.shape[0]}")
+    keys = cp.empty(2 * count, dtype=np.uint64)
+    vals = cp.empty(2 * count, dtype=np.int32) if labels is not None else None
+    if count:
+        kernel("view", "entry_keys")(
+            (-(-2 * count // 256),), (256,),
+            (us, vs, np.int64(count), slot_labels, np.int32(vertex_bits),
+             np.int32(1 if directed else 0),
+             labels if labels is not None else np.uint64(0), np.int32(labels is not None),
+             keys, vals if vals is not None else np.uint64(0)))
+    return keys, vals
+
+
 FIND_KEYS_ARGS = ("keys", "vals", "cnt", "capacity", "seg_shift", "wanted", "count", "slots",
                   "values")
 
@@ -300,6 +327,24 @@ def locate_small(pma, ik: cp.ndarray, dk: cp.ndarray
          np.int64(pma.nseg), ik, np.int64(n_ins), dk, np.int64(n_del), pma.deg, iseg, dseg,
          windows, count))
     return iseg, dseg, windows[:int(count.get()[0])]
+
+
+def locate_batch(pma, ik: cp.ndarray, dk: cp.ndarray) -> tuple[cp.ndarray, cp.ndarray]:
+    """Launch gpu/cuda/kernels/pma.cu:locate_batch on sorted insert keys `ik` and delete
+    keys `dk` (all stored) of the packed memory array `pma`, any number: marks the deletes
+    DEAD and moves the degrees; returns (iseg, dseg), queued (nothing read back)."""
+    _check_all((("ik", np.uint64, ik), ("dk", np.uint64, dk), ("keys", np.uint64, pma.keys),
+                ("vals", np.int32, pma.vals), ("deg", np.int32, pma.deg)))
+    n_ins, n_del = ik.shape[0], dk.shape[0]
+    out = cp.empty(n_ins + n_del, dtype=np.int64)
+    iseg, dseg = out[:n_ins], out[n_ins:]
+    if n_ins + n_del:
+        kernel("pma", "locate_batch")(
+            (-(-(n_ins + n_del) // 256),), (256,),
+            (pma.keys, pma.vals, np.int64(pma.capacity), np.int32(pma.S.bit_length() - 1),
+             np.int64(pma.nseg), ik, np.int64(n_ins), dk, np.int64(n_del), pma.deg, iseg,
+             dseg))
+    return iseg, dseg
 
 
 UPDATE_SMALL_ARGS = ("keys", "vals", "cnt", "deg", "row", "capacity", "seg_shift", "nseg",

@@ -724,6 +724,33 @@ extern "C" __global__ void __launch_bounds__(1024) locate_small(
 }
 
 // ---------------------------------------------------------------------------------------
+// locate_batch: locate_small's per-update work for a batch of any size, a thread per
+// update over the grid (device_update.py `locate`): each sorted insert's and delete's
+// segment, the deletes' slots marked DEAD, the sources' degrees moved by one per update.
+// The windows are left to the host (xp_ops.sorted_union), as the level-by-level update
+// takes them.
+
+extern "C" __global__ void locate_batch(
+    const unsigned long long* keys, int* vals, const long long capacity, const int seg_shift,
+    const long long nseg, const unsigned long long* ik, const long long n_ins,
+    const unsigned long long* dk, const long long n_del, int* deg, long long* iseg,
+    long long* dseg)
+{
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n_ins) {
+        const long long pos = lower_bound_u64(keys, 0, capacity, ik[t]);
+        iseg[t] = min_ll(pos >> seg_shift, nseg - 1);
+        atomicAdd(deg + (long long)(ik[t] >> 32), 1);
+    } else if (t < n_ins + n_del) {
+        const long long j = t - n_ins;
+        const long long pos = lower_bound_u64(keys, 0, capacity, dk[j]);
+        dseg[j] = pos >> seg_shift;
+        vals[pos] = DEAD;
+        atomicAdd(deg + (long long)(dk[j] >> 32), -1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // update_small: a small batch (at most SMALL_BATCH updates, sorted, already validated) in
 // one launch of one block when every leaf it touches takes its share within the leaf
 // thresholds (device_update.py `update_small`): locate_small's segments and windows, the

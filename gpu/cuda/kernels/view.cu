@@ -128,3 +128,27 @@ extern "C" __global__ void __launch_bounds__(LONG_BLOCK) refresh_long_lists(
         else if (k == m - 1) deg[u] = (int)(out - start[u]);
     }
 }
+
+// Both list entries of each edge us[i] - vs[i] (born vertex slots) as keys: the entry at
+// us[i] at i, the one at vs[i] at count + i, each keyed through its neighbour's label
+// index (`slot_labels`, kept with the read view); `directed`: of the arc us[i] -> vs[i],
+// whose list key is 2 label + 1 where the arc enters the entry's vertex.  With
+// `with_values`, each entry's value is its edge's label (labels[i]).  A thread per entry:
+// PmaGraph.device_keys' two dozen CuPy operations for a batch in one launch.
+extern "C" __global__ void entry_keys(
+    const int* __restrict__ us, const int* __restrict__ vs, long long count,
+    const int* __restrict__ slot_labels, int vertex_bits, int directed,
+    const int* __restrict__ labels, int with_values,
+    unsigned long long* __restrict__ keys, int* __restrict__ vals)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 2 * count) return;
+    const bool second = i >= count;
+    const long long j = second ? i - count : i;
+    const unsigned long long src = (unsigned)(second ? vs[j] : us[j]);
+    const unsigned long long dst = (unsigned)(second ? us[j] : vs[j]);
+    unsigned long long list_key = (unsigned)slot_labels[dst];
+    if (directed) list_key = 2 * list_key + (second ? 1 : 0);
+    keys[i] = (src << 32) + (list_key << vertex_bits) + dst;
+    if (with_values) vals[i] = labels[j];
+}

@@ -208,9 +208,10 @@ class PackedMemoryArray:
             order = xp.argsort(ik)
             ik, iv = ik[order], iv[order]
             dk = xp.sort(dk)
-        if (not check and self.config.kernels and xp is not np and ik.size + dk.size
-                and ik.size + dk.size <= device_update.SMALL_BATCH):
-            return self._apply_small(ik, iv, dk)
+        if not check and self.config.kernels and xp is not np and ik.size + dk.size:
+            if ik.size + dk.size <= device_update.SMALL_BATCH:
+                return self._apply_small(ik, iv, dk)
+            return self._apply_located(ik, iv, dk)
         ipos = xp_ops.search(xp, self.keys, ik)
         dpos = xp_ops.search(xp, self.keys, dk)
         if check:
@@ -239,15 +240,25 @@ class PackedMemoryArray:
         launch when they take it (device_update.update_small), else its start in one
         launch (device_update.locate_small, which moves the degrees too), then the
         level-by-level update."""
-        xp = self.xp
         self.stats = PMAStats(levels=-1)
         if device_update.update_small(self, ik, iv, dk):
             self.num_edges += int(ik.size) - int(dk.size)
             self.mark_phase("level 0")
             return self.stats
-        iseg, dseg, windows = device_update.locate_small(self, ik, dk)
+        return self._update_located(ik, iv, dk, *device_update.locate_small(self, ik, dk))
+
+    def _apply_located(self, ik, iv, dk) -> PMAStats:
+        """A larger checked-elsewhere batch on the kernels: its start in one launch
+        (device_update.locate, which moves the degrees too, with no synchronisation), then
+        the level-by-level update."""
+        self.stats = PMAStats(levels=-1)
+        return self._update_located(ik, iv, dk, *device_update.locate(self, ik, dk))
+
+    def _update_located(self, ik, iv, dk, iseg, dseg, windows=None) -> PMAStats:
+        """The level-by-level update of a located batch (its deletes marked DEAD, its
+        degrees moved; `windows`, when known, the distinct segments of iseg and dseg)."""
         self.mark_phase("sort and check")
-        batch = PendingBatch(ik, iv, xp.ones(ik.size, dtype=bool), dk)
+        batch = PendingBatch(ik, iv, self.xp.ones(ik.size, dtype=bool), dk)
         device_update.update_on_device(self, batch, iseg, dseg, windows)
         if not self.stats.rebuilt:      # a rebuild recounted both
             self.num_edges += int(ik.size) - int(dk.size)

@@ -37,6 +37,15 @@ def locate_small(pma, ik, dk):
     return ck.locate_small(pma, ik, dk)
 
 
+def locate(pma, ik, dk):
+    """locate_small's work for sorted inserts `ik` and deletes `dk` (all stored) of any
+    number, in one launch (pma.cu `locate_batch`): the deletes marked DEAD, the degrees
+    moved (before the update: a validated batch cannot be refused); returns (iseg, dseg),
+    queued, with no synchronisation."""
+    from gpu.cuda import pma_launchers as ck
+    return ck.locate_batch(pma, ik, dk)
+
+
 def update_small(pma, ik, iv, dk) -> bool:
     """A small validated batch (sorted inserts `ik` with values `iv`, sorted deletes `dk`,
     at most SMALL_BATCH) merged into its leaves in one launch and one read-back

@@ -350,14 +350,18 @@ def test_small_batches_in_one_launch_equal_the_array_path(segment_size):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("unchecked", [False, True], ids=["checked", "unchecked"])
+@pytest.mark.parametrize("start", ["checked", "small", "located"])
 @pytest.mark.parametrize("segment_size, block_window, merge_chunk",
                          [(2, 1024, 256), (2, 8, 3), (4, 0, 1), (32, 1024, 256)])
-def test_kernels_through_growth_and_shrinking(segment_size, block_window, merge_chunk,
-                                              unchecked):
+def test_kernels_through_growth_and_shrinking(monkeypatch, segment_size, block_window,
+                                              merge_chunk, start):
     """Growth, churn, shrinking and regrowth on a nearly empty array: rebuilds, the root
-    merged, segments left empty (the gap repair) on both paths alike; `unchecked`, the
-    kernels' side takes the engine's small batches (locate_small)."""
+    merged, segments left empty (the gap repair) on both paths alike.  Unchecked, the
+    kernels' side takes batches as the engine gives them: `small`, each in update_small's
+    or locate_small's one launch; `located`, past a SMALL_BATCH of 4, in locate_batch's."""
+    if start == "located":
+        monkeypatch.setattr(device_update, "SMALL_BATCH", 4)
+    unchecked = start != "checked"
     rng = np.random.default_rng(17)
     n = 60
     pmas = _kernels_and_array_path(n, segment_size=segment_size, block_window=block_window,
@@ -379,12 +383,17 @@ def test_kernels_through_growth_and_shrinking(segment_size, block_window, merge_
 @pytest.mark.parametrize("prefix_counts_above", [1, device_update.PREFIX_COUNTS_ABOVE])
 @pytest.mark.parametrize("segment_size, block_window, merge_chunk",
                          [(4, 16, 5), (32, 1024, 256), (32, 0, 256)])
+@pytest.mark.parametrize("located", [False, True], ids=["checked", "located"])
 def test_kernels_on_skewed_batches_up_to_the_root(monkeypatch, prefix_counts_above,
-                                                  segment_size, block_window, merge_chunk):
+                                                  segment_size, block_window, merge_chunk,
+                                                  located):
     """Batches into one vertex overflow windows up to the root (merged, not rebuilt, when
     the array as a whole has room), then deletes empty the region again; with the counts
-    of large windows from a prefix sum or from loops."""
+    of large windows from a prefix sum or from loops; `located`, unchecked and started in
+    locate_batch's one launch (past a SMALL_BATCH of 4), as the engine gives them."""
     monkeypatch.setattr(device_update, "PREFIX_COUNTS_ABOVE", prefix_counts_above)
+    if located:
+        monkeypatch.setattr(device_update, "SMALL_BATCH", 4)
     rng = np.random.default_rng(1)
     pmas = _kernels_and_array_path(3001, segment_size=segment_size, block_window=block_window,
                                    merge_chunk=merge_chunk, min_segments=2)
@@ -393,11 +402,12 @@ def test_kernels_on_skewed_batches_up_to_the_root(monkeypatch, prefix_counts_abo
     levels = set()
     for start in range(1, 3001, 300):
         ik = np.arange(start, start + 300, dtype=np.uint64)      # 0 -> start..start+299
-        _apply_both(pmas, ref, ik, rng.integers(0, 5, ik.size).astype(np.int32), none)
+        _apply_both(pmas, ref, ik, rng.integers(0, 5, ik.size).astype(np.int32), none,
+                    located)
         levels.add(pmas[0].stats.levels)
     for start in range(1, 2800, 400):
         _apply_both(pmas, ref, none, np.zeros(0, dtype=np.int32),
-                    np.arange(start, start + 350, dtype=np.uint64))
+                    np.arange(start, start + 350, dtype=np.uint64), located)
         levels.add(pmas[0].stats.levels)
     pmas[0].check(*ref.arrays())
     assert max(levels) >= 4, levels
