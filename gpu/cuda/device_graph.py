@@ -112,6 +112,8 @@ class PmaGraph:
         # The read view, and each vertex slot's label index there (the rank kernel's).
         self.view = None if view_capacity is None else ListView(cp, view_capacity)
         self._slot_labels = cp.zeros(0, dtype=np.int32)
+        # Per vertex slot, the last batch that found it touched (_touched_after).
+        self._stamp, self._epoch = cp.zeros(0, dtype=np.int32), 0
         # With the view the array has a stream of its own (gpu/cuda/array_stream.py).
         self.streams = ArrayStream(self.view is not None)
 
@@ -208,10 +210,11 @@ class PmaGraph:
              ) -> BatchArrays | None:
         """Follow the host graph: load it whole (no batch), or apply the batch's edge
         changes (an EffectiveBatch, already applied to the host graph, except for the
-        degrees of a batch whose changes are on the device: those are read back here
-        from the array's counts at the touched vertices, `touched` and
-        `touched_on_device`).  A batch whose keys were made here returns what it
-        uploaded with them, for the signatures (BatchArrays), else None."""
+        degrees of a batch whose changes are on the device: its touched vertices are
+        found here after the update, with their degrees in the array, _touched_after).
+        A batch whose keys were made here, or whose changes are on the device, returns
+        its edge ends and touched vertices there, for the signatures (BatchArrays), else
+        None."""
         self._host = graph
         self.max_degree = graph.max_degree
         if batch is None:
@@ -226,10 +229,8 @@ class PmaGraph:
         with self.streams.changing():
             uploaded = self._apply(graph, batch, touched)
             if batch.device is not None:
-                assert self._holds(graph) and touched_on_device is not None
-                graph.follow_degrees(touched, self.pma.deg[touched_on_device].get(),
-                                     len(batch.insert_u) - len(batch.delete_u))
-                self.max_degree = graph.max_degree
+                assert self._holds(graph) and self.view is not None
+                touched, uploaded = self._touched_after(graph, batch)
         if uploaded is not None:
             touched_on_device = uploaded.touched
         with self.streams.reading():
@@ -274,6 +275,27 @@ class PmaGraph:
         ik, dk, touched64, iv, *ends, touched32 = on_device
         self.pma.apply(ik, iv, dk, check=self.checks, presorted=small)
         return BatchArrays(*ends, touched32, touched64)
+
+    def _touched_after(self, graph, batch) -> tuple[np.ndarray, BatchArrays]:
+        """The distinct vertices a batch changed on the device touched, found after its
+        update with their degrees in the array, in one launch and one read-back
+        (pma_launchers.touched_vertices, in the order found); the host graph takes the
+        degrees.  Returns the vertices on the host, and the batch's edge ends and the
+        vertices on the device."""
+        dev = batch.device
+        self._epoch += 1
+        if self._stamp.shape[0] < graph.num_slots or self._epoch >= 2**31 - 1:
+            self._stamp = cp.zeros(max(graph.num_slots, 2 * self._stamp.shape[0]),
+                                   dtype=np.int32)
+            self._epoch = 1
+        slots = np.concatenate([batch.delete_slots, batch.add_slots]).astype(np.int32)
+        touched, degrees, on_device = pma_launchers.touched_vertices(
+            dev.delete_u, dev.delete_v, dev.insert_u, dev.insert_v, cp.asarray(slots),
+            self.pma.deg, self._stamp, self._epoch)
+        graph.follow_degrees(touched, degrees, len(batch.insert_u) - len(batch.delete_u))
+        self.max_degree = graph.max_degree
+        return touched, BatchArrays(dev.delete_u, dev.delete_v, dev.insert_u, dev.insert_v,
+                                    on_device, on_device.astype(np.int64))
 
     def _apply_from_device(self, edges) -> None:
         """_apply of a batch whose changes are on the device already (EdgeArrays): keyed

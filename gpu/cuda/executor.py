@@ -73,20 +73,17 @@ class DeviceMirror:
 
     # ---- graph ---------------------------------------------------------
     @staticmethod
-    def touched(batch) -> tuple[np.ndarray, cp.ndarray | None]:
-        """The distinct vertices an EffectiveBatch touches (ascending int32) on the host,
-        and on the device too when its edge changes are there (found there, then read
-        back: a million-edge batch's four million endpoints sort faster on the device)."""
-        dev = batch.device
-        if dev is None:
-            return sorted_unique(np.concatenate([
-                batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
-                batch.delete_slots, batch.add_slots])).astype(np.int32), None
-        parts = [dev.delete_u, dev.delete_v, dev.insert_u, dev.insert_v,
-                 cp.asarray(np.concatenate([batch.delete_slots, batch.add_slots]
-                                           ).astype(np.int32))]
-        found = cp.unique(cp.concatenate(parts))
-        return found.get(), found
+    def touched(batch) -> tuple[np.ndarray | None, cp.ndarray | None]:
+        """The distinct vertices an EffectiveBatch touches (ascending int32) on the host;
+        None when its edge changes are on the device, where the device graph finds them
+        after its update, with their degrees (PmaGraph._touched_after: a million-edge
+        batch's four million endpoints are settled faster there).  The second item, the
+        same on the device, is always None here."""
+        if batch.device is not None:
+            return None, None
+        return sorted_unique(np.concatenate([
+            batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
+            batch.delete_slots, batch.add_slots])).astype(np.int32), None
 
     def sync(self, graph, touched: np.ndarray | None = None, batch=None,
              touched_on_device: cp.ndarray | None = None) -> None:

@@ -280,6 +280,35 @@ def entry_keys(us: cp.ndarray, vs: cp.ndarray, slot_labels: cp.ndarray, vertex_b
     return keys, vals
 
 
+def touched_vertices(du: cp.ndarray, dv: cp.ndarray, iu: cp.ndarray, iv: cp.ndarray,
+                     slots: cp.ndarray, deg: cp.ndarray, stamp: cp.ndarray, epoch: int
+                     ) -> tuple[np.ndarray, np.ndarray, cp.ndarray]:
+    """Launch gpu/cuda/kernels/view.cu:touched_vertices: the distinct vertices among the
+    edge ends du, dv, iu, iv and the vertex slots `slots` (int32), each with its degree
+    `deg` (int32, per slot), claimed through `stamp` (int32, per slot, no entry equal to
+    `epoch` > 0) and read back in one copy.  Returns the vertices and their degrees on the
+    host, in the order claimed (not sorted), and the vertices on the device (int32)."""
+    _check_all((("du", np.int32, du), ("dv", np.int32, dv), ("iu", np.int32, iu),
+                ("iv", np.int32, iv), ("slots", np.int32, slots), ("deg", np.int32, deg),
+                ("stamp", np.int32, stamp)))
+    n_del, n_ins = du.shape[0], iu.shape[0]
+    if dv.shape[0] != n_del or iv.shape[0] != n_ins:
+        raise ValueError(f"edge ends differ in length: {n_del}, {dv.shape[0]} deleted, "
+                         f"{n_ins}, {iv.shape[0]} inserted")
+    if not 0 < epoch < 2**31:
+        raise ValueError(f"epoch must be a positive int32, got {epoch}")
+    bound = 2 * (n_del + n_ins) + slots.shape[0]
+    out = cp.zeros(1 + 2 * bound, dtype=np.int32)
+    if bound:
+        kernel("view", "touched_vertices")(
+            (-(-bound // 256),), (256,),
+            (du, dv, np.int64(n_del), iu, iv, np.int64(n_ins), slots,
+             np.int64(slots.shape[0]), deg, stamp, np.int32(epoch), np.int64(bound), out))
+    host = out.get()
+    count = int(host[0])
+    return host[1:1 + count], host[1 + bound:1 + bound + count], out[1:1 + count]
+
+
 FIND_KEYS_ARGS = ("keys", "vals", "cnt", "capacity", "seg_shift", "wanted", "count", "slots",
                   "values")
 

@@ -152,3 +152,33 @@ extern "C" __global__ void entry_keys(
     keys[i] = (src << 32) + (list_key << vertex_bits) + dst;
     if (with_values) vals[i] = labels[j];
 }
+
+// The distinct vertices a batch touched (the ends of its deleted edges du - dv and inserted
+// edges iu - iv, and its vertex records' `slots`), each with its degree in the array after
+// the batch: PmaGraph's follow-up of a batch changed on the device, in place of a sort,
+// a compaction and two read-backs.  A thread per end; the first to stamp its vertex with
+// this batch's `epoch` (`stamp`, one int per vertex slot, kept between batches so that
+// nothing is cleared) appends it.  out[0] counts them (zero before the launch); the
+// vertices follow from out[1], their degrees from out[1 + bound], in the order claimed.
+extern "C" __global__ void touched_vertices(
+    const int* __restrict__ du, const int* __restrict__ dv, long long n_del,
+    const int* __restrict__ iu, const int* __restrict__ iv, long long n_ins,
+    const int* __restrict__ slots, long long n_slots, const int* __restrict__ deg,
+    int* __restrict__ stamp, int epoch, long long bound, int* __restrict__ out)
+{
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int v;
+    if (t < 2 * n_del) {
+        v = t < n_del ? du[t] : dv[t - n_del];
+    } else if ((t -= 2 * n_del) < 2 * n_ins) {
+        v = t < n_ins ? iu[t] : iv[t - n_ins];
+    } else if ((t -= 2 * n_ins) < n_slots) {
+        v = slots[t];
+    } else {
+        return;
+    }
+    if (atomicExch(stamp + v, epoch) == epoch) return;
+    const int at = atomicAdd(out, 1);
+    out[1 + at] = v;
+    out[1 + bound + at] = deg[v];
+}
