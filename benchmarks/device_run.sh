@@ -11,7 +11,9 @@
 #                $OUT/gpu-tests.txt names each result as it comes (-v), so a run that a
 #                time limit stops still says which tests failed (grep FAILED);
 #                GPU_TESTS_ROUNDS=N: N times, stopping at the first round that fails (a
-#                failure that comes and goes between runs of one code)
+#                failure that comes and goes between runs of one code); GPU_TESTS_PATHS
+#                the files or test ids to run instead of all of tests/ (e.g.
+#                "tests/gpu/test_batch_groups.py" with GPU_TESTS_ROUNDS=5)
 #   service-tests  the service and storage tests with the service on the cuda executor
 #                (MOTIFSTREAM_TEST_DEVICE_GRAPH=lists: on the mirrored host lists;
 #                SERVICE_TESTS_ROUNDS=N: N times, stopping at the first round that fails)
@@ -91,7 +93,7 @@ for stage in "${stages[@]}"; do
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         gpu-tests)
             for round in $(seq "${GPU_TESTS_ROUNDS:-1}"); do
-                python3 -m pytest -v -rfE -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} tests 2>&1 \
+                python3 -m pytest -v -rfE -p no:cacheprovider -p no:benchmark -m gpu ${GPU_TESTS_ARGS:-} ${GPU_TESTS_PATHS:-tests} 2>&1 \
                     | tee "$OUT/gpu-tests.txt" \
                     | grep -v " PASSED \| SKIPPED " | tail -25
                 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; echo "failed in round $round"; break; }
