@@ -43,6 +43,12 @@
 #                bounds it, seconds, default 400)
 #   scale        benchmarks.scale_bench on cuda (R-MAT engine load, update throughput,
 #                match latency); SCALE_ARGS adds flags, SCALE_TIMEOUT bounds it (default 500)
+#   sanitize     compute-sanitizer (SANITIZE_TOOL: initcheck by default, or memcheck, racecheck,
+#                synccheck) over the gpu-marked tests of SANITIZE_PATHS (default
+#                tests/gpu/test_batch_groups.py; SANITIZE_ARGS adds pytest flags, e.g. -k), with
+#                CuPy's memory pool off so that every allocation is fresh memory to the tool (a
+#                pool hands back blocks earlier work wrote, which initcheck counts as written);
+#                $OUT/sanitize.txt, SANITIZE_TIMEOUT bounds it (default 500)
 #   ncu-Q1,Q2    Nsight Compute on the search kernels for saved queries Q1, Q2 (one batch
 #                each, benchmarks.kernel_profile --ncu-range); report and details page
 #                under $OUT; NCU_ARGS adds flags
@@ -125,6 +131,14 @@ for stage in "${stages[@]}"; do
             query=bench-out/queries/gh_k6_seed0_labels5x0/${stage#profile-}.graph
             python3 -m benchmarks.phase_profile "$query" --graph "$GRAPH" --backend cuda \
                 --top 25 2>&1 | tee "$OUT/$stage.txt" | head -60 ;;
+        sanitize)
+            timeout "${SANITIZE_TIMEOUT:-500}" compute-sanitizer --tool "${SANITIZE_TOOL:-initcheck}" \
+                --target-processes all --error-exitcode 9 \
+                python3 -c "import sys, cupy, pytest; cupy.cuda.set_allocator(None); sys.exit(pytest.main(sys.argv[1:]))" \
+                -v -rfE -p no:cacheprovider -p no:benchmark -m gpu ${SANITIZE_ARGS:-} \
+                ${SANITIZE_PATHS:-tests/gpu/test_batch_groups.py} 2>&1 \
+                | tee "$OUT/sanitize.txt" | grep -v " PASSED \| SKIPPED " | tail -40
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
         ncu-*)
             # Nsight Compute on the search kernels of the named queries (comma-separated),
             # the sections that located its stalls (2026-11-29); NCU_ARGS adds flags.
