@@ -20,10 +20,10 @@ import numpy as np
 
 from gpu.cuda import match_launchers
 from gpu.cuda.device_graph import make_device_graph
-from gpu.cuda.loader import upload_together
+from gpu.cuda.loader import keep_until_copied, upload_together
 from gpu.cuda.shared_launch import MAX_PAIRS, SharedLaunch, run_sums
 from gpu.cuda.signatures import DeviceSignatures
-from gpu.cuda.small_phase import SmallPhase, keep_until_copied
+from gpu.cuda.small_phase import SmallPhase
 from gpu.config import EngineConfig
 from gpu.graph.sets import sorted_unique
 from gpu.plan.planner import TaskTypes, device_leaf_root
