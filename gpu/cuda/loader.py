@@ -11,9 +11,9 @@ ranks.cu, leaves.cu), `group_launchers` (groups.cu), `pma_launchers` (pma.cu, vi
 `prep_launchers` (prep.cu), `signature_launchers` (signature.cu), `windowed` (window.cu),
 and `id_mirror` (idmap.cu).  `Prepared` keeps one kernel's
 arguments as C values for launches that repeat (gpu/cuda/small_phase.py), and
-`upload_together` copies a launch's host arrays up in one copy (staged in pinned memory,
-`keep_until_copied` holding each staging until its copy is done), `read_back` a result
-down.  Only import this
+`upload_together` copies a launch's host arrays up in one copy, `read_back` a result down
+(through pinned memory), and `keep_until_copied` holds a pinned block until its
+asynchronous copy is done.  Only import this
 module where `gpu.cuda.device.cuda_available()` is true.
 """
 from __future__ import annotations
@@ -168,25 +168,16 @@ def upload_together(*arrays: np.ndarray) -> list[cp.ndarray]:
     """Host arrays on the device in one copy: their bytes in one buffer, each array a
     typed view of its part (8-byte types first, so that every part is aligned to its
     type).  Each part is made as one array over the buffer's memory (a slice and a view
-    of it made two, ~2 us each: a one-edge batch's update uploads nine parts).  The
-    bytes are staged in pinned memory and copied asynchronously on the current stream:
-    a GH 10% batch's 0.7 MB of edge records took 101 us of the host from pageable
-    memory, 25 us staged (H200, 2026-11-29)."""
+    of it made two, ~2 us each: a one-edge batch's update uploads nine parts).  The copy
+    is from pageable memory, which waits for the stream's earlier work: staged in pinned
+    memory and copied asynchronously (25 us of the host instead of 101 for a GH 10%
+    batch's 0.7 MB, H200, 2026-11-29), batch groups on CUDA counted wrongly
+    (tests/gpu/test_batch_groups.py, seed 3): some reader still relies on that wait."""
     sizes = [a.itemsize for a in arrays]
     if sizes != sorted(sizes, reverse=True):
         raise ValueError("upload_together takes wider types first")
     host = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
-    total = sum(a.nbytes for a in host)
-    staged = cupyx.empty_pinned(total, dtype=np.uint8)
-    lo = 0
-    for a in host:
-        staged[lo:lo + a.nbytes] = a.view(np.uint8)
-        lo += a.nbytes
-    both = cp.empty(total, dtype=np.uint8)
-    if total:
-        stream = cp.cuda.get_current_stream()
-        both.data.copy_from_host_async(staged.ctypes.data, total, stream)
-        keep_until_copied(stream.record(), staged)
+    both = cp.asarray(np.concatenate([a.view(np.uint8) for a in host]))
     out, lo = [], 0
     for a in host:
         out.append(cp.ndarray(a.shape, a.dtype, both.data + lo))
