@@ -168,11 +168,8 @@ def upload_together(*arrays: np.ndarray) -> list[cp.ndarray]:
     """Host arrays on the device in one copy: their bytes in one buffer, each array a
     typed view of its part (8-byte types first, so that every part is aligned to its
     type).  Each part is made as one array over the buffer's memory (a slice and a view
-    of it made two, ~2 us each: a one-edge batch's update uploads nine parts).  The copy
-    is from pageable memory, which waits for the stream's earlier work: staged in pinned
-    memory and copied asynchronously (25 us of the host instead of 101 for a GH 10%
-    batch's 0.7 MB, H200, 2026-11-29), batch groups on CUDA counted wrongly
-    (tests/gpu/test_batch_groups.py, seed 3): some reader still relies on that wait."""
+    of it made two, ~2 us each: a one-edge batch's update uploads nine parts).
+    (`cupy.asarray` stages the bytes in pinned memory and copies them asynchronously.)"""
     sizes = [a.itemsize for a in arrays]
     if sizes != sorted(sizes, reverse=True):
         raise ValueError("upload_together takes wider types first")
