@@ -697,9 +697,9 @@ class Engine:
             g.insert_edges(batch.insert_u, batch.insert_v, batch.insert_labels)
         if self._device is not None:
             # The device graph, signatures and candidate bits follow on the device.
-            touched, touched_on_device = self._device.touched(batch)
+            touched = self._device.touched(batch)
             t0 = clock.now()
-            self._device.sync(g, touched, batch, touched_on_device)
+            self._device.sync(g, touched, batch)
             self._device_seconds = clock.now() - t0
             return
         if len(batch.add_ids):

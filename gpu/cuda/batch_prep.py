@@ -30,7 +30,7 @@ from gpu.batch_edges import (MISSING, EdgeArrays, EdgeChanges, Rejection,
                              edge_changes, first_rejection)
 from gpu.cuda import prep_launchers
 from gpu.cuda.id_mirror import DeviceIdMap
-from gpu.cuda.loader import upload_together
+from gpu.cuda.loader import read_back, upload_together
 
 
 class _DeviceLookups:
@@ -102,7 +102,7 @@ class DevicePrep:
             prep_launchers.write_changes(sorted_keys, order, d_labels, stored, keep_ins,
                                          keep_del, cp.cumsum(keep_ins, dtype=np.int32),
                                          cp.cumsum(keep_del, dtype=np.int32), checks, out)
-            host = out.get()                # the batch's one wait
+            host = read_back(out)           # the batch's one wait
         rejection = first_rejection(host[6 * n + 2:].tolist(), n)
         if rejection is not None:
             return rejection

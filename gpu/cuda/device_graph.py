@@ -206,8 +206,7 @@ class PmaGraph:
         in host lists this array follows."""
         return getattr(graph, "device", None) is self
 
-    def sync(self, graph, touched=None, batch=None, touched_on_device=None
-             ) -> BatchArrays | None:
+    def sync(self, graph, touched=None, batch=None) -> BatchArrays | None:
         """Follow the host graph: load it whole (no batch), or apply the batch's edge
         changes (an EffectiveBatch, already applied to the host graph, except for the
         degrees of a batch whose changes are on the device: its touched vertices are
@@ -231,8 +230,7 @@ class PmaGraph:
             if batch.device is not None:
                 assert self._holds(graph) and self.view is not None
                 touched, uploaded = self._touched_after(graph, batch)
-        if uploaded is not None:
-            touched_on_device = uploaded.touched
+        touched_on_device = None if uploaded is None else uploaded.touched
         with self.streams.reading():
             self._refresh_view(graph, batch, touched, touched_on_device)
         return uploaded

@@ -20,10 +20,10 @@ import numpy as np
 
 from gpu.cuda import match_launchers
 from gpu.cuda.device_graph import make_device_graph
-from gpu.cuda.loader import upload_together
+from gpu.cuda.loader import keep_until_copied, upload_together
 from gpu.cuda.shared_launch import MAX_PAIRS, SharedLaunch, run_sums
 from gpu.cuda.signatures import DeviceSignatures
-from gpu.cuda.small_phase import SmallPhase, keep_until_copied
+from gpu.cuda.small_phase import SmallPhase
 from gpu.config import EngineConfig
 from gpu.graph.sets import sorted_unique
 from gpu.plan.planner import TaskTypes, device_leaf_root
@@ -73,25 +73,23 @@ class DeviceMirror:
 
     # ---- graph ---------------------------------------------------------
     @staticmethod
-    def touched(batch) -> tuple[np.ndarray | None, cp.ndarray | None]:
+    def touched(batch) -> np.ndarray | None:
         """The distinct vertices an EffectiveBatch touches (ascending int32) on the host;
         None when its edge changes are on the device, where the device graph finds them
         after its update, with their degrees (PmaGraph._touched_after: a million-edge
-        batch's four million endpoints are settled faster there).  The second item, the
-        same on the device, is always None here."""
+        batch's four million endpoints are settled faster there)."""
         if batch.device is not None:
-            return None, None
+            return None
         return sorted_unique(np.concatenate([
             batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,
-            batch.delete_slots, batch.add_slots])).astype(np.int32), None
+            batch.delete_slots, batch.add_slots])).astype(np.int32)
 
-    def sync(self, graph, touched: np.ndarray | None = None, batch=None,
-             touched_on_device: cp.ndarray | None = None) -> None:
+    def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
         """Follow the host graph after a batch (None: copy it whole); `touched` are the
-        vertices the batch touched (`touched_on_device`: the same, on the device, when
-        `touched` found them there), `batch` its EffectiveBatch.  The signatures and
+        vertices the batch touched (None for a batch whose changes are on the device: the
+        device graph finds them), `batch` its EffectiveBatch.  The signatures and
         candidate bits follow on the device."""
-        uploaded = self.graph.sync(graph, touched, batch, touched_on_device)
+        uploaded = self.graph.sync(graph, touched, batch)
         # Kept until the next batch's: the signature kernels below read it on the engine's
         # stream, and its memory, once free, goes back to the array stream's pool, whose
         # next batch waits for the engine's reads of the array (not for these kernels):
@@ -108,7 +106,7 @@ class DeviceMirror:
             # A whole load's temporaries (sorts of every key) would stay in CuPy's pool.
             cp.get_default_memory_pool().free_all_blocks()
         else:
-            self.signatures.apply(graph, batch, touched, touched_on_device, uploaded)
+            self.signatures.apply(graph, batch, touched, uploaded)
 
     def external(self, rows: cp.ndarray) -> cp.ndarray:
         """Rows of vertex slots as external ids (int64), queued on the device; -1 entries

@@ -51,10 +51,8 @@ class ListMirror:
     def register_labels(self, labels) -> None:
         pass
 
-    def sync(self, graph, touched: np.ndarray | None = None, batch=None,
-             touched_on_device=None) -> None:
-        """Bring the copies up to date after a batch that touched `touched` (None: all;
-        `touched_on_device` is PmaGraph's, unused here)."""
+    def sync(self, graph, touched: np.ndarray | None = None, batch=None) -> None:
+        """Bring the copies up to date after a batch that touched `touched` (None: all)."""
         self.max_degree = graph.max_degree
         self.directed = bool(getattr(graph, "directed", False))
         for name in self.VERTEX + self.POOLS:

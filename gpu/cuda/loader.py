@@ -11,7 +11,9 @@ ranks.cu, leaves.cu), `group_launchers` (groups.cu), `pma_launchers` (pma.cu, vi
 `prep_launchers` (prep.cu), `signature_launchers` (signature.cu), `windowed` (window.cu),
 and `id_mirror` (idmap.cu).  `Prepared` keeps one kernel's
 arguments as C values for launches that repeat (gpu/cuda/small_phase.py), and
-`upload_together` copies a launch's host arrays up in one copy.  Only import this
+`upload_together` copies a launch's host arrays up in one copy, `read_back` a result down
+(through pinned memory), and `keep_until_copied` holds a pinned block until its
+asynchronous copy is done.  Only import this
 module where `gpu.cuda.device.cuda_available()` is true.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import functools
 from pathlib import Path
 
 import cupy as cp
+import cupyx
 import numpy as np
 
 from gpu import clock
@@ -149,11 +152,24 @@ class Prepared:
                                     ctypes.addressof(self._params), 0)
 
 
+# Pinned host blocks whose asynchronous copies may still be running, with the event after
+# each: kept until the copy is done, whoever drops the arrays they belong to (CuPy's
+# pinned pool would hand a freed block to the next staging while the copy still reads or
+# writes it).
+_IN_FLIGHT: list[tuple[cp.cuda.Event, np.ndarray]] = []
+
+
+def keep_until_copied(event: cp.cuda.Event, host: np.ndarray) -> None:
+    _IN_FLIGHT[:] = [(e, h) for e, h in _IN_FLIGHT if not e.done]
+    _IN_FLIGHT.append((event, host))
+
+
 def upload_together(*arrays: np.ndarray) -> list[cp.ndarray]:
     """Host arrays on the device in one copy: their bytes in one buffer, each array a
     typed view of its part (8-byte types first, so that every part is aligned to its
     type).  Each part is made as one array over the buffer's memory (a slice and a view
-    of it made two, ~2 us each: a one-edge batch's update uploads nine parts)."""
+    of it made two, ~2 us each: a one-edge batch's update uploads nine parts).
+    (`cupy.asarray` stages the bytes in pinned memory and copies them asynchronously.)"""
     sizes = [a.itemsize for a in arrays]
     if sizes != sorted(sizes, reverse=True):
         raise ValueError("upload_together takes wider types first")
@@ -164,3 +180,11 @@ def upload_together(*arrays: np.ndarray) -> list[cp.ndarray]:
         out.append(cp.ndarray(a.shape, a.dtype, both.data + lo))
         lo += a.nbytes
     return out
+
+
+def read_back(array: cp.ndarray) -> np.ndarray:
+    """A device array on the host, through pinned memory, once the current stream has
+    made it (a wait): 694 KB of a GH 10% batch's settled changes came back in 25 us
+    instead of 101 us from pageable memory (H200, 2026-11-29)."""
+    host = cupyx.empty_pinned(array.shape, dtype=array.dtype)
+    return array.get(out=host)

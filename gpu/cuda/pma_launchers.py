@@ -13,7 +13,7 @@ import cupy as cp
 import cupyx
 import numpy as np
 
-from gpu.cuda.loader import Prepared, check_array, kernel
+from gpu.cuda.loader import Prepared, check_array, kernel, read_back
 from gpu.graph.pma.device_update import SMALL_BATCH   # most updates locate_small takes
 
 PLAN_ROWS = 7
@@ -304,7 +304,7 @@ def touched_vertices(du: cp.ndarray, dv: cp.ndarray, iu: cp.ndarray, iv: cp.ndar
             (-(-bound // 256),), (256,),
             (du, dv, np.int64(n_del), iu, iv, np.int64(n_ins), slots,
              np.int64(slots.shape[0]), deg, stamp, np.int32(epoch), np.int64(bound), out))
-    host = out.get()
+    host = read_back(out)
     count = int(host[0])
     return host[1:1 + count], host[1 + bound:1 + bound + count], out[1:1 + count]
 

@@ -13,7 +13,6 @@ Importing this module needs CuPy; `gpu.cuda.device` decides whether to.
 """
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import cupy as cp
@@ -30,10 +29,6 @@ if TYPE_CHECKING:
 BUFFER_SHARE = 0.25
 # Buffers up to this many bytes are taken without asking how much memory is free.
 SMALL_BUFFERS = 64 << 20
-# The driver's free memory is asked again after this many seconds (another process may
-# have taken some), or when CuPy's pool has grown or shrunk since: cudaMemGetInfo costs
-# ~0.1 ms, as much as the rest of a launch's host work.
-FREE_MEMORY_AGE = 1.0
 # A listing of at most this many rows is queued whole (a device buffer of `limit` rows,
 # its count and rows read back when the batch is finished); a larger limit reads each
 # slice's count back first, to size its rows by what was found.
@@ -88,20 +83,6 @@ def blocks_per_sm(config: EngineConfig, jobs) -> int:
     return 0
 
 
-_free_seen = [float("-inf"), 0, -1]    # when asked, free bytes, the pool's total then
-
-
-def free_device_memory() -> int:
-    """The device's free memory in bytes, as the driver said it within FREE_MEMORY_AGE
-    seconds and with CuPy's pool of the same size."""
-    now, pool = time.monotonic(), cp.get_default_memory_pool().total_bytes()
-    asked, free, pool_then = _free_seen
-    if now - asked > FREE_MEMORY_AGE or pool != pool_then:
-        free = cp.cuda.runtime.memGetInfo()[0]
-        _free_seen[:] = now, free, pool
-    return free
-
-
 def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
                      kernel: str, blocks: int = 0) -> tuple[int, int]:
     """Warps for a launch of `num_tasks` tasks (at most `blocks` blocks per multiprocessor
@@ -114,8 +95,10 @@ def _warps_and_width(mirror: DeviceMirror, n: int, num_tasks: int,
                 -(-num_tasks // step) * step)
     free = None
     if warps * per_warp > SMALL_BUFFERS:
-        # Only large buffers ask how much memory is free.
-        free = free_device_memory()
+        # Only large buffers ask the driver for the free memory (~5 us a call on the
+        # H200's host, 2026-11-29: not worth a cached answer that another process's
+        # allocations would make stale).
+        free, _ = cp.cuda.runtime.memGetInfo()
         warps = min(warps, int(free * BUFFER_SHARE) // per_warp)
     warps -= warps % step
     if warps < match_launchers.WARPS_PER_BLOCK:

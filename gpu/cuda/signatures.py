@@ -142,13 +142,13 @@ class DeviceSignatures:
         return self.cand[qid].get()
 
     # ---- per batch ------------------------------------------------------
-    def apply(self, graph, batch, touched: np.ndarray,
-              touched_on_device: cp.ndarray | None = None, uploaded=None) -> None:
+    def apply(self, graph, batch, touched: np.ndarray | None, uploaded=None) -> None:
         """Follow an EffectiveBatch the host graph has taken: new vertices, the changed
         edges, deleted vertices, then the touched vertices' codes and bits.  The edges
-        and `touched` are read on the device where they are there already (the batch's
-        `device` arrays and `touched_on_device`, or what the device graph `uploaded`
-        with its keys: gpu/cuda/device_graph.py BatchArrays), else uploaded together."""
+        and the touched vertices are read on the device where they are there already
+        (what the device graph `uploaded` with its keys, or found after a device-settled
+        batch's update: gpu/cuda/device_graph.py BatchArrays), else uploaded together
+        with `touched`."""
         self.resize(graph)
         if len(batch.add_slots):
             slots = cp.asarray(batch.add_slots.astype(np.int32))
@@ -162,14 +162,8 @@ class DeviceSignatures:
             self.counts.reshape(-1)[cp.asarray(flat.reshape(-1))] = 0
             self.deg[slots] = 0
             self.alive[slots] = True
-        dev = batch.device
         if uploaded is not None:
             du, dv, iu, iv, vertices = uploaded[:5]
-        elif dev is not None and touched_on_device is not None:
-            du, dv, iu, iv = dev.delete_u, dev.delete_v, dev.insert_u, dev.insert_v
-            vertices = touched_on_device
-            if vertices.shape[0] == 0:
-                return
         else:
             # One upload for the per-batch index arrays; the kernels read views of it.
             parts = (batch.delete_u, batch.delete_v, batch.insert_u, batch.insert_v,

@@ -27,23 +27,13 @@ import numpy as np
 
 from gpu.cuda import match_launchers as ml
 from gpu.cuda import pma_launchers
+from gpu.cuda.loader import keep_until_copied
 from gpu.cuda.shared_launch import (KERNEL_CLOCK, _warps_and_width, blocks_per_sm,
                                      query_sums, run_sums)
 from gpu.results import MatchSet
 
 if TYPE_CHECKING:
     from gpu.cuda.executor import DeviceMirror
-
-# Pinned buffers whose asynchronous copies may still be running, with the event after each:
-# kept until the copy is done, whoever drops the result they belong to (CuPy's pinned pool
-# would hand a freed block to the next upload's staging while the copy still writes it).
-_IN_FLIGHT: list[tuple[cp.cuda.Event, np.ndarray]] = []
-
-
-def keep_until_copied(event: cp.cuda.Event, host: np.ndarray) -> None:
-    _IN_FLIGHT[:] = [(e, h) for e, h in _IN_FLIGHT if not e.done]
-    _IN_FLIGHT.append((event, host))
-
 
 # Stagings of the update edges used in turn (SmallPhase.launch).
 STAGINGS = 4

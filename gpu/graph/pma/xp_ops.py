@@ -40,9 +40,14 @@ def exclusive_cumsum(xp, counts):
 
 def sorted_union(xp, a, b):
     """The distinct values of two sorted arrays, in order (merged by rank, not sorted)."""
-    merged = xp.empty(a.size + b.size, dtype=a.dtype)
-    merged[xp.arange(a.size, dtype=np.int64) + search(xp, b, a)] = a
-    merged[xp.arange(b.size, dtype=np.int64) + search(xp, a, b, side="right")] = b
+    if a.size == 0 or b.size == 0:
+        # A batch that only inserts or only deletes: no merge (on CuPy its searches,
+        # scatters and index ranges were ~10 launches, ~0.2 ms of the host's time).
+        merged = b if a.size == 0 else a
+    else:
+        merged = xp.empty(a.size + b.size, dtype=a.dtype)
+        merged[xp.arange(a.size, dtype=np.int64) + search(xp, b, a)] = a
+        merged[xp.arange(b.size, dtype=np.int64) + search(xp, a, b, side="right")] = b
     first = xp.ones(merged.size, dtype=bool)
     first[1:] = merged[1:] != merged[:-1]
     return merged[first]

@@ -506,36 +506,3 @@ def test_small_phases_equal_the_general_launches_and_the_cpu(small):
     assert len(launches) >= 2
     for name in ("records", "ready"):
         assert len({id(launch.array(name)) for launch in launches}) == 1, name
-
-
-def test_free_memory_is_asked_again_when_the_pool_changes_or_ages(monkeypatch):
-    """free_device_memory answers from its last call while CuPy's pool keeps its size and
-    the answer is young, and asks the driver again when the pool grows or it is old."""
-    import cupy as cp
-    from gpu.cuda import shared_launch
-    asked = []
-    real = cp.cuda.runtime.memGetInfo
-
-    def counted():
-        asked.append(1)
-        return real()
-    # The pool's size as the test sets it: nothing is allocated (the GPU tests share the
-    # device between processes, and a large allocation starved the others).
-    pool_bytes = [1 << 30]
-
-    class Pool:
-        def total_bytes(self):
-            return pool_bytes[0]
-    monkeypatch.setattr(cp.cuda.runtime, "memGetInfo", counted)
-    monkeypatch.setattr(cp, "get_default_memory_pool", Pool)
-    monkeypatch.setattr(shared_launch, "FREE_MEMORY_AGE", 60.0)
-    monkeypatch.setattr(shared_launch, "_free_seen", [float("-inf"), 0, -1])
-    first = shared_launch.free_device_memory()
-    assert shared_launch.free_device_memory() == first and len(asked) == 1
-    pool_bytes[0] += 64 << 20
-    shared_launch.free_device_memory()
-    assert len(asked) == 2
-    assert shared_launch.free_device_memory() and len(asked) == 2
-    monkeypatch.setattr(shared_launch, "FREE_MEMORY_AGE", 0.0)
-    shared_launch.free_device_memory()
-    assert len(asked) == 3

@@ -147,3 +147,15 @@ def test_arrays_uploaded_together_come_back_equal_typed_and_alive_alone():
         assert np.array_equal(part.get(), expected)
     with pytest.raises(ValueError, match="wider types first"):
         upload_together(np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int64))
+
+
+def test_a_read_back_equals_get():
+    import cupy
+
+    from gpu.cuda.loader import read_back
+
+    for array in (cupy.arange(1000, dtype=np.int32) * 3, cupy.zeros((0,), dtype=np.int64),
+                  cupy.arange(12, dtype=np.uint64).reshape(3, 4)):
+        got = read_back(array)
+        assert got.dtype == array.dtype and got.shape == array.shape
+        assert np.array_equal(got, array.get())
