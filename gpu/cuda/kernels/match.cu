@@ -1025,25 +1025,25 @@ __device__ __forceinline__ bool surplus_block(unsigned long long* ctl) {
 
 // The persistent warps' schedule, shared by both searches: whole tasks from the global
 // counter (`whole(task)`), then shared parts (`part(task, record)`) until nothing is
-// queued and no warp is active.  A warp counts as active from before it takes a task,
-// so no warp can see "nothing active, nothing queued" while work is still being handed
-// out; only active warps add records, and each checks the queue again before it can
-// leave.
+// queued and no warp is active.  A warp counts as active from before it takes its first
+// task until the whole tasks are gone, so no warp can see "nothing active, nothing
+// queued" while work is still being handed out, nor between two whole tasks of another
+// warp (an idle warp that left then could not take the parts that warp shares next);
+// only active warps add records, and each checks the queue again before it can leave.
 template <class Whole, class Part>
 __device__ __forceinline__ void run_warps(const Share& sh, int* records, Whole whole,
                                           Part part, int lane) {
     unsigned long long* ctl = sh.ctl;
+    if (lane == 0) atomicAdd(ctl + ACTIVE, 1ULL);
     while (true) {
         unsigned long long task = 0;
         if (lane == 0) {
-            atomicAdd(ctl + ACTIVE, 1ULL);
             task = atomicAdd(ctl + NEXT_TASK, 1ULL);
             if (task >= peek(ctl + TASKS)) task = ~0ULL;     // none left
         }
         task = __shfl_sync(FULL_MASK, task, 0);
         if (task == ~0ULL) break;
         whole((long long)task);
-        if (lane == 0) atomicAdd(ctl + ACTIVE, ~0ULL);   // -1
     }
     if (lane == 0) {
         atomicAdd(ctl + ACTIVE, ~0ULL);
