@@ -25,7 +25,7 @@ from schemathesis.python import asgi  # noqa: E402
 
 from service.main import create_app  # noqa: E402
 from service.settings import Settings  # noqa: E402
-from tests.service.conftest import BACKEND, DEVICE_GRAPH  # noqa: E402
+from tests.service.conftest import BACKEND, DEVICE_GRAPH, wait_ready  # noqa: E402
 
 KEY = "conformance-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -202,10 +202,7 @@ def run_conformance(data_dir: Path, *, max_examples: int, seed: int | None = 0,
 
 
 def _seed(client) -> None:
-    ready_by = time.monotonic() + 300
-    while client.get("/readyz").status_code != 200:
-        assert time.monotonic() < ready_by, "the service did not become ready"
-        time.sleep(0.05)
+    wait_ready(client, timeout=300)
     assert client.put("/v1/graph", json=START_GRAPH, headers=AUTH).status_code == 200
     assert client.post("/v1/queries", json=START_QUERY, headers=AUTH).status_code == 201
 
